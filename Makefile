@@ -1,0 +1,21 @@
+# Two entry points (README): `make audit` and `make test`. Both create .venv on first use.
+# constraints.txt pins torch to the CPU build on this machine's disk; every install goes through it.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+$(BIN)/dpaudit: pyproject.toml constraints.txt
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c constraints.txt -e '.[test,cluster]'
+	touch $@
+
+setup: $(BIN)/dpaudit
+
+audit: setup
+	$(BIN)/dpaudit audit $(ARGS)
+
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
+
+.PHONY: setup audit test

@@ -1,0 +1,3 @@
+from dpaudit.cli import main
+import sys
+sys.exit(main())
