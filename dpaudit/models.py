@@ -1,0 +1,143 @@
+"""Models: a small MLP and the seed CNN of [W] App. F.1, public pretraining, and LoRA adapters via peft.
+
+peft imports transformers (seconds), so it is imported inside :func:`attach_lora` only.
+
+Parameterizations (what a mechanism trains, SPEC §1):
+
+* ``full``: the weight matrices of every Linear/Conv2d layer (biases stay at their pretrained values, as in
+  LoRA fine-tuning, so that full fine-tuning and LoRA variants train the same layers);
+* ``lora``: both LoRA factors ``lora_A`` and ``lora_B`` (DP-LoRA);
+* ``lora-fa``: ``lora_B`` only, ``lora_A`` a frozen Gaussian drawn per model ([W] Sec. 2, App. E).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from dpaudit.errors import UsageError
+
+PARAMETERIZATIONS = ("full", "lora", "lora-fa")
+_ADAPTED_TYPES = (nn.Linear, nn.Conv2d)
+
+
+def mlp(input_dim: int, num_classes: int, hidden: tuple[int, ...] = (128, 128)) -> nn.Sequential:
+    """ReLU MLP ``input_dim → hidden… → num_classes`` of standard torch modules."""
+    widths = (input_dim, *hidden)
+    layers: list[nn.Module] = []
+    for d_in, d_out in zip(widths[:-1], widths[1:]):
+        layers += [nn.Linear(d_in, d_out), nn.ReLU()]
+    layers.append(nn.Linear(widths[-1], num_classes))
+    return nn.Sequential(*layers)
+
+
+def seed_cnn(in_channels: int, num_classes: int, image_size: int = 32, hidden: int = 256) -> nn.Sequential:
+    """[W] App. F.1's CNN: three 3×3 convolutions (32/64/128), each with ReLU and 2×2 max-pooling, two FC layers."""
+    if image_size % 8:
+        raise UsageError(f"the seed CNN pools three times by 2: image size {image_size} must be a multiple of 8")
+    layers: list[nn.Module] = []
+    for c_in, c_out in ((in_channels, 32), (32, 64), (64, 128)):
+        layers += [nn.Conv2d(c_in, c_out, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)]
+    side = image_size // 8
+    layers += [nn.Flatten(), nn.Linear(128 * side * side, hidden), nn.ReLU(), nn.Linear(hidden, num_classes)]
+    return nn.Sequential(*layers)
+
+
+def for_input(input_shape: tuple[int, ...], num_classes: int) -> nn.Sequential:
+    """The default architecture for a dataset: MLP for vectors, the seed CNN for (C, H, W) images."""
+    if len(input_shape) == 1:
+        return mlp(input_shape[0], num_classes)
+    if len(input_shape) == 3 and input_shape[1] == input_shape[2]:
+        return seed_cnn(input_shape[0], num_classes, input_shape[1])
+    raise UsageError(f"no default model for inputs of shape {input_shape}: expected (features,) or (C, H, H)")
+
+
+def pretrain(model: nn.Module, x: np.ndarray, y: np.ndarray, *, epochs: int = 30, batch_size: int = 64,
+             lr: float = 0.05, momentum: float = 0.9, seed: int = 0) -> nn.Module:
+    """Train ``model`` on public data in place (plain SGD with momentum) and return it, frozen and in eval mode.
+
+    Deterministic given ``seed`` (initialisation and data order both come from it).
+    """
+    with torch.random.fork_rng(devices=[]):  # module initialisers use the global generator: seed a private fork
+        torch.manual_seed(seed)
+        for module in model.modules():
+            if hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+    order_rng = np.random.default_rng(seed)
+    inputs, labels = torch.from_numpy(x), torch.from_numpy(y)
+    optimiser = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    model.train()
+    for _ in range(epochs):
+        for batch in np.array_split(order_rng.permutation(len(y)), max(1, len(y) // batch_size)):
+            optimiser.zero_grad()
+            nn.functional.cross_entropy(model(inputs[batch]), labels[batch]).backward()
+            optimiser.step()
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+def adapted_layers(model: nn.Module) -> dict[str, nn.Module]:
+    """Name → layer for every Linear/Conv2d layer: the layers LoRA (or a projection) adapts."""
+    return {name: m for name, m in model.named_modules() if isinstance(m, _ADAPTED_TYPES)}
+
+
+def projection_dim(layer: nn.Module) -> int:
+    """d_i of [W] Eq. 36: the weight flattened to d_out × (all other dims)."""
+    return int(np.prod(layer.weight.shape[1:]))
+
+
+def check_rank(model: nn.Module, rank: int) -> None:
+    """A rank-r adapter needs r ≤ d_i for every adapted layer (otherwise A has more rows than its input)."""
+    if rank < 1:
+        raise UsageError(f"--rank must be a positive integer, got {rank}")
+    dims = {name: projection_dim(layer) for name, layer in adapted_layers(model).items()}
+    too_small = {name: d for name, d in dims.items() if d < rank}
+    if too_small:
+        name, d = min(too_small.items(), key=lambda item: item[1])
+        raise UsageError(f"--rank {rank} is larger than layer {name!r}'s input dimension {d}; "
+                         f"use --rank <= {min(dims.values())}")
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """Options of a LoRA adapter: ``scale = alpha / rank`` multiplies ``B A`` (peft's ``lora_alpha / r``)."""
+
+    rank: int
+    alpha: float | None = None  # None: alpha = rank, so scale 1 and W's update is -η G AᵀA (SPEC §1.2)
+
+    @property
+    def scale(self) -> float:
+        return 1.0 if self.alpha is None else self.alpha / self.rank
+
+
+def attach_lora(model: nn.Module, spec: LoraSpec) -> nn.Module:
+    """Wrap every Linear/Conv2d layer of ``model`` with a peft LoRA adapter of rank ``spec.rank``.
+
+    The adapter's own initial factors are placeholders: the engine draws ``lora_A`` per shadow model
+    (:func:`draw_lora_a`) and starts ``lora_B`` at zero. Dropout is 0 (it would be extra, unaudited randomness).
+    """
+    import peft  # lazy: pulls in transformers
+
+    check_rank(model, spec.rank)
+    model = copy.deepcopy(model)  # peft wraps in place; the caller's base model stays a plain module
+    config = peft.LoraConfig(r=spec.rank, lora_alpha=spec.rank * spec.scale, lora_dropout=0.0,
+                             target_modules=list(adapted_layers(model)), init_lora_weights=False)
+    wrapped = peft.get_peft_model(model, config)
+    wrapped.eval()
+    return wrapped
+
+
+def draw_lora_a(shape: tuple[int, ...], rank: int, generator: torch.Generator) -> torch.Tensor:
+    """LoRA-FA's frozen factor: i.i.d. N(0, 1/r) entries, so that ``AᵀA`` is Wishart W(I/r, r) with E = I.
+
+    peft's ``init_lora_weights="gaussian"`` uses std 1/r, which is a different mechanism (SPEC §1.2).
+    ``shape`` is ``lora_A``'s weight shape: (r, d_in) for Linear, (r, c_in, kh, kw) for Conv2d.
+    """
+    return torch.randn(shape, generator=generator) / math.sqrt(rank)
