@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 # Stable ids: changing one changes every campaign's numbers.
-_PURPOSES = {"init": 0, "data": 1, "noise": 2, "canary": 3, "membership": 4}
+_PURPOSES = {"init": 0, "data": 1, "noise": 2, "canary": 3}
 _ROLES = {"shadow": 0, "reference": 1, "campaign": 2}
 
 
@@ -41,6 +41,6 @@ def shadow_randomness(seed: int, indices) -> list[ModelRandomness]:
 
 
 def campaign_rng(seed: int, purpose: str) -> np.random.Generator:
-    """Campaign-level draws (membership plan, canary input), not tied to any model."""
+    """Campaign-level draws (the canary input), not tied to any model."""
     sequence = np.random.SeedSequence([seed, _ROLES["campaign"], 0, _PURPOSES[purpose]])
     return np.random.Generator(np.random.PCG64(sequence))
