@@ -102,7 +102,8 @@ class PeftLoraAdapter:
 
     def to_peft(self, factors: LoraFactors) -> tuple[Tensor, Tensor]:
         """``(A, B) -> (lora_A, lora_B) = (Bᵀ, A)``."""
-        return factors.B.mT, factors.A
+        A, B = _as_pair(LoraFactors, factors, "factors")
+        return B.mT, A
 
     def intrinsic_gradient(self, weight_gradient: Tensor) -> Tensor:
         """``∇_Z ℓ = s ∇_W ℓ`` for a dense weight gradient (..., n_out, n_in)."""
@@ -110,7 +111,8 @@ class PeftLoraAdapter:
 
     def weight_delta(self, factors: LoraFactors) -> Tensor:
         """``ΔW = s A Bᵀ`` (dense (..., n_out, n_in), for merging or checks)."""
-        return self.scale * factors.A @ factors.B.mT
+        A, B = _as_pair(LoraFactors, factors, "factors")
+        return self.scale * A @ B.mT
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -170,6 +172,13 @@ def _require_positive(name: str, value: float, allow_zero: bool = False) -> None
         raise UsageError(f"{name} must be a finite number {bound}; got {value}")
 
 
+def _as_pair(kind, value, name: str):
+    """Accept a plain 2-tuple where a LoraFactors / FactorGradients / TangentLift is expected."""
+    if isinstance(value, Tensor) or len(value) != 2:
+        raise UsageError(f"{name} must be a pair of tensors ({', '.join(kind._fields)}); got {type(value).__name__}")
+    return kind(*value)
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Geometry of the factors: projectors and Gram inverses from QR + r×r SVD
 # --------------------------------------------------------------------------------------------------------------
@@ -203,8 +212,7 @@ def _column_geometry(name: str, factor: Tensor) -> _ColumnGeometry:
     basis, triangular = torch.linalg.qr(factor)
     _, singular_values, right_vectors_t = torch.linalg.svd(triangular)
     tolerance = singular_values[..., :1] * max(factor.shape[-2:]) * torch.finfo(factor.dtype).eps
-    deficient = (singular_values[..., -1:] <= tolerance) | (singular_values[..., :1] == 0)
-    if bool(deficient.any()):
+    if bool((singular_values[..., -1:] <= tolerance).any()):  # also catches X = 0 (tolerance 0)
         worst = singular_values[..., -1].min().item()
         raise UsageError(f"{name} is rank-deficient (smallest singular value {worst:.3g}); PRISM needs both LoRA "
                          f"factors of full column rank r ([P] Thm 3.1). peft's lora_B = 0 start is rank 0: "
@@ -220,8 +228,9 @@ def _column_geometry(name: str, factor: Tensor) -> _ColumnGeometry:
 
 
 def _geometry(factors: LoraFactors) -> tuple[_ColumnGeometry, _ColumnGeometry]:
-    _check_factors(*factors)
-    return _column_geometry("A", factors.A), _column_geometry("B", factors.B)
+    A, B = factors
+    _check_factors(A, B)
+    return _column_geometry("A", A), _column_geometry("B", B)
 
 
 def balanced_random_factors(m: int, n: int, rank: int, spectral_norm: float, generator: torch.Generator,
@@ -234,14 +243,15 @@ def balanced_random_factors(m: int, n: int, rank: int, spectral_norm: float, gen
     if min(m, n) < rank or rank < 1:
         raise UsageError(f"rank must satisfy 1 <= rank <= min(m, n); got rank {rank}, m {m}, n {n}")
     _require_positive("spectral_norm", spectral_norm)
-    draws = [torch.randn((rows, rank), generator=generator, dtype=dtype, device=generator.device)
-             for rows in (m, n)]
-    # Sign-fix QR so the basis is a deterministic function of the draw (Haar-distributed).
-    bases = []
-    for draw in draws:
-        q, r = torch.linalg.qr(draw)
-        bases.append(q * torch.sign(torch.diagonal(r)).unsqueeze(0))
-    return LoraFactors(math.sqrt(spectral_norm) * bases[0], math.sqrt(spectral_norm) * bases[1])
+
+    def haar_basis(rows: int) -> Tensor:
+        basis, triangular = torch.linalg.qr(torch.randn((rows, rank), generator=generator, dtype=dtype,
+                                                        device=generator.device))
+        # Fixing the signs of diag(R) makes Q exactly Haar-distributed and a function of the draw alone.
+        return basis * torch.sign(torch.diagonal(triangular)).unsqueeze(0)
+
+    basis_A = haar_basis(m)
+    return LoraFactors(math.sqrt(spectral_norm) * basis_A, math.sqrt(spectral_norm) * haar_basis(n))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -289,6 +299,8 @@ def lift_factor_gradients(gradients: FactorGradients, factors: LoraFactors) -> T
     ``gradients`` (..., m, r), (..., n, r) broadcast against ``factors``; for per-example gradients
     (..., b, m, r) pass factors with the example axis inserted (``A.unsqueeze(-3)``).
     """
+    factors = _as_pair(LoraFactors, factors, "factors")
+    gradients = _as_pair(FactorGradients, gradients, "gradients")
     _check_factors(*factors)
     _check_like("g_A", gradients.g_A, "A", factors.A)
     _check_like("g_B", gradients.g_B, "B", factors.B)
@@ -302,7 +314,8 @@ def lift(G: Tensor, A: Tensor, B: Tensor) -> TangentLift:
 
 def tangent_matrix(lift_: TangentLift, factors: LoraFactors) -> Tensor:
     """Dense ``ΔZ = ΔA Bᵀ + A ΔBᵀ`` (..., m, n) ([P] Eq. 11), O(mnr); for checks and small layers."""
-    return lift_.dA @ factors.B.mT + factors.A @ lift_.dB.mT
+    (dA, dB), (A, B) = _as_pair(TangentLift, lift_, "lift_"), _as_pair(LoraFactors, factors, "factors")
+    return dA @ B.mT + A @ dB.mT
 
 
 def _intrinsic_sq_norm(lift_: TangentLift, A: Tensor, B: Tensor, gram_A: Tensor, gram_B: Tensor) -> Tensor:
@@ -319,6 +332,7 @@ def intrinsic_sq_norm(lift_: TangentLift, factors: LoraFactors) -> Tensor:
 
     ``tr(ΔAᵀΔA N) + tr(ΔBᵀΔB M) + 2 tr((AᵀΔA)(BᵀΔB))``. Valid for any pair (ΔA, ΔB), not only lifts.
     """
+    lift_, factors = _as_pair(TangentLift, lift_, "lift_"), _as_pair(LoraFactors, factors, "factors")
     _check_factors(*factors)
     _check_like("dA", lift_.dA, "A", factors.A)
     _check_like("dB", lift_.dB, "B", factors.B)
@@ -441,6 +455,8 @@ def privatize_module(per_example_lifts: TangentLift, clip_weights: Tensor, facto
     intrinsic increment is Eq. 18, ``(1/b) Σ α_i P(G_i) + (σC/b) P(Ξ)``, whose law depends on Z only (Thm 3.3).
     ``generator`` as in :func:`sample_tangent_noise`.
     """
+    factors = _as_pair(LoraFactors, factors, "factors")
+    per_example_lifts = _as_pair(TangentLift, per_example_lifts, "per_example_lifts")
     _check_factors(*factors)
     _check_like("per_example_lifts.dA", per_example_lifts.dA, "A", factors.A, extra_dims=1)
     _check_like("per_example_lifts.dB", per_example_lifts.dB, "B", factors.B, extra_dims=1)
@@ -512,7 +528,9 @@ def dp_aware_floors(factors: LoraFactors, noise_std: float, floor_scale: float =
     """``λ_A = c (σC/b)² tr(N^{-1})/r``, ``λ_B = c (σC/b)² tr(M^{-1})/r`` ([P] Eq. 26), shape = batch shape.
 
     Motivation ([P] App. A.26): the tangent noise has ``E[Ξ_AᵀΞ_A/m] = ((m−r)/m) N^{-1}`` and
-    ``E[Ξ_BᵀΞ_B/n] = M^{-1}``, so λ is the mean noise eigenvalue the second moment would see. Gauge invariant.
+    ``E[Ξ_BᵀΞ_B/n] = M^{-1}``, so λ is the mean noise eigenvalue the second moment would see. Invariant under
+    orthogonal gauges ``(AQ, BQ)`` only: ``tr((RᵀMR)^{-1}) = tr(M^{-1}(RRᵀ)^{-1})``, so the invariance under
+    every R ∈ GL(r) claimed at the end of App. A.26 does not hold (nor does it for V_A, Lemma A.30).
     """
     _require_positive("noise_std", noise_std, allow_zero=True)
     _require_positive("floor_scale", floor_scale, allow_zero=True)
@@ -560,6 +578,8 @@ def adaptive_direction(state: PrismAdaptiveState, noisy_update: TangentLift, fac
     Under an orthogonal gauge R the directions transform as ``U R`` and ``U_A Bᵀ + A U_Bᵀ`` is unchanged
     ([P] Lemma A.30). Pure: ``state`` is not modified.
     """
+    factors = _as_pair(LoraFactors, factors, "factors")
+    noisy_update = _as_pair(TangentLift, noisy_update, "noisy_update")
     _check_factors(*factors)
     _check_like("noisy_update.dA", noisy_update.dA, "A", factors.A)
     _check_like("noisy_update.dB", noisy_update.dB, "B", factors.B)
@@ -581,6 +601,8 @@ def retract(factors: LoraFactors, direction: TangentLift, learning_rate: float) 
     (Eckart-Young, [P] Lemma A.25). No ``η² U_A U_Bᵀ`` term: the step is additive in Z (Lemma A.26).
     The output has rank ≤ r (< r only if the update cancels directions of Z exactly).
     """
+    factors = _as_pair(LoraFactors, factors, "factors")
+    direction = _as_pair(TangentLift, direction, "direction")
     _check_factors(*factors)
     _check_like("U_A", direction.dA, "A", factors.A)
     _check_like("U_B", direction.dB, "B", factors.B)
@@ -603,6 +625,8 @@ def align_gauge(factors: LoraFactors, reference: LoraFactors) -> LoraFactors:
     ([P] App. A.24, Lemma A.28): Z, the projectors and balance are unchanged; the factors stay close to the
     previous step's, so the factor-space moments of Eq. 24 keep referring to the same columns.
     """
+    factors = _as_pair(LoraFactors, factors, "factors")
+    reference = _as_pair(LoraFactors, reference, "reference")
     _check_factors(*factors)
     _check_factors(*reference)
     _check_like("reference.A", reference.A, "A", factors.A)
@@ -646,6 +670,11 @@ def _check_step_inputs(factors, gradients, example_weights, states, config) -> N
                          f"{len(gradients)} gradients")
     if states is not None and (config.adaptive is None or len(states) != len(factors)):
         raise UsageError("states must be None for plain tangent SGD (adaptive=None), else one state per module")
+    for index, (state, module_factors) in enumerate(zip(states or (), factors)):
+        if state.first_A.shape != module_factors.A.shape or state.first_B.shape != module_factors.B.shape:
+            raise UsageError(f"states[{index}] has moments of shapes {tuple(state.first_A.shape)}, "
+                             f"{tuple(state.first_B.shape)}; factors[{index}] are {tuple(module_factors.A.shape)}, "
+                             f"{tuple(module_factors.B.shape)}: pass the states this module's last step returned")
     examples = []
     for index, (module_factors, module_gradients) in enumerate(zip(factors, gradients)):
         _check_factors(*module_factors)
@@ -659,7 +688,8 @@ def _check_step_inputs(factors, gradients, example_weights, states, config) -> N
         if not isinstance(example_weights, Tensor) or example_weights.shape != examples[0]:
             raise UsageError(f"example_weights must be a tensor of shape {tuple(examples[0])} (..., b)")
         if bool(((example_weights < 0) | (example_weights > 1)).any()):
-            raise UsageError("example_weights must lie in [0, 1] (0 marks padding): larger weights break sensitivity C/b")
+            raise UsageError("example_weights must lie in [0, 1] (0 marks padding); larger weights would break the "
+                             "sensitivity bound C/b")
 
 
 def prism_step(factors: Sequence[LoraFactors], per_example_gradients: Sequence[FactorGradients],
@@ -677,6 +707,9 @@ def prism_step(factors: Sequence[LoraFactors], per_example_gradients: Sequence[F
     (..., b, n_ℓ, r). ``generator``: as in :func:`sample_tangent_noise` (one per model for batched factors);
     modules draw in list order. ``states``: None starts from zero moments.
     """
+    factors = [_as_pair(LoraFactors, pair, f"factors[{i}]") for i, pair in enumerate(factors)]
+    per_example_gradients = [_as_pair(FactorGradients, pair, f"per_example_gradients[{i}]")
+                             for i, pair in enumerate(per_example_gradients)]
     _check_step_inputs(factors, per_example_gradients, example_weights, states, config)
     geometries = [_geometry(module_factors) for module_factors in factors]
     lifts, squared_norms = [], []
