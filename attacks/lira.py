@@ -1,0 +1,149 @@
+"""Likelihood-ratio attack, LiRA (Carlini et al. 2022, "Membership inference attacks from first
+principles", Alg. 1 and its offline and fixed-variance variants).
+
+Input: the logit-scaled confidences φ[m, j] of every model m on every example j
+(`scores.logit_scaled_confidence`) and the membership matrix (True = j in m's training set),
+e.g. from `designs.all_examples_design`. Every model is a target in turn, with leave-one-out:
+the statistics that score model m are fitted on all *other* models, so model m's own output never
+calibrates its own score.
+
+For target model m and example j, with the other models split into IN (j trained on) and OUT:
+
+- online (Alg. 1): fit N(μ_in, σ_in²) and N(μ_out, σ_out²) to the IN and OUT φ and score the
+  log-likelihood ratio  log N(φ[m, j]; μ_in, σ_in²) - log N(φ[m, j]; μ_out, σ_out²);
+- offline (one-sided): fit only N(μ_out, σ_out²) and score z = (φ[m, j] - μ_out)/σ_out.
+  The paper's statistic is Λ = Pr[Z < φ], Z ∼ N(μ_out, σ_out²), i.e. Φ(z); z is a strictly
+  increasing function of it (same ROC), but does not round to 1 at large z, which would tie
+  the most confident members;
+- fixed variance (for few shadow models): one global variance instead of
+  per-example ones: the per-example residuals of the other models are pooled over all examples
+  (IN and OUT together online, OUT only offline). Per-example means are kept.
+
+Means and variances are the sample mean and unbiased sample variance (the reference code uses
+medians; means make the leave-one-out update exact and O(1) per entry). Everything is
+vectorised over models × examples: sums over all models minus the target's own term.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from attacks import _validation
+
+
+def _inputs(confidences, membership) -> tuple[np.ndarray, np.ndarray]:
+    confidences = _validation.as_finite_array(confidences, "confidences", ndim=2)
+    membership = _validation.as_membership(membership, "membership", shape=confidences.shape)
+    # Centre each example on its mean over models so the sums of squares below do not cancel.
+    centred = confidences - confidences.mean(axis=0, keepdims=True)
+    return centred, membership
+
+
+def _check_min_std(min_std) -> float:
+    if isinstance(min_std, bool) or not isinstance(min_std, numbers.Real) or not min_std > 0.0:
+        raise ValueError(f"min_std must be > 0; got {min_std!r}.")
+    return float(min_std)
+
+
+def _leave_one_out_moments(values: np.ndarray, in_group: np.ndarray, group: str, minimum: int):
+    """Leave-one-out moments of one group of models (IN or OUT).
+
+    For each target model m and example j: the count, mean and sum of squared deviations of
+    values[k, j] over the models k ≠ m with in_group[k, j].
+
+    Returns:
+      (count, mean, squared_deviations), each (models, examples).
+    """
+    own = in_group.astype(np.float64)
+    count = in_group.sum(axis=0, keepdims=True) - own
+    if count.min() < minimum:
+        example = int(np.argmin(count.min(axis=0)))
+        hint = " or use fixed_variance=True (needs 1)" if minimum > 1 else ""
+        raise ValueError(
+            f"LiRA needs at least {minimum} {group} model(s) besides the target for every "
+            f"example (leave-one-out); example {example} has {int(count[:, example].min())} "
+            f"for some target. Train more shadow models{hint}."
+        )
+    total = (values * in_group).sum(axis=0, keepdims=True) - own * values
+    total_squares = (values**2 * in_group).sum(axis=0, keepdims=True) - own * values**2
+    mean = total / count
+    squared_deviations = np.maximum(total_squares - count * mean**2, 0.0)
+    return count, mean, squared_deviations
+
+
+def _variance(squared_deviations, degrees_of_freedom, fixed_variance: bool, min_std: float):
+    """Unbiased variance per (model, example), or pooled over examples per target model."""
+    if fixed_variance:
+        # One variance per target model, because each target has its own leave-one-out set.
+        squared_deviations = squared_deviations.sum(axis=1, keepdims=True)
+        degrees_of_freedom = degrees_of_freedom.sum(axis=1, keepdims=True)
+    if degrees_of_freedom.min() < 1:
+        raise ValueError(
+            "too few shadow models to estimate a variance with leave-one-out (some target has no "
+            "degree of freedom left); train more shadow models."
+        )
+    return np.maximum(squared_deviations / degrees_of_freedom, min_std**2)
+
+
+def _log_normal_pdf(x, mean, variance):
+    return -0.5 * (np.log(2.0 * np.pi * variance) + (x - mean) ** 2 / variance)
+
+
+def lira_online_scores(
+    confidences, membership, *, fixed_variance: bool = False, min_std: float = 1e-8
+) -> np.ndarray:
+    """Online LiRA: log N(φ; μ_in, σ_in²) - log N(φ; μ_out, σ_out²), leave-one-out per target model.
+
+    Args:
+      confidences: (models, examples) logit-scaled confidences φ.
+      membership: (models, examples) bool, True = example in that model's training set.
+      fixed_variance: use one pooled variance (IN and OUT residuals over all examples) instead of
+        per-example σ_in², σ_out².
+      min_std: floor on every standard deviation, so that an example whose shadow outputs all
+        coincide gets a finite score.
+
+    Returns:
+      (models, examples) scores, higher = more likely a member.
+
+    Raises:
+      ValueError: some example has fewer than 2 other IN or OUT models (1 with fixed_variance).
+    """
+    centred, membership = _inputs(confidences, membership)
+    min_std = _check_min_std(min_std)
+    minimum = 1 if fixed_variance else 2
+    count_in, mean_in, deviations_in = _leave_one_out_moments(centred, membership, "IN", minimum)
+    count_out, mean_out, deviations_out = _leave_one_out_moments(
+        centred, ~membership, "OUT", minimum
+    )
+    if fixed_variance:
+        variance_in = variance_out = _variance(
+            deviations_in + deviations_out, (count_in - 1.0) + (count_out - 1.0), True, min_std
+        )
+    else:
+        variance_in = _variance(deviations_in, count_in - 1.0, False, min_std)
+        variance_out = _variance(deviations_out, count_out - 1.0, False, min_std)
+    return _log_normal_pdf(centred, mean_in, variance_in) - _log_normal_pdf(
+        centred, mean_out, variance_out
+    )
+
+
+def lira_offline_scores(
+    confidences, membership, *, fixed_variance: bool = False, min_std: float = 1e-8
+) -> np.ndarray:
+    """Offline (one-sided) LiRA: z = (φ - μ_out)/σ_out from the other models' OUT outputs only.
+
+    Args: as `lira_online_scores`; only OUT models are used, so the design needs ≥ 2 other OUT
+      models per example (1 with fixed_variance, whose variance pools OUT residuals).
+
+    Returns:
+      (models, examples) scores, higher = more likely a member.
+    """
+    centred, membership = _inputs(confidences, membership)
+    min_std = _check_min_std(min_std)
+    count_out, mean_out, deviations_out = _leave_one_out_moments(
+        centred, ~membership, "OUT", 1 if fixed_variance else 2
+    )
+    variance_out = _variance(deviations_out, count_out - 1.0, fixed_variance, min_std)
+    return (centred - mean_out) / np.sqrt(variance_out)

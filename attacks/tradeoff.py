@@ -1,0 +1,251 @@
+"""From an analytic privacy guarantee to the best any attack can do, and the audit verdict.
+
+SPEC §3, "Theory vs audit". If a mechanism is (ε, δ)-DP for the neighbouring pair, every
+membership test has (Kairouz, Oh & Viswanath 2015, Thm. 2.1; Dong, Roth & Su 2022)
+
+    TPR ≤ min(e^ε FPR + δ,  1 - e^{-ε}(1 - δ - FPR))          (clipped to [0, 1]),
+
+the first from the DP inequality on the rejection region, the second from the same inequality on
+its complement. A privacy profile {(ε_k, δ_k)} holds for every pair at once, so the largest TPR is
+the minimum of these curves over k: a concave, piecewise-linear curve, the lower envelope of the
+lines  TPR = e^{ε_k} FPR + δ_k,  TPR = e^{-ε_k} FPR + 1 - e^{-ε_k}(1 - δ_k)  and  TPR = 1.
+The largest AUC is its integral over FPR ∈ [0, 1], computed exactly from the envelope's pieces.
+A pair with ε = inf (a bound that does not apply, SPEC §0) constrains nothing.
+
+For the Gaussian mechanism with μ = Δ/σ, the full profile δ(ε) = Φ(-ε/μ + μ/2) - e^ε Φ(-ε/μ - μ/2)
+gives back its tradeoff curve 1 - Φ(Φ⁻¹(1 - FPR) - μ), whose AUC is Φ(μ/√2); a single (ε, δ)
+gives a looser curve and a larger AUC.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from typing import Literal
+
+import numpy as np
+
+from attacks.epsilon import EpsilonLowerBound
+
+Outcome = Literal["consistent", "violated", "inconclusive"]
+
+
+def _as_profile(privacy_profile) -> tuple[np.ndarray, np.ndarray]:
+    """(epsilons, deltas) of a single (ε, δ) pair or an array of pairs, shape (P, 2)."""
+    try:
+        pairs = np.atleast_2d(np.asarray(privacy_profile, dtype=np.float64))
+    except (TypeError, ValueError):
+        raise ValueError(
+            "privacy_profile must be an (ε, δ) pair or a sequence of pairs; "
+            f"got {privacy_profile!r}."
+        ) from None
+    if pairs.ndim != 2 or pairs.shape[1] != 2 or pairs.shape[0] == 0:
+        raise ValueError(
+            "privacy_profile must be an (ε, δ) pair or an array of shape (P, 2) with P ≥ 1; "
+            f"got shape {pairs.shape}."
+        )
+    epsilons, deltas = pairs[:, 0], pairs[:, 1]
+    if np.any(np.isnan(pairs)) or np.any(epsilons < 0.0):
+        raise ValueError("privacy_profile ε values must be ≥ 0 (inf allowed) and not NaN.")
+    if np.any(deltas < 0.0) or np.any(deltas > 1.0):
+        raise ValueError("privacy_profile δ values must lie in [0, 1].")
+    return epsilons, deltas
+
+
+def _envelope_lines(epsilons: np.ndarray, deltas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Slopes and intercepts of every line bounding TPR as a function of FPR (finite slopes)."""
+    applies = np.isfinite(epsilons)
+    epsilons, deltas = epsilons[applies], deltas[applies]
+    with np.errstate(over="ignore"):
+        steep = np.exp(epsilons)
+    shallow = np.exp(-epsilons)
+    # A slope e^ε that overflows only matters at FPR = 0 (TPR ≤ δ there), a null set for the AUC.
+    keep = np.isfinite(steep)
+    slopes = np.concatenate([steep[keep], shallow, [0.0]])
+    intercepts = np.concatenate([deltas[keep], 1.0 - shallow * (1.0 - deltas), [1.0]])
+    return slopes, intercepts
+
+
+def max_tpr_at_fpr(fpr, privacy_profile) -> np.ndarray:
+    """Largest TPR any attack can reach at each FPR under the given (ε, δ) guarantee(s).
+
+    Args:
+      fpr: FPR value(s) in [0, 1] (scalar or array).
+      privacy_profile: one (ε, δ) pair or an array of shape (P, 2) of pairs that all hold.
+
+    Returns:
+      Array shaped like `fpr`: min over pairs of min(e^ε FPR + δ, 1 - e^{-ε}(1 - δ - FPR)),
+      clipped to [0, 1].
+    """
+    fpr = np.asarray(fpr, dtype=np.float64)
+    if np.any(np.isnan(fpr)) or np.any(fpr < 0.0) or np.any(fpr > 1.0):
+        raise ValueError(f"fpr must lie in [0, 1]; got {fpr!r}.")
+    epsilons, deltas = _as_profile(privacy_profile)
+    applies = np.isfinite(epsilons)
+    epsilons, deltas = epsilons[applies], deltas[applies]
+    x = fpr[..., np.newaxis]
+    with np.errstate(over="ignore", invalid="ignore"):
+        # At FPR = 0 the first bound is δ for every finite ε, even where e^ε overflows (inf·0).
+        first = np.where(x > 0.0, np.exp(epsilons) * x + deltas, deltas)
+    second = 1.0 - np.exp(-epsilons) * (1.0 - deltas - x)
+    bound = np.minimum(first, second).min(axis=-1, initial=1.0)
+    return np.clip(bound, 0.0, 1.0)
+
+
+def max_auc(privacy_profile) -> float:
+    """Largest AUC any attack can reach: ∫₀¹ max_tpr_at_fpr(x) dx, integrated exactly.
+
+    The bound is the lower envelope of lines (module docstring); it is built with the convex-hull
+    trick (lines by decreasing slope, each dropped once a later line undercuts it everywhere it was
+    lowest) and integrated piece by piece in closed form.
+    """
+    slopes, intercepts = _envelope_lines(*_as_profile(privacy_profile))
+    # Decreasing slope; among equal slopes only the lowest line can be on the envelope.
+    order = np.lexsort((intercepts, -slopes))
+    hull: list[tuple[float, float]] = []
+    for slope, intercept in zip(slopes[order], intercepts[order]):
+        if hull and hull[-1][0] == slope:
+            continue
+        while len(hull) >= 2 and _undercut(hull[-2], hull[-1], (slope, intercept)):
+            hull.pop()
+        hull.append((float(slope), float(intercept)))
+
+    area = 0.0
+    left = 0.0
+    for index, (slope, intercept) in enumerate(hull):
+        right = 1.0
+        if index + 1 < len(hull):
+            next_slope, next_intercept = hull[index + 1]
+            right = min((next_intercept - intercept) / (slope - next_slope), 1.0)
+        if right > left:
+            area += slope * (right**2 - left**2) / 2.0 + intercept * (right - left)
+            left = right
+    return float(area)
+
+
+def _undercut(first, middle, last) -> bool:
+    """True if `middle` is nowhere strictly below both neighbours (slopes first > middle > last).
+
+    `middle` is lowest on (x_first∩middle, x_middle∩last); it is empty when the line from `first`
+    meets `last` no later than it meets `middle`. Cross-multiplied, as both slope gaps are > 0.
+    """
+    (a1, b1), (a2, b2), (a3, b3) = first, middle, last
+    return (b3 - b1) * (a1 - a2) <= (b2 - b1) * (a1 - a3)
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditVerdict:
+    """Does an audit contradict an analytic bound?
+
+    Attributes:
+      outcome: "violated", "consistent" or "inconclusive" (rule in `audit_verdict`).
+      reason: one sentence with the numbers behind the outcome.
+      empirical_epsilon: the empirical ε lower bound.
+      analytic_epsilon: the analytic ε at the same δ (None if missing).
+      delta: the δ of both.
+      confidence: confidence of the empirical ε lower bound.
+      max_certifiable_epsilon: the largest ε lower bound these trials could ever give.
+      auc_lower: lower confidence limit of the attack's AUC (None if not used).
+      max_allowed_auc: largest AUC the analytic guarantee allows (None if not used).
+    """
+
+    outcome: Outcome
+    reason: str
+    empirical_epsilon: float
+    analytic_epsilon: float | None
+    delta: float
+    confidence: float
+    max_certifiable_epsilon: float
+    auc_lower: float | None
+    max_allowed_auc: float | None
+
+
+def audit_verdict(
+    empirical: EpsilonLowerBound,
+    analytic_epsilon: float | None,
+    *,
+    auc_lower: float | None = None,
+    max_allowed_auc: float | None = None,
+) -> AuditVerdict:
+    """Compares an audit with an analytic bound. The rule, applied in this order:
+
+    1. inconclusive: `analytic_epsilon` is None, NaN or +inf. There is no finite bound to test
+       (a bound whose theorem does not apply reports ε = inf, SPEC §0).
+    2. violated: the empirical ε lower bound > `analytic_epsilon`, or (if given)
+       `auc_lower` > `max_allowed_auc`. The first is wrong with probability
+       ≤ 1 - `empirical.confidence`; with both routes the error probabilities add (union bound),
+       e.g. 0.05 + 0.025 for a 95% ε bound and the lower limit of a two-sided 95% AUC interval.
+    3. inconclusive: `empirical.max_certifiable_epsilon` ≤ `analytic_epsilon`. Even a perfect
+       attack (every IN score above every OUT score) could not have certified an ε above the
+       analytic one with these trial counts and this confidence: the audit had no power; run
+       more trials.
+    4. consistent: otherwise. The audit could have shown a violation and did not; this does not
+       prove the bound (only an absence of evidence against it).
+
+    Args:
+      empirical: result of `clopper_pearson_epsilon` or `gdp_epsilon`.
+      analytic_epsilon: the analytic ε at δ = `empirical.delta`, for the same neighbouring
+        relation as the audit's IN/OUT trials.
+      auc_lower: lower limit of the attack's AUC confidence interval
+        (`metrics.summarize(...).auc_ci[0]`).
+      max_allowed_auc: `max_auc(profile)` of the analytic guarantee. Give both or neither.
+    """
+    if not isinstance(empirical, EpsilonLowerBound):
+        raise ValueError(
+            "empirical must be an EpsilonLowerBound from clopper_pearson_epsilon or gdp_epsilon; "
+            f"got {type(empirical).__name__}."
+        )
+    if (auc_lower is None) != (max_allowed_auc is None):
+        raise ValueError("auc_lower and max_allowed_auc go together: give both or neither.")
+    for name, value in (("auc_lower", auc_lower), ("max_allowed_auc", max_allowed_auc)):
+        if value is not None and not (isinstance(value, numbers.Real) and 0.0 <= value <= 1.0):
+            raise ValueError(f"{name} must be in [0, 1]; got {value!r}.")
+    if analytic_epsilon is not None and (
+        not isinstance(analytic_epsilon, numbers.Real) or analytic_epsilon < 0.0
+    ):
+        raise ValueError(
+            f"analytic_epsilon must be ≥ 0, inf, NaN or None; got {analytic_epsilon!r}."
+        )
+
+    def verdict(outcome: Outcome, reason: str) -> AuditVerdict:
+        return AuditVerdict(
+            outcome=outcome,
+            reason=reason,
+            empirical_epsilon=empirical.epsilon,
+            analytic_epsilon=None if analytic_epsilon is None else float(analytic_epsilon),
+            delta=empirical.delta,
+            confidence=empirical.confidence,
+            max_certifiable_epsilon=empirical.max_certifiable_epsilon,
+            auc_lower=auc_lower,
+            max_allowed_auc=max_allowed_auc,
+        )
+
+    at = f"at δ = {empirical.delta:g}"
+    if analytic_epsilon is None or math.isnan(analytic_epsilon) or math.isinf(analytic_epsilon):
+        return verdict("inconclusive", f"no finite analytic ε {at} to test against.")
+    if empirical.epsilon > analytic_epsilon:
+        return verdict(
+            "violated",
+            f"empirical ε ≥ {empirical.epsilon:.4g} ({empirical.confidence:.0%} confidence) "
+            f"exceeds the analytic ε = {analytic_epsilon:.4g} {at}.",
+        )
+    if auc_lower is not None and auc_lower > max_allowed_auc:
+        return verdict(
+            "violated",
+            f"the AUC's lower confidence limit {auc_lower:.4g} exceeds the largest AUC "
+            f"{max_allowed_auc:.4g} the analytic guarantee allows.",
+        )
+    if empirical.max_certifiable_epsilon <= analytic_epsilon:
+        return verdict(
+            "inconclusive",
+            f"with {empirical.n_in} + {empirical.n_out} trials even a perfect attack certifies at "
+            f"most ε = {empirical.max_certifiable_epsilon:.4g}, not above the analytic "
+            f"ε = {analytic_epsilon:.4g} {at}; run more trials.",
+        )
+    return verdict(
+        "consistent",
+        f"empirical ε ≥ {empirical.epsilon:.4g} does not exceed the analytic ε = "
+        f"{analytic_epsilon:.4g} {at}, which these trials could have refuted "
+        f"(up to ε = {empirical.max_certifiable_epsilon:.4g}).",
+    )
