@@ -1,113 +1,70 @@
-"""A membership-inference campaign: plan, shadow training in chunks, canary scores ([W] App. F.1).
+"""A membership-inference campaign: plan, shadow training in chunks on workers, outputs streamed to the store.
 
-Data flow (ARCHITECTURE.md): config → :class:`Setup` (pretrained base, canary, membership plan) → chunks of
-shadow models trained by the engine → per-model canary logits → scores → statistics.
+Data flow (ARCHITECTURE.md): config → :class:`Setup` (pretrained base, targets, membership plan; saved to the
+run directory before any shadow model trains) → chunks of shadow models trained by the engine in worker
+processes (joblib: loky locally, dask across machines) → per-chunk outputs written atomically by the driver →
+:mod:`dpaudit.analysis` turns them into scores and statistics.
+
+Designs: ``canary`` ([W] App. F.1: a static-poison canary, IN for half of the models) and ``all-examples``
+(every private example a target, IN for exactly half of the models; Carlini et al. 2022).
 """
 
 from __future__ import annotations
 
+import math
+import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable
+from pathlib import Path
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
 from torch import nn
 
 from attacks import canary as canary_lib
-from attacks import designs, scores as score_lib
+from attacks import designs
 from dpaudit import data as data_lib
 from dpaudit import engine, models
-from dpaudit.config import CampaignConfig
+from dpaudit.config import CampaignConfig, Execution
+from dpaudit.errors import UsageError
 from dpaudit.mechanisms import Mechanism, registry
 from dpaudit.seeding import ModelRandomness, campaign_rng, shadow_randomness
+from dpaudit.store import ChunkOutputs, Plan, RunStore
 
-
-@dataclass(frozen=True)
-class Canary:
-    """The static-poison canary (x_q, y_q) of [W] App. F.1, SPEC §3."""
-
-    x: np.ndarray  # (1, *input_shape)
-    label: int
+_CPU_CHUNK_RANGE = (16, 128)  # models per chunk: small enough to balance workers, large enough to batch well
 
 
 @dataclass
 class Setup:
-    """Everything every chunk needs, derived deterministically from the config."""
+    """Everything a chunk needs to train its models; picklable, sent to each worker."""
 
     config: CampaignConfig
     dataset: data_lib.Dataset
     base: nn.Module
     mechanism: Mechanism
-    canary: Canary
-    pool_x: np.ndarray  # private pool followed by the canary
+    pool_x: np.ndarray  # the fine-tuning pool (private split, plus the canary in the canary design)
     pool_y: np.ndarray
-    group_in: np.ndarray  # (models,) bool: the design's IN group
-    canary_in: np.ndarray  # (models,) bool: the model trains with the canary (= group_in unless null campaign)
+    pool_membership: np.ndarray  # (models, pool) bool: what each model trains on
+    target_index: np.ndarray  # (targets,) pool rows the attack targets
     layout: engine.BatchLayout
-    device: torch.device
 
     @property
     def lora(self) -> models.LoraSpec:
         return models.LoraSpec(self.config.rank, self.config.alpha)
 
-    def membership(self, indices: np.ndarray) -> np.ndarray:
-        """(len(indices), n_pool) rows: every private example, plus the canary for IN models."""
-        rows = np.ones((len(indices), len(self.pool_y)), dtype=bool)
-        rows[:, -1] = self.canary_in[indices]
-        return rows
-
-
-@dataclass(frozen=True)
-class CampaignResult:
-    """Per-model outputs on the attack's targets (here the canary: T = 1) and the scores derived from them."""
-
-    setup: Setup
-    target_logits: np.ndarray  # (models, targets, classes)
-    scores: np.ndarray  # (models,) higher = more likely IN: the negated canary loss
-    test_accuracy: np.ndarray  # (models,)
-    seconds: float
+    @property
+    def targets_x(self) -> np.ndarray:
+        return self.pool_x[self.target_index]
 
 
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda asked for, but torch sees no CUDA device; use --device cpu")
+        raise UsageError("--device cuda asked for, but torch sees no CUDA device; use --device cpu")
     return torch.device(name)
-
-
-def prepare(config: CampaignConfig) -> Setup:
-    """Pretrain the base on public data, craft the canary with a reference model, and draw the IN/OUT plan."""
-    device = resolve_device(config.device)
-    dataset = data_lib.load(config.dataset)
-    architecture = models.for_input(dataset.input_shape, dataset.num_classes)
-    mechanism = registry.build(config)
-    if mechanism.parameterization != "full":
-        models.check_rank(architecture, config.rank)  # before pretraining: bad input fails fast
-    base = models.pretrain(architecture, dataset.public.x, dataset.public.y, seed=config.seed)
-    x_q = canary_lib.draw_canary_input((1, *dataset.input_shape), campaign_rng(config.seed, "canary"))
-    x_q = x_q.astype(np.float32)
-    canary_label = _reference_label(config, dataset, base, mechanism, x_q, device)
-    is_in = designs.single_canary_design(config.models, config.seed)
-    # A null campaign keeps the design's two groups but trains neither on the canary.
-    canary_in = np.zeros_like(is_in) if config.null else is_in
-    pool_x = np.concatenate([dataset.private.x, x_q])
-    pool_y = np.concatenate([dataset.private.y, [canary_label]])
-    layout = engine.BatchLayout.for_members(len(pool_y), config.batch_size)
-    return Setup(config, dataset, base, mechanism, Canary(x_q, canary_label), pool_x, pool_y, is_in,
-                 canary_in, layout, device)
-
-
-def _reference_label(config, dataset, base, mechanism, x_q, device) -> int:
-    """y_q = argmin of a reference model's logits, the model trained on D (no canary) by the same procedure."""
-    randomness = [ModelRandomness(config.seed, 0, role="reference")]
-    shadow = engine.build(base, mechanism.parameterization, models.LoraSpec(config.rank, config.alpha),
-                          randomness, device)
-    membership = np.ones((1, len(dataset.private)), dtype=bool)
-    engine.train(shadow, mechanism, dataset.private.x, dataset.private.y, membership, randomness,
-                 _training(config))
-    return canary_lib.least_likely_label(engine.logits(shadow, x_q)[0, 0].cpu().numpy())
 
 
 def _training(config: CampaignConfig) -> engine.TrainingConfig:
@@ -115,38 +72,170 @@ def _training(config: CampaignConfig) -> engine.TrainingConfig:
                                  momentum=config.momentum)
 
 
-def train_chunk(setup: Setup, indices: np.ndarray, on_step: Callable[[int], None] | None = None
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """Train shadow models ``indices``; return their target logits (K, T, classes) and test accuracies (K,)."""
+@contextmanager
+def _one_thread_precision(config: CampaignConfig, device: torch.device) -> Iterator[None]:
+    """One torch thread (thread count changes float results: bit-identity across worker counts needs a fixed
+    one) and the campaign's precision."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
+            yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(setup: Setup, randomness: list[ModelRandomness], membership: np.ndarray, device: torch.device,
+           on_step: Callable[[int], None] | None = None) -> engine.ShadowModels:
+    shadow = engine.build(setup.base, setup.mechanism.parameterization, setup.lora, randomness, device)
+    with _one_thread_precision(setup.config, device):
+        engine.train(shadow, setup.mechanism, setup.pool_x, setup.pool_y, membership, randomness,
+                     _training(setup.config), setup.layout, on_step)
+    return shadow
+
+
+def _canary_label(config: CampaignConfig, dataset: data_lib.Dataset, base: nn.Module, mechanism: Mechanism,
+                  x_q: np.ndarray, device: torch.device) -> int:
+    """y_q = argmin of a reference model's logits on x_q, that model trained on D by the same procedure."""
+    reference = Setup(config, dataset, base, mechanism, dataset.private.x, dataset.private.y,
+                      np.ones((1, len(dataset.private)), dtype=bool), np.zeros(0, dtype=np.int64),
+                      engine.BatchLayout.for_members(len(dataset.private), config.batch_size))
+    randomness = [ModelRandomness(config.seed, 0, role="reference")]
+    shadow = _train(reference, randomness, reference.pool_membership, device)
+    return canary_lib.least_likely_label(engine.logits(shadow, x_q)[0, 0].cpu().numpy())
+
+
+def prepare(config: CampaignConfig, store: RunStore, device: torch.device) -> Setup:
+    """The campaign's setup: created (and saved to ``store``) on first use, loaded from it on resume.
+
+    Pretraining and the canary's label are computed once and stored, so a resumed campaign continues with
+    exactly the base and canary its finished chunks were trained with.
+    """
+    dataset = data_lib.load(config.dataset)
+    architecture = models.for_input(dataset.input_shape, dataset.num_classes)
+    mechanism = registry.build(config)
+    if mechanism.parameterization != "full":
+        models.check_rank(architecture, config.rank)  # before pretraining: bad input fails fast
+    resumed = store.create_or_check(config, dataset.fingerprint())
+    if resumed and store.base_path.is_file():
+        architecture.load_state_dict(torch.load(store.base_path, weights_only=True))
+        base = architecture.eval().requires_grad_(False)
+        plan = store.plan()
+        canary_label = int(plan.target_labels[-1])
+    else:
+        base = models.pretrain(architecture, dataset.public.x, dataset.public.y, seed=config.seed)
+        plan, canary_label = None, None
+    if config.design == "canary":
+        x_q = canary_lib.draw_canary_input((1, *dataset.input_shape), campaign_rng(config.seed, "canary"))
+        x_q = x_q.astype(np.float32)
+        if canary_label is None:
+            canary_label = _canary_label(config, dataset, base, mechanism, x_q, device)
+        group_in = designs.single_canary_design(config.models, config.seed)
+        pool_x = np.concatenate([dataset.private.x, x_q])
+        pool_y = np.concatenate([dataset.private.y, [canary_label]])
+        pool_membership = np.ones((config.models, len(pool_y)), dtype=bool)
+        # A null campaign keeps the design's two groups but trains neither on the canary.
+        pool_membership[:, -1] = group_in & (not config.null)
+        target_index = np.array([len(pool_y) - 1])
+        design_membership = group_in[:, None]
+    else:
+        pool_x, pool_y = dataset.private.x, dataset.private.y
+        pool_membership = designs.all_examples_design(config.models, len(pool_y), config.seed)
+        target_index = np.arange(len(pool_y))
+        design_membership = pool_membership
+    layout = engine.BatchLayout.for_members(int(pool_membership.sum(axis=1).max()), config.batch_size)
+    setup = Setup(config, dataset, base, mechanism, pool_x, pool_y, pool_membership, target_index, layout)
+    if plan is None:
+        with torch.no_grad():
+            reference_logits = base(torch.from_numpy(setup.targets_x)).numpy()
+        store.save_plan(Plan(pool_y[target_index], design_membership, reference_logits, dataset.test.y))
+        torch.save(base.state_dict(), store.base_path)  # last: its presence marks a complete setup
+    return setup
+
+
+def train_chunk(setup: Setup, indices: np.ndarray, device: torch.device,
+                on_step: Callable[[int], None] | None = None) -> ChunkOutputs:
+    """Train shadow models ``indices`` and return their outputs on the targets and the population (test split)."""
     randomness = shadow_randomness(setup.config.seed, indices)
-    shadow = engine.build(setup.base, setup.mechanism.parameterization, setup.lora, randomness, setup.device)
-    engine.train(shadow, setup.mechanism, setup.pool_x, setup.pool_y, setup.membership(indices), randomness,
-                 _training(setup.config), setup.layout, on_step)
-    target_logits = engine.logits(shadow, setup.canary.x).cpu().numpy()
-    test_logits = engine.logits(shadow, setup.dataset.test.x).cpu().numpy()
-    return target_logits, (test_logits.argmax(-1) == setup.dataset.test.y).mean(axis=1)
+    shadow = _train(setup, randomness, setup.pool_membership[indices], device, on_step)
+    return ChunkOutputs(indices=np.asarray(indices, dtype=np.int64),
+                        target_logits=engine.logits(shadow, setup.targets_x).float().cpu().numpy(),
+                        population_logits=engine.logits(shadow, setup.dataset.test.x).float().cpu().numpy())
 
 
-def canary_scores(setup: Setup, target_logits: np.ndarray) -> np.ndarray:
-    """(models,) membership scores: the negated canary loss ([W] App. F.1; higher = more likely IN)."""
-    return -score_lib.cross_entropy_loss(target_logits, np.array([setup.canary.label]))[:, 0]
+def _auto_chunk_size(setup: Setup, device: torch.device, workers: int) -> int:
+    """CPU: enough chunks to keep every worker busy. CUDA: as many models as half the free memory holds."""
+    n = setup.config.models
+    if device.type != "cuda":
+        return int(np.clip(math.ceil(n / (4 * workers)), *_CPU_CHUNK_RANGE))
+    free, _ = torch.cuda.mem_get_info(device)
+    per_model_params = sum(p.numel() for p in setup.base.parameters()) * 4 * 4  # weights, grads, momentum, copy
+    activations = setup.layout.width * sum(m.weight.shape[0] for m in models.adapted_layers(setup.base).values())
+    per_model = per_model_params + activations * 4 * 8 * int(np.prod(setup.dataset.input_shape[1:]) or 1)
+    return int(max(1, min(n, free // 2 // per_model)))
 
 
-def run(config: CampaignConfig, progress: bool = True) -> CampaignResult:
-    """Prepare, then train all shadow models chunk by chunk with a progress bar over models."""
+def _chunk_task(setup: Setup, indices: np.ndarray, device_name: str) -> ChunkOutputs:
+    """A worker's job: train one chunk on its device; only the outputs travel back."""
+    return train_chunk(setup, indices, torch.device(device_name))
+
+
+@contextmanager
+def _dask_backend(execution: Execution, workers: int) -> Iterator[None]:
+    """joblib's dask backend on the given scheduler, or on a local cluster of ``workers`` one-thread processes."""
+    import joblib
+    from dask.distributed import Client, LocalCluster
+
+    if execution.scheduler:
+        client = Client(execution.scheduler)
+        cluster = None
+    else:
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+        client = Client(cluster)
+    try:
+        with joblib.parallel_config(backend="dask"):
+            yield
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def run(config: CampaignConfig, execution: Execution, out: Path) -> RunStore:
+    """Train every shadow model not yet in the run directory ``out``; return the store holding all outputs.
+
+    Finished chunks are never retrained; a chunk killed half-way is retrained from its start. Per-model
+    randomness depends on (seed, model index) only, so chunk size, worker count and order change nothing.
+    """
+    import joblib
     from tqdm.auto import tqdm
 
     start = time.perf_counter()
-    setup = prepare(config)
-    chunks = np.array_split(np.arange(config.models), -(-config.models // config.chunk_size))
-    logits, accuracy = [], []
-    with tqdm(total=config.models, unit="model", disable=not progress, desc=f"{config.mechanism} r={config.rank}",
-              bar_format="{l_bar}{bar}| {n:.0f}/{total} [{elapsed}<{remaining}, {rate_fmt}]") as bar:
-        for chunk in chunks:
-            per_step = len(chunk) / (config.epochs * setup.layout.steps)
-            chunk_logits, chunk_accuracy = train_chunk(setup, chunk, lambda _: bar.update(per_step))
-            logits.append(chunk_logits)
-            accuracy.append(chunk_accuracy)
-    target_logits = np.concatenate(logits)
-    return CampaignResult(setup, target_logits, canary_scores(setup, target_logits), np.concatenate(accuracy),
-                          time.perf_counter() - start)
+    device = resolve_device(execution.device)
+    store = RunStore(out)
+    setup = prepare(config, store, device)
+    gpus = torch.cuda.device_count() if device.type == "cuda" else 0
+    workers = execution.workers or gpus or os.cpu_count() or 1
+    todo = np.flatnonzero(~store.finished(config.models))
+    chunk_size = execution.chunk_size or _auto_chunk_size(setup, device, workers)
+    chunks = [todo[i:i + chunk_size] for i in range(0, len(todo), chunk_size)]
+    devices = [f"cuda:{i % gpus}" if gpus else str(device) for i in range(len(chunks))]
+    bar = tqdm(total=config.models, initial=config.models - len(todo), unit="model",
+               disable=not execution.progress, desc=f"{config.mechanism} r={config.rank}",
+               bar_format="{l_bar}{bar}| {n:.0f}/{total} [{elapsed}<{remaining}, {rate_fmt}]")
+    with bar:
+        if workers == 1 or len(chunks) <= 1:
+            for chunk, device_name in zip(chunks, devices):
+                per_step = len(chunk) / (config.epochs * setup.layout.steps)
+                store.write_chunk(train_chunk(setup, chunk, torch.device(device_name),
+                                              lambda _: bar.update(per_step)))
+        else:
+            backend = _dask_backend(execution, workers) if execution.backend == "dask" else \
+                joblib.parallel_config(backend="loky")
+            with backend:
+                jobs = (joblib.delayed(_chunk_task)(setup, chunk, d) for chunk, d in zip(chunks, devices))
+                for outputs in joblib.Parallel(n_jobs=workers, return_as="generator_unordered")(jobs):
+                    store.write_chunk(outputs)
+                    bar.update(len(outputs.indices))
+    store.record_seconds(time.perf_counter() - start)
+    return store

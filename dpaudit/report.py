@@ -3,56 +3,62 @@
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from attacks import epsilon as epsilon_lib
 from attacks import metrics as metrics_lib
-from dpaudit.campaign import CampaignResult
+from dpaudit import bounds
+from dpaudit.analysis import CONFIDENCE, FPRS, Analysis
+from dpaudit.store import write_json
 
-FPRS = (0.1, 0.01, 0.001)
-CONFIDENCE = 0.95
+
+def _bound_fields(prefix: str, bound) -> dict:
+    if bound is None:
+        return {prefix: None}
+    return {prefix: bound.epsilon, f"{prefix}_max_certifiable": bound.max_certifiable_epsilon}
 
 
-def summary(result: CampaignResult) -> dict:
-    """The audit's numbers (``dpaudit audit --json``): attack metrics and the empirical ε lower bound."""
-    setup, config = result.setup, result.setup.config
-    in_scores, out_scores = result.scores[setup.group_in], result.scores[~setup.group_in]
-    metrics = metrics_lib.summarize(in_scores, out_scores, fprs=FPRS, confidence=CONFIDENCE)
-    bound = epsilon_lib.clopper_pearson_epsilon(in_scores, out_scores, config.delta, confidence=CONFIDENCE)
-    return {
+def summary(analysis: Analysis) -> dict:
+    """The audit's numbers (``dpaudit audit --json``): attack metrics and the empirical ε lower bounds."""
+    config, metrics = analysis.config, analysis.metrics
+    numbers = {
         "mechanism": config.mechanism,
         "rank": config.rank,
         "dataset": config.dataset,
-        "n_in": int(in_scores.size),
-        "n_out": int(out_scores.size),
+        "design": config.design,
+        "attack": analysis.attack,
+        "n_in": metrics.n_in,
+        "n_out": metrics.n_out,
         "null_campaign": config.null,
         "auc": metrics.auc,
         "auc_ci95": list(metrics.auc_ci),
         "balanced_accuracy": metrics.balanced_accuracy,
         "tpr_at_fpr": {str(fpr): metrics.tpr_at_fpr[fpr] for fpr in FPRS},
-        "epsilon_lower_bound": bound.epsilon,
-        "epsilon_method": f"Clopper-Pearson {CONFIDENCE:.0%}, threshold chosen on a held-out split",
-        "epsilon_max_certifiable": bound.max_certifiable_epsilon,
+        "tpr_at_fpr_ci95": {str(fpr): list(metrics.tpr_at_fpr_ci[fpr]) for fpr in FPRS},
+        **_bound_fields("epsilon_lower_bound", analysis.bound),
+        **_bound_fields("epsilon_lower_bound_gdp", analysis.gdp_bound),
+        "epsilon_method": (f"Clopper-Pearson {CONFIDENCE:.0%}, thresholds Bonferroni-corrected; GDP route of "
+                           "Nasr et al. 2023" if analysis.bound is not None else
+                           "none: the all-examples design's trials share models, so they are not independent"),
         "delta": config.delta,
-        "test_accuracy": float(result.test_accuracy.mean()),
-        "canary_label": setup.canary.label,
+        **bounds.campaign_bound(config).summary_fields(),
+        "test_accuracy": float(analysis.test_accuracy.mean()),
+        "member_accuracy": analysis.member_accuracy,
         "seed": config.seed,
         "config": dataclasses.asdict(config),
         "config_hash": config.canonical_hash(),
-        "seconds": result.seconds,
+        "seconds": analysis.seconds,
     }
+    return numbers
 
 
 def _write_atomic(path: Path, write) -> None:
     """Write through a temporary file and rename, so a killed run never leaves a half-written file."""
     tmp = path.with_name(f".{path.name}.tmp")
     write(tmp)
-    os.replace(tmp, path)
+    tmp.replace(path)
 
 
 def _plot_roc(in_scores: np.ndarray, out_scores: np.ndarray, title: str, path: Path, loglog: bool) -> None:
@@ -79,40 +85,57 @@ def _plot_roc(in_scores: np.ndarray, out_scores: np.ndarray, title: str, path: P
     plt.close(fig)
 
 
-def write_run(result: CampaignResult, out: Path) -> dict:
-    """Write every file of the run directory ``out`` and return the summary."""
-    out.mkdir(parents=True, exist_ok=True)
-    setup = result.setup
-    numbers = summary(result)
-    table = pd.DataFrame({"model_id": np.arange(len(result.scores)),
-                          "membership": np.where(setup.group_in, "IN", "OUT"),
-                          "score": result.scores, "test_accuracy": result.test_accuracy})
+def write_run(analysis: Analysis, out: Path) -> dict:
+    """Write the analysis files of the run directory ``out`` and return the summary."""
+    numbers = summary(analysis)
+    models, targets = np.indices(analysis.scores.shape)
+    columns = {"model_id": models.ravel(), "target": targets.ravel(),
+               "membership": np.where(analysis.membership.ravel(), "IN", "OUT"), "score": analysis.scores.ravel()}
+    if analysis.scores.shape[1] == 1:  # canary design: one row per model, with its test accuracy
+        del columns["target"]
+        columns["test_accuracy"] = analysis.test_accuracy
+    table = pd.DataFrame(columns)
     _write_atomic(out / "scores.csv", lambda tmp: table.to_csv(tmp, index=False))
-    _write_atomic(out / "summary.json", lambda tmp: tmp.write_text(json.dumps(numbers, indent=2) + "\n"))
-    in_scores, out_scores = result.scores[setup.group_in], result.scores[~setup.group_in]
-    title = f"{numbers['mechanism']} r={numbers['rank']} on {numbers['dataset']}: AUC {numbers['auc']:.3f}"
-    _plot_roc(in_scores, out_scores, title, out / "roc.png", loglog=False)
-    _plot_roc(in_scores, out_scores, title, out / "roc_loglog.png", loglog=True)
+    write_json(out / "summary.json", numbers)
+    title = (f"{numbers['mechanism']} r={numbers['rank']} on {numbers['dataset']}, {numbers['attack']}: "
+             f"AUC {numbers['auc']:.3f}")
+    _plot_roc(analysis.in_scores, analysis.out_scores, title, out / "roc.png", loglog=False)
+    _plot_roc(analysis.in_scores, analysis.out_scores, title, out / "roc_loglog.png", loglog=True)
     _write_atomic(out / "report.md", lambda tmp: tmp.write_text(markdown(numbers)))
     return numbers
+
+
+def _epsilon_text(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def _analytic_text(numbers: dict) -> str:
+    """The mechanism's analytic bound and its source, or why there is none (:mod:`dpaudit.bounds`)."""
+    if numbers["analytic_epsilon"] is None:
+        return f"none: {numbers['analytic_reason']}"
+    return f"{numbers['analytic_epsilon']:.3f} ({numbers['analytic_bound']})"
 
 
 def markdown(numbers: dict) -> str:
     tpr = ", ".join(f"{float(k):.1%}: {v:.3f}" for k, v in numbers["tpr_at_fpr"].items())
     lo, hi = numbers["auc_ci95"]
+    design = ("static-poison canary ([W] App. F.1)" if numbers["design"] == "canary" else
+              "all-examples (every private example a target, IN for half of the models)")
+    null = " (null campaign: the canary was never inserted)" if numbers["null_campaign"] else ""
     return f"""# dpaudit report: {numbers['mechanism']} (rank {numbers['rank']}) on {numbers['dataset']}
 
-Static-poison canary membership inference ([W] App. F.1): {numbers['n_in']} IN and {numbers['n_out']} OUT shadow
-models{' (null campaign: the canary was never inserted)' if numbers['null_campaign'] else ''}; score = negated
-canary loss.
+Membership inference, {design}: {numbers['n_in']} IN and {numbers['n_out']} OUT trials{null};
+attack `{numbers['attack']}`.
 
 | metric | value |
 |---|---|
 | AUC (95% CI) | {numbers['auc']:.4f} ({lo:.4f}, {hi:.4f}) |
 | balanced accuracy | {numbers['balanced_accuracy']:.4f} |
 | TPR at FPR | {tpr} |
-| empirical ε lower bound at δ={numbers['delta']:g} | {numbers['epsilon_lower_bound']:.3f} ({numbers['epsilon_method']}) |
-| largest ε this many trials can certify | {numbers['epsilon_max_certifiable']:.3f} |
+| empirical ε lower bound at δ={numbers['delta']:g} | {_epsilon_text(numbers['epsilon_lower_bound'])} (Clopper-Pearson), {_epsilon_text(numbers['epsilon_lower_bound_gdp'])} (GDP) |
+| how | {numbers['epsilon_method']} |
+| largest ε these trials can certify | {_epsilon_text(numbers.get('epsilon_lower_bound_max_certifiable'))} |
+| analytic ε at δ={numbers['delta']:g} | {_analytic_text(numbers)} |
 | mean test accuracy | {numbers['test_accuracy']:.4f} |
 | wall time | {numbers['seconds']:.1f} s |
 

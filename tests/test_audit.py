@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from dpaudit import campaign, report
+from dpaudit import analysis, campaign
 from dpaudit.cli import main
-from dpaudit.config import CampaignConfig
+from dpaudit.config import CampaignConfig, Execution
 
 
 @pytest.mark.slow
@@ -28,18 +28,18 @@ def test_default_audit_finds_noise_free_lora_fa_not_private(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_null_campaign_bound_is_zero_for_19_of_20_seeds():
+def test_null_campaign_bound_is_zero_for_19_of_20_seeds(tmp_path):
     """Canary never inserted: both groups OUT, so any ε > 0 is a false positive (≤ 5% per run by construction)."""
     zero = 0
     for seed in range(20):
         config = CampaignConfig(models=32, epochs=2, seed=seed, null=True)
-        numbers = report.summary(campaign.run(config, progress=False))
-        zero += numbers["epsilon_lower_bound"] == 0
+        store = campaign.run(config, Execution(workers=1, progress=False), tmp_path / str(seed))
+        zero += analysis.analyse(store).bound.epsilon == 0
     assert zero >= 19
 
 
-def test_same_config_and_seed_give_the_same_scores():
-    config = CampaignConfig(models=8, epochs=1, chunk_size=3)
-    first, second = campaign.run(config, progress=False), campaign.run(config, progress=False)
+def test_same_config_and_seed_give_the_same_scores(tmp_path):
+    config = CampaignConfig(models=8, epochs=1)
+    first, second = (analysis.analyse(campaign.run(config, Execution(chunk_size=3, workers=1, progress=False),
+                                                   tmp_path / name)) for name in ("first", "second"))
     assert np.array_equal(first.scores, second.scores)
-    assert first.setup.canary.label == second.setup.canary.label

@@ -28,7 +28,7 @@ def _effective_weights(shadow: engine.ShadowModels, scale: float = 1.0) -> dict[
         if ".lora_A." in name:
             layer = name.split(".lora_A.")[0]
             a, b = params[name], params[name.replace(".lora_A.", ".lora_B.")]
-            w0 = shadow.shared[f"{layer}.base_layer.weight"]
+            w0 = shadow.frozen[f"{layer}.base_layer.weight"]
             out[layer.removeprefix("base_model.model.")] = w0 + scale * b.flatten(2) @ a.flatten(2)
     return out
 

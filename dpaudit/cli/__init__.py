@@ -14,7 +14,7 @@ import sys
 from dpaudit.errors import UsageError
 
 # Module names under dpaudit.cli, in the order ``dpaudit --help`` lists them.
-_SUBCOMMANDS = ("audit", "bounds")
+_SUBCOMMANDS = ("audit", "resume", "analyse", "report", "bounds", "audit_mechanism")
 
 
 class _Parser(argparse.ArgumentParser):

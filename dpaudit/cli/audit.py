@@ -1,4 +1,9 @@
-"""``dpaudit audit``: train IN/OUT shadow models, attack the canary, bound ε from below, write the run."""
+"""``dpaudit audit``: train IN/OUT shadow models, attack, bound ε from below, write the run directory.
+
+Settings come from ``--config FILE`` (TOML, flat keys = option names) and/or flags; a flag given on the
+command line overrides the file. A run directory that already holds this campaign is continued; one that holds
+a different campaign is refused, naming the differing fields.
+"""
 
 from __future__ import annotations
 
@@ -7,64 +12,101 @@ import json
 import time
 from pathlib import Path
 
-from dpaudit.config import DEVICES, MECHANISMS, CampaignConfig
-
-_DEFAULTS = CampaignConfig.__dataclass_fields__
-
-
-def _default(name: str):
-    return _DEFAULTS[name].default
+from dpaudit import config as config_lib
+from dpaudit.analysis import ATTACKS
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("audit", help="run a membership-inference audit of a fine-tuning mechanism",
-                              description=__doc__)
-    p.add_argument("--mechanism", choices=MECHANISMS, default=_default("mechanism"))
-    p.add_argument("--dataset", default=_default("dataset"),
-                   help="digits | breast-cancer | synthetic | cifar10:PATH (default: %(default)s)")
-    p.add_argument("--rank", type=int, default=_default("rank"), help="LoRA rank r (default: %(default)s)")
-    p.add_argument("--alpha", type=float, default=None, help="LoRA alpha; scale = alpha/r (default: alpha = r)")
-    p.add_argument("--models", type=int, default=_default("models"),
-                   help="shadow models, half IN, half OUT (default: %(default)s)")
-    p.add_argument("--epochs", type=int, default=_default("epochs"))
-    p.add_argument("--batch-size", type=int, default=_default("batch_size"))
-    p.add_argument("--lr", type=float, default=_default("lr"))
-    p.add_argument("--seed", type=int, default=_default("seed"))
-    p.add_argument("--delta", type=float, default=_default("delta"),
-                   help="δ of the empirical ε lower bound (default: %(default)s)")
-    p.add_argument("--device", choices=DEVICES, default=_default("device"))
-    p.add_argument("--chunk-size", type=int, default=_default("chunk_size"),
-                   help="models trained together in one batched pass (memory bound)")
-    p.add_argument("--null", action="store_true",
-                   help="null campaign: never insert the canary (checks the audit's false-positive rate)")
-    p.add_argument("--out", type=Path, default=None,
-                   help="run directory (default: ./dpaudit-runs/<timestamp>)")
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", type=Path, help="campaign TOML file (keys: the options below, without --)")
+    campaign = p.add_argument_group("campaign (changes the numbers; defaults in parentheses)")
+    defaults = config_lib.CampaignConfig()
+    campaign.add_argument("--mechanism", choices=config_lib.MECHANISMS, help=f"({defaults.mechanism})")
+    campaign.add_argument("--dataset", help=f"digits | breast-cancer | synthetic | cifar10:PATH ({defaults.dataset})")
+    campaign.add_argument("--design", choices=config_lib.DESIGNS,
+                          help=f"canary ([W] App. F.1) or all-examples (LiRA's) ({defaults.design})")
+    campaign.add_argument("--rank", type=int, help=f"LoRA rank r ({defaults.rank})")
+    campaign.add_argument("--alpha", type=float, help="LoRA alpha; scale = alpha/r (alpha = r)")
+    campaign.add_argument("--models", type=int, help=f"shadow models, half IN, half OUT ({defaults.models})")
+    campaign.add_argument("--epochs", type=int, help=f"({defaults.epochs})")
+    campaign.add_argument("--batch-size", type=int,
+                          help=f"batch size; the expected (Poisson) batch size of DP mechanisms ({defaults.batch_size})")
+    campaign.add_argument("--lr", type=float, help=f"({defaults.lr})")
+    campaign.add_argument("--seed", type=int, help=f"({defaults.seed})")
+    campaign.add_argument("--delta", type=float, help=f"δ of the empirical ε lower bound ({defaults.delta})")
+    campaign.add_argument("--precision", choices=config_lib.PRECISIONS,
+                          help="bf16 trains under autocast; never the default (fp32)")
+    campaign.add_argument("--null", action="store_const", const=True,
+                          help="null campaign: never insert the canary (checks the audit's false-positive rate)")
+    campaign.add_argument("--noise", type=float,
+                          help=f"noise multiplier σ (σ_G = σC for m1/m2; the sketch's absolute σ_g) of "
+                               f"{', '.join(config_lib.NOISY_MECHANISMS)} ({config_lib.DEFAULT_NOISE:g})")
+    campaign.add_argument("--clip", type=float,
+                          help=f"per-example clip norm C over all trained parameters, 'inf' only with --noise 0 "
+                               f"({config_lib.DEFAULT_CLIP:g})")
+    campaign.add_argument("--denoise", action="store_const", const=True,
+                          help=f"spectral denoising of the noisy update ([D] Alg. 1) for "
+                               f"{', '.join(config_lib.DENOISABLE_MECHANISMS)}")
+    campaign.add_argument("--resample-projection", action="store_const", const=True,
+                          help="m1/m2: a fresh projection M every step ([W] App. F.2; default: fixed for the run)")
+    add_execution_arguments(p)
+    p.add_argument("--attack", choices=ATTACKS, default="canary-loss", help="membership score (%(default)s)")
+    p.add_argument("--out", type=Path, help="run directory (./dpaudit-runs/<timestamp>)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
 
+def add_execution_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options that change how a campaign runs, never its numbers (shared with ``dpaudit resume``)."""
+    group = parser.add_argument_group("execution (never changes a score)")
+    group.add_argument("--device", choices=config_lib.DEVICES, help="auto: cuda if available")
+    group.add_argument("--chunk-size", type=int, help="models trained together (auto: from cores or GPU memory)")
+    group.add_argument("--workers", type=int, help="worker processes, one torch thread each (one per core)")
+    group.add_argument("--backend", choices=config_lib.BACKENDS, help="joblib backend: loky, or dask for clusters")
+    group.add_argument("--scheduler", help="dask scheduler address (default: a local cluster)")
+    group.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def given_options(args: argparse.Namespace) -> dict:
+    """The campaign/execution options given on the command line (argparse leaves the others at None)."""
+    names = {f.name for cls in (config_lib.CampaignConfig, config_lib.Execution)
+             for f in config_lib.dataclasses.fields(cls)}
+    given = {name: value for name, value in vars(args).items() if name in names and value is not None}
+    if args.quiet:
+        given["progress"] = False
+    return given
+
+
 def run(args: argparse.Namespace) -> int:
-    config = CampaignConfig(mechanism=args.mechanism, dataset=args.dataset, rank=args.rank, alpha=args.alpha,
-                            models=args.models, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-                            seed=args.seed, delta=args.delta, device=args.device, chunk_size=args.chunk_size,
-                            null=args.null)
+    values = config_lib.load_toml(args.config) if args.config else {}
+    values.update(given_options(args))
+    config, execution = config_lib.from_mapping(values, source=str(args.config or "options"))
     out = args.out or Path("dpaudit-runs") / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)  # fail before training if the directory cannot be made
 
-    from dpaudit import campaign, report  # torch and peft load here, not for `dpaudit bounds`
+    from dpaudit import campaign  # torch and peft load here, not for `dpaudit bounds`
 
-    numbers = report.write_run(campaign.run(config, progress=not args.quiet), out)
-    if args.json:
+    return finish(campaign.run(config, execution, out), args.attack, args.json)
+
+
+def finish(store, attack: str, as_json: bool) -> int:
+    """Analyse a finished run, write its files, print the summary."""
+    from dpaudit import analysis, report
+
+    numbers = report.write_run(analysis.analyse(store, attack), store.root)
+    if as_json:
         print(json.dumps(numbers, indent=2))
         return 0
     tpr = "  ".join(f"TPR@{float(k):g}={v:.3f}" for k, v in numbers["tpr_at_fpr"].items())
-    print(f"{numbers['mechanism']} rank {numbers['rank']} on {numbers['dataset']}: "
-          f"{numbers['n_in']} IN / {numbers['n_out']} OUT shadow models in {numbers['seconds']:.1f} s\n"
+    eps = numbers["epsilon_lower_bound"]
+    eps_line = (f"empirical ε ≥ {eps:.3f} (Clopper-Pearson), ≥ {numbers['epsilon_lower_bound_gdp']:.3f} (GDP) "
+                f"at δ={numbers['delta']:g}, 95% confidence" if eps is not None else numbers["epsilon_method"])
+    print(f"{numbers['mechanism']} rank {numbers['rank']} on {numbers['dataset']} ({numbers['design']} design, "
+          f"{numbers['attack']}): {numbers['n_in']} IN / {numbers['n_out']} OUT in {numbers['seconds']:.1f} s\n"
           f"  AUC {numbers['auc']:.4f} (95% CI {numbers['auc_ci95'][0]:.4f}-{numbers['auc_ci95'][1]:.4f})  "
           f"balanced accuracy {numbers['balanced_accuracy']:.4f}  {tpr}\n"
-          f"  empirical ε ≥ {numbers['epsilon_lower_bound']:.3f} at δ={numbers['delta']:g} "
-          f"({numbers['epsilon_method']})\n"
+          f"  {eps_line}\n"
           f"  mean test accuracy {numbers['test_accuracy']:.4f}\n"
-          f"  wrote {out}/: summary.json scores.csv roc.png roc_loglog.png report.md")
+          f"  wrote {store.root}/: summary.json scores.csv roc.png roc_loglog.png report.md")
     return 0

@@ -1,0 +1,92 @@
+"""From a run directory's stored outputs to attack scores and statistics, without retraining (numpy only).
+
+``dpaudit analyse RUN_DIR --attack A`` and the end of ``dpaudit audit`` both go through :func:`analyse`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from attacks import epsilon as epsilon_lib
+from attacks import lira, loss, metrics as metrics_lib, reference, rmia, scores as score_lib
+from dpaudit.config import CampaignConfig
+from dpaudit.store import ChunkOutputs, Plan, RunStore
+
+ATTACKS = ("canary-loss", "lira-online", "lira-offline", "reference", "rmia")
+FPRS = (0.1, 0.01, 0.001)
+CONFIDENCE = 0.95
+
+
+def attack_scores(attack: str, plan: Plan, outputs: ChunkOutputs) -> np.ndarray:
+    """(models, targets) membership scores, higher = more likely IN (SPEC §3).
+
+    ``canary-loss``: negated loss on the target ([W] App. F.1). ``lira-*``: LiRA on logit-scaled confidences,
+    leave-one-out over the other shadow models (Carlini et al. 2022). ``reference``: [S] Eq. 16 with θ_ref the
+    pretrained base (trained on public data only). ``rmia``: RMIA with the test split as population z.
+    """
+    labels = plan.target_labels
+    if attack == "canary-loss":
+        return loss.loss_scores(score_lib.cross_entropy_loss(outputs.target_logits, labels))
+    if attack in ("lira-online", "lira-offline"):
+        confidences = score_lib.logit_scaled_confidence(outputs.target_logits, labels)
+        fit = lira.lira_online_scores if attack == "lira-online" else lira.lira_offline_scores
+        return fit(confidences, plan.membership)
+    if attack == "reference":
+        return reference.reference_calibrated_scores(
+            score_lib.cross_entropy_loss(outputs.target_logits, labels),
+            score_lib.cross_entropy_loss(plan.reference_logits, labels))
+    if attack == "rmia":
+        return rmia.rmia_scores(score_lib.true_label_log_probability(outputs.target_logits, labels),
+                                plan.membership,
+                                score_lib.true_label_log_probability(outputs.population_logits,
+                                                                     plan.population_labels))
+    raise ValueError(f"unknown attack {attack!r}: use one of {', '.join(ATTACKS)}")
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Scores of one attack on a campaign and the statistics they support."""
+
+    config: CampaignConfig
+    attack: str
+    scores: np.ndarray  # (models, targets)
+    membership: np.ndarray  # (models, targets) the design's truth
+    test_accuracy: np.ndarray  # (models,)
+    member_accuracy: float  # accuracy of the models on their IN targets (train accuracy on targets)
+    metrics: metrics_lib.MembershipMetrics
+    bound: epsilon_lib.EpsilonLowerBound | None  # None where trials are not independent
+    gdp_bound: epsilon_lib.EpsilonLowerBound | None
+    seconds: float
+
+    @property
+    def in_scores(self) -> np.ndarray:
+        return self.scores[self.membership]
+
+    @property
+    def out_scores(self) -> np.ndarray:
+        return self.scores[~self.membership]
+
+
+def analyse(store: RunStore, attack: str = "canary-loss") -> Analysis:
+    """Recompute every statistic of a finished campaign from its run directory."""
+    if attack not in ATTACKS:
+        raise ValueError(f"unknown attack {attack!r}: use one of {', '.join(ATTACKS)}")
+    config = store.config()
+    plan = store.plan()
+    outputs = store.outputs(config.models)
+    scores = attack_scores(attack, plan, outputs)
+    membership = plan.membership.astype(bool)
+    in_scores, out_scores = scores[membership], scores[~membership]
+    metrics = metrics_lib.summarize(in_scores, out_scores, fprs=FPRS, confidence=CONFIDENCE)
+    bound = gdp_bound = None
+    if config.design == "canary":
+        # One canary, one model per trial: independent IN/OUT trials, so the lower bounds are valid.
+        bound = epsilon_lib.clopper_pearson_epsilon(in_scores, out_scores, config.delta, confidence=CONFIDENCE)
+        gdp_bound = epsilon_lib.gdp_epsilon(in_scores, out_scores, config.delta, confidence=CONFIDENCE)
+    accuracy = (outputs.population_logits.argmax(-1) == plan.population_labels).mean(axis=1)
+    correct = outputs.target_logits.argmax(-1) == plan.target_labels
+    member_accuracy = float(correct[membership].mean()) if membership.any() else float("nan")
+    return Analysis(config, attack, scores, membership, accuracy, member_accuracy, metrics, bound, gdp_bound,
+                    store.seconds())

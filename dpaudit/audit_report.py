@@ -1,0 +1,264 @@
+"""The audit report of one or several runs: ``report.html`` (self-contained) and ``report.md``.
+
+Sections: run configuration; the theory-vs-audit table (analytic ε at δ with its bound and whether it is
+conditional, empirical ε lower bound with its confidence, AUC with CI, the largest AUC the bound allows, verdict);
+per run a log-log ROC with the region the analytic (ε, δ) allows shaded ([S]/SPEC §3:
+TPR ≤ min(e^ε FPR + δ, 1 − e^{−ε}(1 − δ − FPR))) and IN/OUT score histograms; for several runs, ε and AUC
+against the parameter that varies (rank or noise). Everything comes from the run directories alone.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from attacks import metrics as metrics_lib
+from attacks import tradeoff
+from dpaudit.analysis import Analysis, analyse
+from dpaudit.errors import UsageError
+from dpaudit.store import RunStore
+
+_SWEEP_PARAMETERS = ("rank", "noise", "clip", "epochs", "models")
+
+
+@dataclass(frozen=True)
+class RunEntry:
+    """One run directory: its summary.json and the analysis behind it."""
+
+    root: Path
+    summary: dict
+    analysis: Analysis
+
+    @property
+    def label(self) -> str:
+        return self.root.name
+
+    @property
+    def analytic_epsilon(self) -> float | None:
+        return self.summary.get("analytic_epsilon")
+
+    @property
+    def max_allowed_auc(self) -> float | None:
+        eps = self.analytic_epsilon
+        return None if eps is None else tradeoff.max_auc((eps, self.summary["delta"]))
+
+    def verdict(self) -> tuple[str, str]:
+        """(outcome, reason) of attacks.tradeoff.audit_verdict; inconclusive without a valid ε lower bound."""
+        if self.analysis.bound is None:
+            return "inconclusive", "this design's trials are not independent: no valid empirical ε lower bound"
+        allowed = self.max_allowed_auc
+        verdict = tradeoff.audit_verdict(self.analysis.bound, self.analytic_epsilon,
+                                         auc_lower=None if allowed is None else self.analysis.metrics.auc_ci[0],
+                                         max_allowed_auc=allowed)
+        return verdict.outcome, verdict.reason
+
+
+def load(root: Path) -> RunEntry:
+    """A finished run directory; a clear error for a missing or foreign one."""
+    root = Path(root)
+    path = root / "summary.json"
+    if not path.is_file():
+        raise UsageError(f"{root} has no summary.json: finish the campaign first (`dpaudit resume {root}`)")
+    try:
+        summary = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path} is corrupt ({exc}); rewrite it with `dpaudit analyse {root}`") from None
+    if "attack" not in summary:
+        raise UsageError(f"{path} was written by an older dpaudit; rewrite it with `dpaudit analyse {root}`")
+    return RunEntry(root, summary, analyse(RunStore(root), summary["attack"]))
+
+
+# -- figures ----------------------------------------------------------------------------------------------------
+
+def _figure_png(draw) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4.8, 4.0))
+    draw(ax)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def roc_figure(entry: RunEntry) -> bytes:
+    """Log-log ROC; shaded: every (FPR, TPR) the analytic (ε, δ) allows."""
+    roc = metrics_lib.roc_curve(entry.analysis.in_scores, entry.analysis.out_scores)
+    floor = 0.5 / max(roc.n_in, roc.n_out)  # rates of 0 drawn at half the smallest non-zero rate
+
+    def draw(ax):
+        grid = np.logspace(np.log10(floor), 0, 400)
+        if entry.analytic_epsilon is not None:
+            allowed = tradeoff.max_tpr_at_fpr(grid, (entry.analytic_epsilon, entry.summary["delta"]))
+            ax.fill_between(grid, floor, np.maximum(allowed, floor), color="tab:green", alpha=0.15,
+                            label=f"allowed by ε={entry.analytic_epsilon:.3g}, δ={entry.summary['delta']:g}")
+        ax.plot(np.maximum(roc.fpr, floor), np.maximum(roc.tpr, floor), drawstyle="steps-post",
+                label=f"{entry.summary['attack']} (AUC {entry.summary['auc']:.3f})")
+        ax.plot(grid, grid, ":", color="grey", label="chance")
+        ax.set(xscale="log", yscale="log", xlabel="false positive rate", ylabel="true positive rate",
+               title=entry.label)
+        ax.legend(loc="lower right", fontsize=7)
+
+    return _figure_png(draw)
+
+
+def histogram_figure(entry: RunEntry) -> bytes:
+    in_scores, out_scores = entry.analysis.in_scores, entry.analysis.out_scores
+
+    def draw(ax):
+        edges = np.histogram_bin_edges(np.concatenate([in_scores, out_scores]), bins=40)
+        ax.hist(out_scores, bins=edges, alpha=0.6, label=f"OUT ({out_scores.size})", density=True)
+        ax.hist(in_scores, bins=edges, alpha=0.6, label=f"IN ({in_scores.size})", density=True)
+        ax.set(xlabel=f"score ({entry.summary['attack']}; higher = member)", ylabel="density", title=entry.label)
+        ax.legend(fontsize=7)
+
+    return _figure_png(draw)
+
+
+def _varying_parameter(entries: list[RunEntry]) -> str | None:
+    for name in _SWEEP_PARAMETERS:
+        values = {e.summary["config"].get(name) for e in entries}
+        if len(values) > 1 and None not in values:
+            return name
+    return None
+
+
+def sweep_figure(entries: list[RunEntry], parameter: str) -> bytes:
+    """Empirical ε (and analytic ε where finite) and AUC against the parameter that varies across runs."""
+    order = sorted(entries, key=lambda e: e.summary["config"][parameter])
+    x = [e.summary["config"][parameter] for e in order]
+
+    def draw(ax):
+        ax.plot(x, [e.summary["epsilon_lower_bound"] or 0.0 for e in order], "o-", label="empirical ε (CP, 95%)")
+        analytic = [e.analytic_epsilon for e in order]
+        if any(a is not None for a in analytic):
+            ax.plot(x, [np.nan if a is None else a for a in analytic], "s--", label="analytic ε")
+        ax.set(xlabel=parameter, ylabel="ε")
+        twin = ax.twinx()
+        twin.plot(x, [e.summary["auc"] for e in order], "^-", color="tab:red", label="AUC")
+        twin.set(ylabel="AUC", ylim=(0.45, 1.02))
+        lines = ax.get_legend_handles_labels()
+        more = twin.get_legend_handles_labels()
+        ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=7, loc="best")
+
+    return _figure_png(draw)
+
+
+# -- tables -----------------------------------------------------------------------------------------------------
+
+def _number(value, digits: int = 3) -> str:
+    return "n/a" if value is None else ("∞" if value == float("inf") else f"{value:.{digits}f}")
+
+
+def _parameters(summary: dict) -> str:
+    config = summary["config"]
+    shown = [f"r={config['rank']}"] if summary["mechanism"] != "none" else []
+    shown += [f"{k}={config[k]}" for k in ("noise", "clip") if config.get(k) is not None]
+    shown += [f"{config['models']} models", f"{config['epochs']} epochs", config["dataset"]]
+    return ", ".join(shown)
+
+
+def theory_vs_audit_rows(entries: list[RunEntry]) -> list[dict[str, str]]:
+    rows = []
+    for entry in entries:
+        s = entry.summary
+        outcome, reason = entry.verdict()
+        bound = s.get("analytic_bound") or s.get("analytic_reason") or "not computed"
+        if s.get("analytic_conditional_on"):
+            bound += f" (conditional on {s['analytic_conditional_on']})"
+        lo, hi = s["auc_ci95"]
+        rows.append({
+            "run": entry.label,
+            "mechanism": s["mechanism"],
+            "parameters": _parameters(s),
+            f"analytic ε": _number(s.get("analytic_epsilon")),
+            "bound": bound,
+            "empirical ε ≥ (95%)": f"{_number(s['epsilon_lower_bound'])} (GDP {_number(s['epsilon_lower_bound_gdp'])})",
+            "AUC (95% CI)": f"{s['auc']:.3f} ({lo:.3f}–{hi:.3f})",
+            "max AUC allowed": _number(entry.max_allowed_auc),
+            "verdict": outcome,
+            "why": reason,
+        })
+    return rows
+
+
+# -- writers ----------------------------------------------------------------------------------------------------
+
+def _figures(entries: list[RunEntry]) -> list[tuple[str, str, bytes]]:
+    """(file name, caption, png) of every figure, in report order."""
+    figures = []
+    for i, entry in enumerate(entries):
+        figures.append((f"report_roc_{i}.png", f"ROC (log-log), {entry.label}", roc_figure(entry)))
+        figures.append((f"report_scores_{i}.png", f"IN vs OUT scores, {entry.label}", histogram_figure(entry)))
+    parameter = _varying_parameter(entries)
+    if parameter is not None:
+        figures.append(("report_sweep.png", f"ε and AUC against {parameter}", sweep_figure(entries, parameter)))
+    return figures
+
+
+def _html(entries: list[RunEntry], rows: list[dict[str, str]], figures) -> str:
+    e = html.escape
+    head = "".join(f"<th>{e(k)}</th>" for k in rows[0])
+    body = "".join("<tr>" + "".join(f"<td>{e(v)}</td>" for v in row.values()) + "</tr>" for row in rows)
+    configs = "".join(f"<h3>{e(x.label)}</h3><pre>{e(json.dumps(x.summary['config'], indent=1))}</pre>"
+                      for x in entries)
+    images = "".join(f'<figure><img alt="{e(caption)}" src="data:image/png;base64,'
+                     f'{base64.b64encode(png).decode()}"><figcaption>{e(caption)}</figcaption></figure>'
+                     for _, caption, png in figures)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>dpaudit report</title>
+<style>body{{font-family:sans-serif;margin:2em;max-width:1200px}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #bbb;padding:4px 6px;font-size:13px;vertical-align:top}}th{{background:#eee}}
+figure{{display:inline-block;margin:0.5em}}pre{{background:#f6f6f6;padding:0.5em;font-size:12px}}</style>
+</head><body>
+<h1>dpaudit report</h1>
+<p>Does each mechanism leak as much as its analytic bound allows, or more? A verdict is <em>violated</em> when
+the empirical ε lower bound (or the AUC's lower confidence limit) exceeds what the analytic (ε, δ) allows.</p>
+<h2>Theory vs audit</h2>
+<table id="theory-vs-audit"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
+<h2>Figures</h2>
+{images}
+<h2>Run configuration</h2>
+{configs}
+</body></html>
+"""
+
+
+def _markdown(entries: list[RunEntry], rows: list[dict[str, str]], figures) -> str:
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    lines = ["# dpaudit report", "", "## Theory vs audit", "",
+             "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+    lines += ["| " + " | ".join(cell(v) for v in row.values()) + " |" for row in rows]
+    lines += ["", "## Figures", ""] + [f"![{caption}]({name})" for name, caption, _ in figures]
+    lines += ["", "## Run configuration", ""]
+    for entry in entries:
+        lines += [f"### {entry.label}", "", "```json", json.dumps(entry.summary["config"], indent=1), "```", ""]
+    return "\n".join(lines)
+
+
+def write(run_dirs: list[Path], out: Path | None = None) -> tuple[Path, Path]:
+    """Write report.html and report.md (+ the figures as PNG for the markdown) into ``out`` or the first run."""
+    if not run_dirs:
+        raise UsageError("give at least one run directory")
+    entries = [load(Path(d)) for d in run_dirs]
+    out = Path(out) if out is not None else entries[0].root
+    out.mkdir(parents=True, exist_ok=True)
+    rows = theory_vs_audit_rows(entries)
+    figures = _figures(entries)
+    for name, _, png in figures:
+        (out / name).write_bytes(png)
+    (out / "report.html").write_text(_html(entries, rows, figures))
+    (out / "report.md").write_text(_markdown(entries, rows, figures))
+    return out / "report.html", out / "report.md"

@@ -1,0 +1,41 @@
+"""``dpaudit analyse RUN_DIR``: recompute scores and statistics from saved outputs, without retraining."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from dpaudit.analysis import ATTACKS
+from dpaudit.cli.audit import finish
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("analyse", help="recompute an audit's statistics from its run directory",
+                              description=__doc__)
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--attack", choices=(*ATTACKS, "all"), default="canary-loss",
+                   help="one attack (its files are written), or all: a table of every attack (%(default)s)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from dpaudit.store import RunStore
+
+    store = RunStore(args.run_dir)
+    if args.attack != "all":
+        return finish(store, args.attack, args.json)
+    from dpaudit import analysis, report
+
+    rows = {attack: report.summary(analysis.analyse(store, attack)) for attack in ATTACKS}
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'attack':<14}{'AUC':>8}{'TPR@10%':>10}{'TPR@1%':>10}{'TPR@0.1%':>10}{'ε (CP)':>10}")
+    for attack, numbers in rows.items():
+        tpr = numbers["tpr_at_fpr"]
+        eps = numbers["epsilon_lower_bound"]
+        print(f"{attack:<14}{numbers['auc']:>8.4f}{tpr['0.1']:>10.4f}{tpr['0.01']:>10.4f}{tpr['0.001']:>10.4f}"
+              f"{'n/a' if eps is None else f'{eps:.3f}':>10}")
+    return 0
