@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attacks import epsilon as epsilon_lib
-from attacks import lira, loss, metrics as metrics_lib, reference, rmia, scores as score_lib
+from attacks import lira, loss, metrics as metrics_lib, reference, rmia, scores as score_lib, tradeoff
 from dpaudit.config import CampaignConfig
 from dpaudit.store import ChunkOutputs, Plan, RunStore
 
@@ -90,3 +90,25 @@ def analyse(store: RunStore, attack: str = "canary-loss") -> Analysis:
     member_accuracy = float(correct[membership].mean()) if membership.any() else float("nan")
     return Analysis(config, attack, scores, membership, accuracy, member_accuracy, metrics, bound, gdp_bound,
                     store.seconds())
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Theory vs audit (SPEC §3): does the audit contradict the analytic (ε, δ)?"""
+
+    outcome: str  # consistent | violated | inconclusive
+    reason: str
+    max_allowed_auc: float | None  # the largest AUC any attack can reach under the analytic (ε, δ)
+
+
+def verdict(analysis: Analysis, analytic_epsilon: float | None) -> Verdict:
+    """attacks.tradeoff.audit_verdict on the Clopper-Pearson bound and the AUC's lower confidence limit."""
+    delta = analysis.config.delta
+    allowed = None if analytic_epsilon is None else tradeoff.max_auc((analytic_epsilon, delta))
+    if analysis.bound is None:
+        return Verdict("inconclusive", "this design's trials share models, so there is no valid empirical ε lower "
+                                       "bound to compare", allowed)
+    result = tradeoff.audit_verdict(analysis.bound, analytic_epsilon,
+                                    auc_lower=None if allowed is None else analysis.metrics.auc_ci[0],
+                                    max_allowed_auc=allowed)
+    return Verdict(result.outcome, result.reason, allowed)

@@ -45,18 +45,7 @@ class RunEntry:
 
     @property
     def max_allowed_auc(self) -> float | None:
-        eps = self.analytic_epsilon
-        return None if eps is None else tradeoff.max_auc((eps, self.summary["delta"]))
-
-    def verdict(self) -> tuple[str, str]:
-        """(outcome, reason) of attacks.tradeoff.audit_verdict; inconclusive without a valid ε lower bound."""
-        if self.analysis.bound is None:
-            return "inconclusive", "this design's trials are not independent: no valid empirical ε lower bound"
-        allowed = self.max_allowed_auc
-        verdict = tradeoff.audit_verdict(self.analysis.bound, self.analytic_epsilon,
-                                         auc_lower=None if allowed is None else self.analysis.metrics.auc_ci[0],
-                                         max_allowed_auc=allowed)
-        return verdict.outcome, verdict.reason
+        return self.summary.get("max_allowed_auc")
 
 
 def load(root: Path) -> RunEntry:
@@ -69,7 +58,7 @@ def load(root: Path) -> RunEntry:
         summary = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path} is corrupt ({exc}); rewrite it with `dpaudit analyse {root}`") from None
-    if "attack" not in summary:
+    if "verdict" not in summary:
         raise UsageError(f"{path} was written by an older dpaudit; rewrite it with `dpaudit analyse {root}`")
     return RunEntry(root, summary, analyse(RunStore(root), summary["attack"]))
 
@@ -172,7 +161,7 @@ def theory_vs_audit_rows(entries: list[RunEntry]) -> list[dict[str, str]]:
     rows = []
     for entry in entries:
         s = entry.summary
-        outcome, reason = entry.verdict()
+        outcome, reason = s["verdict"], s["verdict_reason"]
         bound = s.get("analytic_bound") or s.get("analytic_reason") or "not computed"
         if s.get("analytic_conditional_on"):
             bound += f" (conditional on {s['analytic_conditional_on']})"
@@ -248,12 +237,8 @@ def _markdown(entries: list[RunEntry], rows: list[dict[str, str]], figures) -> s
     return "\n".join(lines)
 
 
-def write(run_dirs: list[Path], out: Path | None = None) -> tuple[Path, Path]:
-    """Write report.html and report.md (+ the figures as PNG for the markdown) into ``out`` or the first run."""
-    if not run_dirs:
-        raise UsageError("give at least one run directory")
-    entries = [load(Path(d)) for d in run_dirs]
-    out = Path(out) if out is not None else entries[0].root
+def write_entries(entries: list[RunEntry], out: Path) -> tuple[Path, Path]:
+    """Write report.html and report.md (+ the figures as PNG for the markdown) of ``entries`` into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     rows = theory_vs_audit_rows(entries)
     figures = _figures(entries)
@@ -262,3 +247,11 @@ def write(run_dirs: list[Path], out: Path | None = None) -> tuple[Path, Path]:
     (out / "report.html").write_text(_html(entries, rows, figures))
     (out / "report.md").write_text(_markdown(entries, rows, figures))
     return out / "report.html", out / "report.md"
+
+
+def write(run_dirs: list[Path], out: Path | None = None) -> tuple[Path, Path]:
+    """The report of finished run directories, into ``out`` or else the first run directory."""
+    if not run_dirs:
+        raise UsageError("give at least one run directory")
+    entries = [load(Path(d)) for d in run_dirs]
+    return write_entries(entries, Path(out) if out is not None else entries[0].root)

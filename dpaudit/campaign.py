@@ -29,7 +29,8 @@ from dpaudit import data as data_lib
 from dpaudit import engine, models
 from dpaudit.config import CampaignConfig, Execution
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms import Mechanism, registry
+from dpaudit.mechanisms import registry
+from dpaudit.mechanisms.base import Mechanism
 from dpaudit.seeding import ModelRandomness, campaign_rng, shadow_randomness
 from dpaudit.store import ChunkOutputs, Plan, RunStore
 

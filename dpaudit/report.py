@@ -1,4 +1,4 @@
-"""Run-directory files of an audit: summary.json, scores.csv, ROC plots and a short report.md."""
+"""Run-directory files of an audit: summary.json, scores.csv, ROC plots, and its report (:mod:`dpaudit.audit_report`)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 
 from attacks import metrics as metrics_lib
-from dpaudit import bounds
-from dpaudit.analysis import CONFIDENCE, FPRS, Analysis
-from dpaudit.store import write_json
+from dpaudit import audit_report, bounds
+from dpaudit.analysis import CONFIDENCE, FPRS, Analysis, verdict
+from dpaudit.store import replace_atomically, write_json
 
 
 def _bound_fields(prefix: str, bound) -> dict:
@@ -51,14 +51,9 @@ def summary(analysis: Analysis) -> dict:
         "config_hash": config.canonical_hash(),
         "seconds": analysis.seconds,
     }
+    judged = verdict(analysis, numbers["analytic_epsilon"])
+    numbers.update(verdict=judged.outcome, verdict_reason=judged.reason, max_allowed_auc=judged.max_allowed_auc)
     return numbers
-
-
-def _write_atomic(path: Path, write) -> None:
-    """Write through a temporary file and rename, so a killed run never leaves a half-written file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    write(tmp)
-    tmp.replace(path)
 
 
 def _plot_roc(in_scores: np.ndarray, out_scores: np.ndarray, title: str, path: Path, loglog: bool) -> None:
@@ -81,7 +76,7 @@ def _plot_roc(in_scores: np.ndarray, out_scores: np.ndarray, title: str, path: P
     ax.set_title(title, fontsize=9)
     ax.legend(loc="lower right")
     fig.tight_layout()
-    _write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
+    replace_atomically(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
     plt.close(fig)
 
 
@@ -95,49 +90,11 @@ def write_run(analysis: Analysis, out: Path) -> dict:
         del columns["target"]
         columns["test_accuracy"] = analysis.test_accuracy
     table = pd.DataFrame(columns)
-    _write_atomic(out / "scores.csv", lambda tmp: table.to_csv(tmp, index=False))
+    replace_atomically(out / "scores.csv", lambda tmp: table.to_csv(tmp, index=False))
     write_json(out / "summary.json", numbers)
     title = (f"{numbers['mechanism']} r={numbers['rank']} on {numbers['dataset']}, {numbers['attack']}: "
              f"AUC {numbers['auc']:.3f}")
     _plot_roc(analysis.in_scores, analysis.out_scores, title, out / "roc.png", loglog=False)
     _plot_roc(analysis.in_scores, analysis.out_scores, title, out / "roc_loglog.png", loglog=True)
-    _write_atomic(out / "report.md", lambda tmp: tmp.write_text(markdown(numbers)))
+    audit_report.write_entries([audit_report.RunEntry(out, numbers, analysis)], out)
     return numbers
-
-
-def _epsilon_text(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
-
-
-def _analytic_text(numbers: dict) -> str:
-    """The mechanism's analytic bound and its source, or why there is none (:mod:`dpaudit.bounds`)."""
-    if numbers["analytic_epsilon"] is None:
-        return f"none: {numbers['analytic_reason']}"
-    return f"{numbers['analytic_epsilon']:.3f} ({numbers['analytic_bound']})"
-
-
-def markdown(numbers: dict) -> str:
-    tpr = ", ".join(f"{float(k):.1%}: {v:.3f}" for k, v in numbers["tpr_at_fpr"].items())
-    lo, hi = numbers["auc_ci95"]
-    design = ("static-poison canary ([W] App. F.1)" if numbers["design"] == "canary" else
-              "all-examples (every private example a target, IN for half of the models)")
-    null = " (null campaign: the canary was never inserted)" if numbers["null_campaign"] else ""
-    return f"""# dpaudit report: {numbers['mechanism']} (rank {numbers['rank']}) on {numbers['dataset']}
-
-Membership inference, {design}: {numbers['n_in']} IN and {numbers['n_out']} OUT trials{null};
-attack `{numbers['attack']}`.
-
-| metric | value |
-|---|---|
-| AUC (95% CI) | {numbers['auc']:.4f} ({lo:.4f}, {hi:.4f}) |
-| balanced accuracy | {numbers['balanced_accuracy']:.4f} |
-| TPR at FPR | {tpr} |
-| empirical ε lower bound at δ={numbers['delta']:g} | {_epsilon_text(numbers['epsilon_lower_bound'])} (Clopper-Pearson), {_epsilon_text(numbers['epsilon_lower_bound_gdp'])} (GDP) |
-| how | {numbers['epsilon_method']} |
-| largest ε these trials can certify | {_epsilon_text(numbers.get('epsilon_lower_bound_max_certifiable'))} |
-| analytic ε at δ={numbers['delta']:g} | {_analytic_text(numbers)} |
-| mean test accuracy | {numbers['test_accuracy']:.4f} |
-| wall time | {numbers['seconds']:.1f} s |
-
-![ROC](roc.png) ![ROC, log-log](roc_loglog.png)
-"""

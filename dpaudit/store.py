@@ -66,7 +66,8 @@ def _checksum(arrays: dict[str, np.ndarray]) -> str:
     return digest.hexdigest()
 
 
-def _replace_atomically(path: Path, write) -> None:
+def replace_atomically(path: Path, write) -> None:
+    """``write(tmp)`` then rename tmp to ``path``: a crash leaves the old file or the new one, never half of one."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         write(tmp)
@@ -82,7 +83,7 @@ def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
             handle.flush()
             os.fsync(handle.fileno())
 
-    _replace_atomically(path, write)
+    replace_atomically(path, write)
 
 
 def _load_npz(path: Path) -> dict[str, np.ndarray] | None:
@@ -99,7 +100,7 @@ def _load_npz(path: Path) -> dict[str, np.ndarray] | None:
 
 
 def write_json(path: Path, value: dict) -> None:
-    _replace_atomically(path, lambda tmp: tmp.write_text(json.dumps(value, indent=2) + "\n"))
+    replace_atomically(path, lambda tmp: tmp.write_text(json.dumps(value, indent=2) + "\n"))
 
 
 class RunStore:

@@ -13,14 +13,7 @@ from dpaudit.mechanisms.denoise import bulk_edge, cosine_improvement, denoise_gr
 DTYPE = torch.float64
 
 
-@pytest.fixture(autouse=True, scope="module")
-def single_thread():
-    """Batched LAPACK (svd/qr/eigh) with 2 OpenMP threads slows down up to ~80x when other processes share the
-    cores; one thread keeps this module's runtime stable."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("single_torch_thread")
 
 
 def gen(seed: int) -> torch.Generator:

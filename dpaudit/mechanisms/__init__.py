@@ -2,9 +2,13 @@
 
 A mechanism names the tensors it trains (its ``parameterization``, see :mod:`dpaudit.models`), draws its
 per-model randomness in :meth:`Mechanism.setup`, and maps each step's gradients to the update the optimiser
-applies in :meth:`Mechanism.transform`. The engine knows nothing about privacy.
+applies in :meth:`Mechanism.transform` (or owns the update through the optional hooks documented in
+:class:`dpaudit.mechanisms.base.Mechanism`). The engine knows nothing about privacy.
+
+Modules: ``nonprivate`` (none, lora-fa), ``wishart`` (noise-free projection, M1, M2), ``sketch`` (noisy
+LoRA-FA), ``dpsgd`` (DP-SGD, DP-LoRA, DP-LoRA-FA; the shared clipping and noise), ``prism``, ``denoise``;
+``registry`` maps the CLI names to them (SPEC §1).
+
+The package itself imports nothing: :mod:`dpaudit.mechanisms.releases` (mechanism-level audits, numpy only)
+must load without torch.
 """
-
-from dpaudit.mechanisms.base import Mechanism, Step
-
-__all__ = ["Mechanism", "Step"]
