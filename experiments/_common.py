@@ -1,0 +1,162 @@
+"""Plumbing shared by the reproduction scripts of ``experiments/`` (one script per paper table or figure).
+
+* :func:`parser`: the common flags ``--out``, ``--paper-scale``, ``--dataset``, ``--seed``, ``--workers``;
+* :func:`audit`: run one membership-inference campaign (:mod:`dpaudit.campaign`) into a fresh run directory and
+  return its audit numbers as one flat CSV row;
+* :func:`train_utility`: fine-tune K models with a mechanism through the batched engine (no canary) and return
+  their test accuracies, for the utility-only results ([W] Fig. 3, [P] accuracy tables, [D] convergence);
+* :func:`frozen_feature_head`: [W] Fig. 3's "frozen-feature linear head" on digits;
+* :func:`write_table` / :func:`figure`: the CSV (pandas) and PNG (matplotlib) each script writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+from dpaudit import analysis, campaign, data, engine, models, report, seeding  # noqa: E402
+from dpaudit.config import CampaignConfig, Execution  # noqa: E402
+
+DEFAULT_OUT = Path("experiments/out")
+
+
+def parser(doc: str) -> argparse.ArgumentParser:
+    """An argument parser described by the first line of the script's docstring, with the common flags."""
+    parsed = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parsed.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (CSV, PNG, run directories)")
+    parsed.add_argument("--paper-scale", action="store_true",
+                        help="the paper's model counts, ranks and epochs (hours; a GPU is advisable)")
+    parsed.add_argument("--dataset", default="digits", help="digits (default) or cifar10:PATH (CIFAR-10 binary)")
+    parsed.add_argument("--seed", type=int, default=0)
+    parsed.add_argument("--workers", type=int, default=2, help="campaign worker processes (one torch thread each)")
+    parsed.add_argument("--models", type=int, help="models per point (default: the script's CPU or paper scale)")
+    parsed.add_argument("--epochs", type=int, help="fine-tuning epochs (default: the script's CPU or paper scale)")
+    return parsed
+
+
+def scale(args: argparse.Namespace, cpu: tuple[int, int], paper: tuple[int, int]) -> tuple[int, int]:
+    """(models per point, epochs): ``--models`` / ``--epochs`` if given, else the CPU or paper-scale default."""
+    models_count, epochs = paper if args.paper_scale else cpu
+    return args.models or models_count, args.epochs or epochs
+
+
+def audit(config: CampaignConfig, out: Path, tag: str, workers: int,
+          attacks: Sequence[str] = ("canary-loss",)) -> dict:
+    """Run ``config`` into the fresh run directory ``out/runs/tag``; one flat row of its audit numbers.
+
+    Columns per attack (prefixed by the attack name when several are asked for): AUC with its 95% CI, balanced
+    accuracy, TPR at FPR 10% / 1% / 0.1%, the Clopper-Pearson ε lower bound; then the mean test accuracy, the
+    analytic ε of the mechanism (None where no bound exists) and the campaign's seconds.
+    """
+    run_dir = out / "runs" / tag
+    shutil.rmtree(run_dir, ignore_errors=True)  # always a fresh campaign: timings and numbers of this run
+    store = campaign.run(config, Execution(workers=workers, progress=False), run_dir)
+    row = {"models": config.models, "epochs": config.epochs}
+    for attack in attacks:
+        numbers = report.summary(analysis.analyse(store, attack))
+        prefix = f"{attack}_" if len(attacks) > 1 else ""
+        row.update({f"{prefix}auc": numbers["auc"], f"{prefix}auc_ci_low": numbers["auc_ci95"][0],
+                    f"{prefix}auc_ci_high": numbers["auc_ci95"][1],
+                    f"{prefix}balanced_accuracy": numbers["balanced_accuracy"],
+                    **{f"{prefix}tpr_at_fpr_{fpr}": tpr for fpr, tpr in numbers["tpr_at_fpr"].items()},
+                    f"{prefix}epsilon_lower_bound": numbers["epsilon_lower_bound"]})
+    row.update(test_accuracy=numbers["test_accuracy"], analytic_epsilon=numbers["analytic_epsilon"],
+               seconds=numbers["seconds"])
+    return row
+
+
+@dataclass(frozen=True)
+class Task:
+    """A fine-tuning task of the utility experiments: a frozen base and the pool it is fine-tuned on."""
+
+    base: nn.Module
+    train: data.Split
+    test: data.Split
+
+    def base_accuracy(self) -> float:
+        """Test accuracy of the base before any fine-tuning."""
+        with torch.no_grad():
+            predictions = self.base(torch.from_numpy(self.test.x)).argmax(-1).numpy()
+        return float((predictions == self.test.y).mean())
+
+
+def digits_task(seed: int, pretrain_epochs: int = 30) -> Task:
+    """The campaign's task: the MLP 64-128-128-10 pretrained on digits' public split, fine-tuned on the private."""
+    dataset = data.digits()
+    base = models.pretrain(models.mlp(64, 10), dataset.public.x, dataset.public.y, epochs=pretrain_epochs,
+                           seed=seed)
+    return Task(base, dataset.private, dataset.test)
+
+
+def frozen_feature_head(seed: int) -> Task:
+    """[W] Fig. 3's frozen-feature linear head on digits: features = the penultimate (128-d) activations of the
+    pretrained MLP, the fine-tuned model a fresh linear layer 128 → 10 (logistic regression on the features)."""
+    dataset = data.digits()
+    mlp = models.pretrain(models.mlp(64, 10), dataset.public.x, dataset.public.y, seed=seed)
+    features = mlp[:-1]
+    with torch.no_grad():
+        encode = lambda split: data.Split(features(torch.from_numpy(split.x)).numpy(), split.y)  # noqa: E731
+        head = nn.Sequential(nn.Linear(features(torch.from_numpy(dataset.public.x[:1])).shape[1], 10))
+        nn.init.zeros_(head[0].weight)
+        nn.init.zeros_(head[0].bias)
+    return Task(head.eval().requires_grad_(False), encode(dataset.private), encode(dataset.test))
+
+
+def allowed_ranks(dataset: str, ranks: Sequence[int]) -> list[int]:
+    """The ranks of ``ranks`` a LoRA adapter of the dataset's default model admits (r ≤ every adapted layer's
+    input dimension, :func:`dpaudit.models.check_rank`)."""
+    loaded = data.load(dataset)
+    model = models.for_input(loaded.input_shape, loaded.num_classes)
+    largest = min(models.projection_dim(layer) for layer in models.adapted_layers(model).values())
+    return [r for r in ranks if r <= largest]
+
+
+def sampling(task: Task, batch_size: int, epochs: int) -> tuple[float, int]:
+    """Poisson rate q and step count T the engine uses for a DP mechanism on ``task`` (what accountants need)."""
+    layout = engine.PoissonLayout.for_members(len(task.train), batch_size)
+    return layout.sample_rate, epochs * layout.steps
+
+
+def train_utility(task: Task, mechanism, rank: int, models_count: int, training: engine.TrainingConfig,
+                  seed: int) -> np.ndarray:
+    """(models,) test accuracies of ``models_count`` models fine-tuned on the whole pool with ``mechanism``."""
+    randomness = seeding.shadow_randomness(seed, range(models_count))
+    shadow = engine.build(task.base, mechanism.parameterization, models.LoraSpec(rank), randomness,
+                          torch.device("cpu"))
+    membership = np.ones((models_count, len(task.train)), dtype=bool)
+    engine.train(shadow, mechanism, task.train.x, task.train.y, membership, randomness, training)
+    predictions = engine.logits(shadow, task.test.x).argmax(-1).numpy()
+    return (predictions == task.test.y).mean(axis=1)
+
+
+def write_table(rows: list[dict], out: Path, name: str) -> pd.DataFrame:
+    """``out/name.csv`` from rows of equal keys; the DataFrame, printed."""
+    out.mkdir(parents=True, exist_ok=True)
+    table = pd.DataFrame(rows)
+    table.to_csv(out / f"{name}.csv", index=False)
+    with pd.option_context("display.width", 200, "display.max_columns", 30, "display.precision", 4):
+        print(table.drop(columns=[c for c in table.columns if c.startswith("tpr_at_fpr")], errors="ignore"))
+    return table
+
+
+@contextmanager
+def figure(out: Path, name: str, columns: int = 1) -> Iterator[np.ndarray]:
+    """Axes (1 × ``columns``) whose figure is saved as ``out/name.png`` on exit."""
+    fig, axes = plt.subplots(1, columns, figsize=(4.8 * columns, 3.8), squeeze=False)
+    yield axes[0]
+    fig.tight_layout()
+    fig.savefig(out / f"{name}.png", dpi=130)
+    plt.close(fig)

@@ -1,0 +1,69 @@
+"""Run every reproduction script of ``experiments/`` at CPU scale, one after another, and print a timing table.
+
+Each script runs as its own process (``python experiments/SCRIPT --out OUT``) from the repository root; its
+CSV and PNG land in ``--out``. A script that fails does not stop the others, but the run ends with exit code 1
+naming every failed script (and its last output lines). ``experiments/RESULTS.md`` cites these outputs.
+
+    python experiments/run_all.py                 # the whole CPU-scale suite, ~27 min on 2 shared cores
+    python experiments/run_all.py --only w_table1_lora_fa p_accuracy_at_epsilon
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+# (script, what it reproduces), in the order RESULTS.md lists them.
+SCRIPTS = (
+    ("w_table1_lora_fa", "[W] Table 1"),
+    ("w_table2_m2", "[W] Table 2"),
+    ("w_table3_m1", "[W] Table 3"),
+    ("wishart_fig1", "[W] Fig. 1"),
+    ("wishart_fig2", "[W] Fig. 2"),
+    ("w_fig3_accuracy_vs_epsilon", "[W] Fig. 3"),
+    ("mechanism_audit_grid", "theorems vs exact vs audits"),
+    ("s_table1_lora_variants", "[S] Table 1, Lemma 7.2"),
+    ("prism_noise_energy", "[P] Thm 3.1, Figs. 2/3"),
+    ("p_accuracy_at_epsilon", "[P] accuracy at ε ∈ {3, 6}"),
+    ("denoise_cosine", "[D] Fig. 2"),
+    ("d_denoise_convergence", "[D] convergence at equal ε"),
+)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("experiments/out"), help="output folder of every script")
+    parser.add_argument("--only", nargs="+", choices=[name for name, _ in SCRIPTS], help="run these scripts only")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    chosen = [(name, what) for name, what in SCRIPTS if not args.only or name in args.only]
+    timings, failures = [], []
+    start = time.perf_counter()
+    for name, what in chosen:
+        print(f"=== {name} ({what})", flush=True)
+        began = time.perf_counter()
+        process = subprocess.run([sys.executable, str(HERE / f"{name}.py"), "--out", str(args.out)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        seconds = time.perf_counter() - began
+        print(process.stdout, flush=True)
+        timings.append((name, what, seconds, "ok" if process.returncode == 0 else f"FAILED ({process.returncode})"))
+        if process.returncode:
+            failures.append((name, process.stdout.splitlines()[-5:]))
+    print(f"\n{'script':<30} {'reproduces':<30} {'seconds':>8}  status")
+    for name, what, seconds, status in timings:
+        print(f"{name:<30} {what:<30} {seconds:8.1f}  {status}")
+    print(f"{'total':<61} {time.perf_counter() - start:8.1f}")
+    for name, tail in failures:
+        print(f"\nFAILED: {name}\n" + "\n".join(tail), file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
