@@ -91,9 +91,7 @@ class CampaignConfig:
         if name in CLIPPED_MECHANISMS and self.clip is None:
             object.__setattr__(self, "clip", DEFAULT_CLIP)
         if self.noise is not None:
-            check_noise_and_clip(self.noise, self.clip)
-        if self.denoise and self.noise == 0:
-            raise UsageError("--denoise needs --noise > 0: without noise there is nothing to denoise")
+            check_noise_and_clip(self.noise, self.clip, self.denoise)
 
     def canonical_hash(self) -> str:
         """SHA-256 of the canonical JSON of every field."""
@@ -129,8 +127,11 @@ class Execution:
             _positive_int("workers", self.workers)
 
 
-def check_noise_and_clip(noise: float, clip: float | None) -> None:
-    """σ finite and >= 0; C (None: no clipping) > 0, and C = inf only with σ = 0 (σC would be infinite)."""
+def check_noise_and_clip(noise: float, clip: float | None, denoise: bool = False) -> None:
+    """σ finite and >= 0; C (None: no clipping) > 0, and C = inf only with σ = 0 (σC would be infinite);
+    denoising only with noise."""
+    if denoise and noise == 0:
+        raise UsageError("--denoise needs --noise > 0: without noise there is nothing to denoise")
     if isinstance(noise, bool) or not isinstance(noise, float | int) or not (math.isfinite(noise) and noise >= 0):
         raise UsageError(f"--noise must be a finite number >= 0, got {noise}")
     if clip is None:

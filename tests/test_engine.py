@@ -20,7 +20,7 @@ def setting():
 
 def _effective_weights(shadow: engine.ShadowModels, scale: float = 1.0) -> dict[str, torch.Tensor]:
     """Per layer W0 + s·B·A (LoRA) or W (full): the function the models compute, (K, d_out, d_in)."""
-    if not shadow.frozen and not any(".lora_" in n for n in shadow.trainable):
+    if not any(".lora_" in n for n in (*shadow.frozen, *shadow.trainable)):
         return {n.removesuffix(".weight"): t for n, t in shadow.trainable.items()}
     params = {**shadow.frozen, **shadow.trainable}
     out = {}

@@ -10,22 +10,60 @@ import torch
 from dpaudit.seeding import ModelRandomness
 
 
+class PerExampleGradients(Protocol):
+    """Per-example gradients of K models on a padded batch of width b, in whatever form the engine computed them.
+
+    The engine picks the representation (materialised ``vmap(grad)`` tensors, or a Linear layer's input
+    activations and output gradients, from which ``g_i = Σ_t δ_{i,t} x_{i,t}ᵀ`` is exact); mechanisms use only
+    these three operations, so clipping is exact per example either way (SPEC §1.5).
+    """
+
+    def squared_norms(self) -> torch.Tensor:
+        """(K, b): ``‖g_i‖²`` summed over every trained tensor (the L2 norm over all trained parameters)."""
+
+    def weighted_sum(self, coefficients: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``Σ_i c_i g_i`` per trained tensor, (K, ...), for coefficients (K, b)."""
+
+    def materialise(self) -> dict[str, torch.Tensor]:
+        """Every ``g_i``: (K, b, ...) per trained tensor."""
+
+
 @dataclass(frozen=True)
 class Step:
     """What the engine hands a mechanism at one optimisation step, for K models at once.
 
-    ``gradients`` maps each trained tensor's name to a (K, ...) batch-mean gradient, or, for a mechanism with
-    ``per_example = True``, to (K, b, ...) per-example gradients whose example weights are ``weights`` (K, b)
-    (0 marks padding: models' batches are padded to a common size b).
+    ``gradients``: for a mechanism with ``per_example = False``, each trained tensor's name → its (K, ...)
+    batch-mean gradient; with ``per_example = True``, a :class:`PerExampleGradients` whose example weights are
+    ``weights`` (K, b) (0 marks padding: models' batches are padded to a common width b).
+    ``expected_batch_size``: under Poisson sampling, ``q · N`` (SPEC §1.5: the divisor of the clipped sum);
+    None under shuffled batches.
     """
 
-    gradients: dict[str, torch.Tensor]
+    gradients: dict[str, torch.Tensor] | PerExampleGradients
     weights: torch.Tensor
     index: int
+    expected_batch_size: float | None = None
 
 
 class Mechanism(Protocol):
-    """A gradient transform / update rule for K shadow models trained together (ARCHITECTURE.md)."""
+    """A gradient transform / update rule for K shadow models trained together (ARCHITECTURE.md).
+
+    Required: ``name``, ``parameterization``, ``per_example``, :meth:`setup`, :meth:`transform`.
+
+    Optional members (the engine reads them with ``getattr`` and these defaults, so a plain gradient transform
+    needs none of them):
+
+    * ``sampling = "shuffle"``: how batches are drawn. ``"shuffle"``: every member once per epoch in the model's
+      own order (:func:`dpaudit.engine.shuffled_batches`); ``"poisson"``: each member independently with rate
+      q per step (:func:`dpaudit.engine.poisson_batches`, SPEC §1.5), and ``Step.expected_batch_size`` is set.
+    * ``initialise(params, state) -> None``: overwrite the starting values of the trained (K, ...) tensors in
+      place, once, before the first step (PRISM needs full-rank factors, [P] Thm 3.1).
+    * ``update(params, step, state, learning_rate) -> None``: apply the step to the trained tensors in place
+      instead of the engine's SGD optimiser (a mechanism that owns its update: PRISM's retraction, [P] Eq. 22).
+      ``learning_rate`` is the schedule's current value; ``transform`` is then not called.
+    * ``finish(params, state, learning_rate) -> None``: post-process the trained tensors in place once after the
+      last step (the sketch's noise on the cumulative gradient, [S] Eq. 14); ``learning_rate`` is the base rate.
+    """
 
     name: str
     parameterization: str  # "full" | "lora" | "lora-fa" (dpaudit.models.PARAMETERIZATIONS)

@@ -44,6 +44,7 @@ import torch
 from torch import Tensor
 
 from dpaudit.errors import UsageError
+from dpaudit.mechanisms.base import Step
 
 Generators = torch.Generator | Sequence[torch.Generator]  # one generator, or one per model (row-major)
 
@@ -851,3 +852,89 @@ def linear_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
     total = np.sum((y - y.mean()) ** 2)
     r_squared = 1.0 - np.sum(residual ** 2) / total if total > 0 else 1.0
     return float(slope), float(intercept), float(r_squared)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Engine-facing mechanism: PRISM as the update rule of K batched peft LoRA models
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PrismTrainingState:
+    """Per campaign chunk: one noise generator per model, the (lora_A, lora_B) tensor names of each LoRA module,
+    and the adaptive moments of every module (None before the first step)."""
+
+    generators: list[torch.Generator]
+    modules: tuple[tuple[str, str], ...]
+    adaptive: tuple[PrismAdaptiveState, ...] | None = None
+
+
+@dataclass(frozen=True)
+class PrismMechanism:
+    """[P] Alg. 1 as the update rule of the engine's peft LoRA models (SPEC §1.6).
+
+    Starts every module from balanced full-rank factors ``A = √c Q_A``, ``B = √c Q_B`` (Haar Q, spectral norm
+    c = ``init_scale``; [P] needs full column rank, peft's ``lora_B = 0`` is rank 0), drawn per model from its
+    "noise" stream before any step noise. Each step is :func:`prism_step` on all modules at once: lift, global
+    intrinsic clipping to C, tangent noise ``σC/b`` (b the expected Poisson batch size), the adaptive direction
+    (``adaptive``; None: plain tangent SGD) and the retraction, with the schedule's learning rate as η on
+    ``Z`` (``ΔW = s Z``, s = ``lora_scale``, :class:`PeftLoraAdapter`). The engine's momentum is not used:
+    the adaptive rule keeps its own moments, and its steps are Adam-sized (≈ η per entry), so PRISM wants a
+    smaller ``--lr`` than SGD (0.01 on digits). Conv LoRA tensors are flattened (SPEC §1.2 convention).
+    Privacy: Poisson-subsampled Gaussian with multiplier σ per step ([P] Thm 3.4).
+    """
+
+    noise_multiplier: float
+    clip_norm: float
+    lora_scale: float = 1.0
+    init_scale: float = 1e-2
+    adaptive: PrismAdaptiveConfig | None = PrismAdaptiveConfig()
+    name: str = "prism"
+    parameterization: str = "lora"
+    per_example: bool = True
+    sampling: str = "poisson"
+
+    def __post_init__(self):
+        PrismPrivacyConfig(self.noise_multiplier, self.clip_norm, 1.0)  # validates σ and C
+        PeftLoraAdapter(self.lora_scale)
+        _require_positive("init_scale", self.init_scale)
+
+    def setup(self, shapes, randomness) -> PrismTrainingState:
+        modules = tuple((name, name.replace(".lora_A.", ".lora_B.")) for name in shapes if ".lora_A." in name)
+        for a_name, b_name in modules:
+            rank, n_out = shapes[a_name][0], shapes[b_name][0]
+            if n_out < rank:
+                raise UsageError(f"--rank {rank} exceeds the {n_out} outputs of LoRA module {b_name!r}: PRISM needs "
+                                 f"both factors of full column rank r ([P] Thm 3.1); use --rank <= {n_out}")
+        return PrismTrainingState([model.torch("noise") for model in randomness], modules)
+
+    def initialise(self, params: dict[str, Tensor], state: PrismTrainingState) -> None:
+        adapter = PeftLoraAdapter(self.lora_scale)
+        for a_name, b_name in state.modules:
+            lora_A, lora_B = params[a_name], params[b_name]
+            rank, m, n = lora_A.shape[1], lora_B.shape[1], lora_A[0].numel() // lora_A.shape[1]
+            starts = [balanced_random_factors(m, n, rank, self.init_scale, generator, lora_A.dtype)
+                      for generator in state.generators]
+            start_A, start_B = adapter.to_peft(LoraFactors(*(torch.stack(f) for f in zip(*starts))))
+            lora_A.copy_(start_A.reshape(lora_A.shape))
+            lora_B.copy_(start_B.reshape(lora_B.shape))
+
+    def update(self, params: dict[str, Tensor], step: Step, state: PrismTrainingState,
+               learning_rate: float) -> None:
+        adapter = PeftLoraAdapter(self.lora_scale)
+        per_example = step.gradients.materialise()
+        factors = [adapter.to_prism(params[a].flatten(2), params[b].flatten(2)) for a, b in state.modules]
+        gradients = [adapter.gradients_to_prism(per_example[a].flatten(3), per_example[b].flatten(3))
+                     for a, b in state.modules]
+        privacy = PrismPrivacyConfig(self.noise_multiplier, self.clip_norm, step.expected_batch_size)
+        result = prism_step(factors, gradients, PrismStepConfig(privacy, learning_rate, self.adaptive),
+                            state.generators, state.adaptive, step.weights)
+        state.adaptive = result.states
+        for (a, b), new in zip(state.modules, result.factors):
+            lora_A, lora_B = adapter.to_peft(new)
+            params[a].copy_(lora_A.reshape(params[a].shape))
+            params[b].copy_(lora_B.reshape(params[b].shape))
+
+    def transform(self, step: Step, state) -> dict[str, Tensor]:
+        raise TypeError("PRISM owns its update (a retraction, [P] Eq. 22): the engine calls update()")
+

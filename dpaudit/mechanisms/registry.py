@@ -1,15 +1,46 @@
-"""Mechanism names of the CLI (``--mechanism``) → mechanism objects."""
+"""Mechanism names of the CLI (``--mechanism``) → mechanism objects (SPEC §1).
+
+=============  ==============================================  ====================================
+name           mechanism                                       SPEC
+=============  ==============================================  ====================================
+none           plain SGD on the full weights                    (baseline)
+lora-fa        noise-free LoRA-FA (peft, frozen A)              §1.2, [W] Sec. 2, App. E
+m1, m2         noisy projections, M fixed or resampled          §1.3, [W] Def. 3, Alg. 3, App. F.2
+sketch         noisy LoRA-FA (Gaussian sketch)                  §1.4, [S] Eq. 1, 13-14
+dp-sgd         DP-SGD on the full weights                       §1.5 (Abadi et al. 2016)
+dp-lora        DP-SGD on both LoRA factors                      §1.5
+dp-lora-fa     DP-SGD on lora_B, A frozen                       §1.5, [W] Alg. 2
+prism          tangent-space DP-LoRA                            §1.6, [P] Alg. 1
+=============  ==============================================  ====================================
+
+``config.denoise`` adds [D]'s spectral denoising (§1.7) to dp-sgd / dp-lora / dp-lora-fa.
+"""
 
 from __future__ import annotations
 
+from dpaudit import models
 from dpaudit.config import CampaignConfig
 from dpaudit.mechanisms.base import Mechanism
+from dpaudit.mechanisms.dpsgd import DP_SGD_PARAMETERIZATIONS, dp_sgd
 from dpaudit.mechanisms.nonprivate import NonPrivate, lora_fa
+from dpaudit.mechanisms.prism import PrismMechanism
+from dpaudit.mechanisms.sketch import GaussianSketch
+from dpaudit.mechanisms.wishart import PROJECTION_VARIANTS, NoisyProjection
 
 
 def build(config: CampaignConfig) -> Mechanism:
-    if config.mechanism == "none":
+    """The mechanism ``config.mechanism`` with σ = ``config.noise``, C = ``config.clip``, r = ``config.rank``."""
+    name = config.mechanism
+    if name == "none":
         return NonPrivate()
-    if config.mechanism == "lora-fa":
+    if name == "lora-fa":
         return lora_fa()
+    if name in DP_SGD_PARAMETERIZATIONS:
+        return dp_sgd(name, config.noise, config.clip, config.denoise)
+    if name in PROJECTION_VARIANTS:
+        return NoisyProjection(config.rank, config.noise, config.clip, name, config.resample_projection)
+    if name == "sketch":
+        return GaussianSketch(config.noise)
+    if name == "prism":
+        return PrismMechanism(config.noise, config.clip, models.LoraSpec(config.rank, config.alpha).scale)
     raise AssertionError(f"CampaignConfig accepted an unregistered mechanism {config.mechanism!r}")

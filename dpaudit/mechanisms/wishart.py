@@ -4,6 +4,10 @@ Full-weight training where each layer's gradient is right-multiplied by ``M = s�
 N(0, 1/r) entries drawn per model and per layer ([W] App. F.1, Eq. 36; conv weights flattened to
 d_out × (all other dims)). With the same A this is the second realisation of noise-free LoRA-FA (SPEC §1.2 (b)):
 by linearity of momentum SGD, ``W_t = W_0 + s B_t A`` evolves identically.
+
+The noisy projections M1 ``V ↦ M V + Ξ`` and M2 ``V ↦ M (V + Ξ)`` ([W] Def. 3) in training ([W] Alg. 3,
+App. F.2; SPEC §1.3): V is the sum of clipped per-example gradients of a Poisson batch, Ξ Gaussian noise, and
+M either fixed for the run (the LoRA-FA view, [W] Table 2) or drawn afresh every step ([W] App. F.2).
 """
 
 from __future__ import annotations
@@ -12,8 +16,37 @@ from dataclasses import dataclass
 
 import torch
 
+from dpaudit.config import check_noise_and_clip
+from dpaudit.errors import UsageError
 from dpaudit.mechanisms.base import Step
+from dpaudit.mechanisms.dpsgd import clipped_sum, gaussian_noise, noise_std
 from dpaudit.models import draw_lora_a
+
+PROJECTION_VARIANTS = ("m1", "m2")
+
+
+def draw_factors(shapes: dict[str, torch.Size], rank: int,
+                 generators: list[torch.Generator]) -> dict[str, torch.Tensor]:
+    """Per weight: (K, r, d_in) factors with i.i.d. N(0, 1/r) entries, model k drawing from ``generators[k]``
+    weight by weight in ``shapes``' order (the order of the LoRA-FA engine's ``lora_A`` draws)."""
+    factors: dict[str, list[torch.Tensor]] = {name: [] for name in shapes}
+    for generator in generators:
+        for name, shape in shapes.items():
+            a = draw_lora_a((rank, *shape[1:]), rank, generator)
+            factors[name].append(a.reshape(rank, -1))
+    return {name: torch.stack(stack) for name, stack in factors.items()}
+
+
+def project(gradients: dict[str, torch.Tensor], factors: dict[str, torch.Tensor],
+            scale: float = 1.0) -> dict[str, torch.Tensor]:
+    """``G ← s² G AᵀA`` per (K, d_out, ...) weight ([W] Eq. 36), as ``(G Aᵀ) A``: O(d_out·d_in·r), never
+    forming the d_in × d_in matrix M."""
+    projected = {}
+    for name, gradient in gradients.items():
+        a = factors[name].to(gradient.device)
+        flat = gradient.reshape(gradient.shape[0], gradient.shape[1], -1)
+        projected[name] = (scale ** 2 * (flat @ a.transpose(1, 2)) @ a).reshape(gradient.shape)
+    return projected
 
 
 @dataclass(frozen=True)
@@ -27,23 +60,64 @@ class WishartProjection:
     per_example: bool = False
 
     def setup(self, shapes, randomness) -> dict[str, torch.Tensor]:
-        """Per weight: (K, r, d_in) factors, drawn from each model's "init" stream in layer order.
+        """Per weight: (K, r, d_in) factors from each model's "init" stream, in layer order.
 
         Same stream and order as the LoRA-FA engine's ``lora_A`` draws, so both realisations share A.
         """
-        generators = [model.torch("init") for model in randomness]
-        factors: dict[str, list[torch.Tensor]] = {name: [] for name in shapes}
-        for generator in generators:
-            for name, shape in shapes.items():
-                a = draw_lora_a((self.rank, *shape[1:]), self.rank, generator)
-                factors[name].append(a.reshape(self.rank, -1))
-        return {name: torch.stack(stack) for name, stack in factors.items()}
+        return draw_factors(shapes, self.rank, [model.torch("init") for model in randomness])
 
     def transform(self, step: Step, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        projected = {}
-        for name, gradient in step.gradients.items():
-            a = state[name].to(gradient.device)
-            flat = gradient.reshape(gradient.shape[0], gradient.shape[1], -1)
-            # (G Aᵀ) A costs O(d_out·d_in·r), never forming the d_in × d_in matrix M.
-            projected[name] = (self.scale ** 2 * (flat @ a.transpose(1, 2)) @ a).reshape(gradient.shape)
-        return projected
+        return project(step.gradients, state, self.scale)
+
+
+@dataclass(frozen=True)
+class NoisyProjection:
+    """M1 / M2 of [W] Def. 3 as a training rule on full weights ([W] Alg. 3, App. F.2; SPEC §1.3).
+
+    Per step and weight (the gradient right-multiplied, as in Eq. 36, so M = AᵀA acts on the rows of ``Vᵀ``):
+
+    * ``m2``: ``g̃ = (V + Ξ) M / b``;  ``m1``: ``g̃ = (V M + Ξ) / b``;
+
+    ``V = Σ_{i∈B} clip_C(g_i)`` over a Poisson batch (clip over all weights jointly), ``Ξ`` i.i.d.
+    ``N(0, σ²C²)`` (σ_G = σC in [W]'s notation), ``b`` the expected batch size, ``M = AᵀA`` with A i.i.d.
+    N(0, 1/r) (r × d_in). ``resample=False``: A drawn once per model from its "init" stream (the same A as
+    LoRA-FA's, [W] Table 2); ``resample=True``: a fresh A every step ([W] App. F.2). The engine's SGD with
+    momentum applies g̃. σ = 0 and C = inf give the noise-free projection (:class:`WishartProjection`).
+
+    Randomness per model, from its "noise" stream, each step: Ξ for every weight, then (resampled) A for every
+    weight, in the engine's tensor order.
+    """
+
+    rank: int
+    noise_multiplier: float
+    clip_norm: float
+    variant: str = "m2"
+    resample: bool = False
+    parameterization: str = "full"
+    per_example: bool = True
+    sampling: str = "poisson"
+
+    def __post_init__(self):
+        if self.variant not in PROJECTION_VARIANTS:
+            raise UsageError(f"variant must be one of {', '.join(PROJECTION_VARIANTS)}, got {self.variant!r}")
+        check_noise_and_clip(self.noise_multiplier, self.clip_norm)
+
+    @property
+    def name(self) -> str:
+        return self.variant
+
+    def setup(self, shapes, randomness) -> tuple[list[torch.Generator], dict[str, torch.Tensor] | None]:
+        fixed = None if self.resample else draw_factors(shapes, self.rank, [m.torch("init") for m in randomness])
+        return [model.torch("noise") for model in randomness], fixed
+
+    def transform(self, step: Step, state) -> dict[str, torch.Tensor]:
+        generators, fixed = state
+        total = clipped_sum(step.gradients, step.weights, self.clip_norm)
+        noise = gaussian_noise(total, generators, noise_std(self.noise_multiplier, self.clip_norm))
+        factors = fixed if fixed is not None else draw_factors(
+            {name: t.shape[1:] for name, t in total.items()}, self.rank, generators)
+        if self.variant == "m2":
+            projected = project({name: total[name] + noise[name] for name in total}, factors)
+        else:
+            projected = {name: g + noise[name] for name, g in project(total, factors).items()}
+        return {name: g / step.expected_batch_size for name, g in projected.items()}

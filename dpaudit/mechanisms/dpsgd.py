@@ -1,0 +1,145 @@
+"""DP-SGD and its LoRA variants (SPEC §1.5): per-example clipping, Gaussian noise, Poisson sampling.
+
+One class covers the three DP baselines; they differ only in what is trained (the parameterization):
+
+* ``dp-sgd`` (Abadi et al. 2016): every adapted weight matrix (``full``);
+* ``dp-lora``: both LoRA factors ``lora_A`` and ``lora_B`` (factor-space noise, [P] Prop. 2.2);
+* ``dp-lora-fa`` ([W] App. E, Alg. 2): ``lora_B`` only, ``lora_A`` a frozen N(0, 1/r) draw per model.
+
+The clipping and noise helpers here are shared with the noisy projections M1/M2 (:mod:`.wishart`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from dpaudit.config import check_noise_and_clip
+from dpaudit.mechanisms.base import PerExampleGradients, Step
+from dpaudit.mechanisms.denoise import cosine_improvement, denoise_gradient
+
+DP_SGD_PARAMETERIZATIONS = {"dp-sgd": "full", "dp-lora": "lora", "dp-lora-fa": "lora-fa"}
+
+
+def noise_std(noise_multiplier: float, clip_norm: float) -> float:
+    """``σC``, the std of the noise on the clipped sum (0 when σ = 0, also for C = inf)."""
+    return noise_multiplier * clip_norm if noise_multiplier > 0 else 0.0
+
+
+def clipped_sum(examples: PerExampleGradients, weights: torch.Tensor, clip_norm: float) -> dict[str, torch.Tensor]:
+    """``Σ_i w_i min(1, C/‖g_i‖) g_i`` per trained tensor, (K, ...) (SPEC §1.5; [W] Alg. 2-3; [P] Alg. 1).
+
+    ``‖g_i‖`` is the L2 norm over *all* trained tensors of example i, so one example moves the sum by at most
+    C in Frobenius norm; ``weights`` (K, b) are 1 for sampled examples and 0 for padding. ``C = inf`` clips
+    nothing. An all-zero gradient gets factor 1 (it contributes nothing either way).
+    """
+    norms = examples.squared_norms().sqrt()
+    factors = (clip_norm / norms).clamp(max=1.0) if math.isfinite(clip_norm) else torch.ones_like(norms)
+    return examples.weighted_sum(weights * factors)
+
+
+def gaussian_noise(like: dict[str, torch.Tensor], generators: Sequence[torch.Generator],
+                   std: float) -> dict[str, torch.Tensor]:
+    """i.i.d. ``N(0, std²)`` tensors shaped like each (K, ...) tensor of ``like``; model k draws from
+    ``generators[k]``, tensor by tensor in ``like``'s order, so its noise does not depend on its chunk."""
+    drawn = {name: torch.empty(tensor.shape, dtype=tensor.dtype) for name, tensor in like.items()}
+    for k, generator in enumerate(generators):
+        for name, tensor in drawn.items():
+            torch.randn(tensor.shape[1:], generator=generator, out=tensor[k])
+    return {name: tensor.mul_(std).to(like[name].device) for name, tensor in drawn.items()}
+
+
+def as_matrix(tensor: torch.Tensor) -> torch.Tensor:
+    """(K, d_out, ...) → (K, d_out, rest): a weight as the matrix the spectral estimators see (SPEC §1.2)."""
+    return tensor.reshape(tensor.shape[0], tensor.shape[1], -1)
+
+
+def denoise_update(update: dict[str, torch.Tensor], noise_std: float) -> dict[str, torch.Tensor]:
+    """[D] Alg. 1 line "Denoise": Shabalin-Nobel shrinkage (κ = 1.02) and norm correction of each noisy matrix
+    (:func:`dpaudit.mechanisms.denoise.denoise_gradient`), ``noise_std`` the per-entry std ``σC/b``
+    ([D] Sec. 2.3). Post-processing: privacy is unchanged ([D] Sec. 2.1.3)."""
+    return {name: denoise_gradient(as_matrix(g), noise_std).gradient.reshape(g.shape) for name, g in update.items()}
+
+
+@dataclass(frozen=True)
+class DpSgd:
+    """DP-SGD on the tensors of ``parameterization`` (SPEC §1.5, [D] Alg. 1):
+
+    ``g̃ = (Σ_{i∈B} clip_C(g_i) + N(0, σ²C² I)) / b`` with B a Poisson sample of rate q and b = qN the
+    *expected* batch size (``Step.expected_batch_size``); the engine's SGD with momentum then applies g̃.
+    With ``denoise`` the noisy average is spectrally denoised per weight matrix, ``σ_e = σC/b`` ([D] Alg. 1).
+    σ = 0 and C = inf give plain SGD on the Poisson batch (sum divided by b).
+
+    Noise per model from its "noise" stream: each step, one standard normal tensor per trained tensor, in the
+    engine's tensor order.
+    """
+
+    noise_multiplier: float
+    clip_norm: float
+    parameterization: str = "full"
+    denoise: bool = False
+    name: str = "dp-sgd"
+    per_example: bool = True
+    sampling: str = "poisson"
+
+    def __post_init__(self):
+        check_noise_and_clip(self.noise_multiplier, self.clip_norm, self.denoise)
+
+    def setup(self, shapes, randomness) -> list[torch.Generator]:
+        return [model.torch("noise") for model in randomness]
+
+    def privatise(self, step: Step, generators: list[torch.Generator]) -> tuple[dict, dict]:
+        """``(ḡ, g̃)``: the clipped sum (evaluation only: [D]'s reference ḡ) and the released noisy mean."""
+        total = clipped_sum(step.gradients, step.weights, self.clip_norm)
+        noise = gaussian_noise(total, generators, noise_std(self.noise_multiplier, self.clip_norm))
+        return total, {name: noise[name].add_(total[name]).div_(step.expected_batch_size) for name in total}
+
+    def entry_noise_std(self, step: Step) -> float:
+        """``σ_e = σC/b``, the per-entry noise std of g̃ ([D] Sec. 2.3)."""
+        return noise_std(self.noise_multiplier, self.clip_norm) / step.expected_batch_size
+
+    def transform(self, step: Step, generators: list[torch.Generator]) -> dict[str, torch.Tensor]:
+        _, noisy = self.privatise(step, generators)
+        return denoise_update(noisy, self.entry_noise_std(step)) if self.denoise else noisy
+
+
+@dataclass
+class DenoiseCosineRecorder:
+    """[D] Fig. 2's diagnostic: ``mechanism`` trains as usual and every step records, per model, the whole-gradient
+    cosine improvement ``cos(Denoise(g̃), ḡ) - cos(g̃, ḡ)`` (all trained tensors flattened into one vector;
+    ḡ the clipped noiseless sum, read for evaluation only). ``improvements``: one (K,) tensor per step.
+    """
+
+    mechanism: DpSgd
+    improvements: list[torch.Tensor] = field(default_factory=list)
+    per_example: bool = field(default=True, init=False)
+    sampling: str = field(default="poisson", init=False)
+
+    @property
+    def name(self) -> str:
+        return self.mechanism.name
+
+    @property
+    def parameterization(self) -> str:
+        return self.mechanism.parameterization
+
+    def setup(self, shapes, randomness) -> list[torch.Generator]:
+        return self.mechanism.setup(shapes, randomness)
+
+    def transform(self, step: Step, generators: list[torch.Generator]) -> dict[str, torch.Tensor]:
+        clean, noisy = self.mechanism.privatise(step, generators)
+        denoised = denoise_update(noisy, self.mechanism.entry_noise_std(step))
+
+        def whole(update: dict[str, torch.Tensor]) -> torch.Tensor:
+            return torch.cat([t.flatten(1) for t in update.values()], dim=1).unsqueeze(1)  # (K, 1, P)
+
+        self.improvements.append(cosine_improvement(whole(denoised), whole(noisy), whole(clean)))
+        return denoised if self.mechanism.denoise else noisy
+
+
+def dp_sgd(name: str, noise_multiplier: float, clip_norm: float, denoise: bool = False) -> DpSgd:
+    """The DP baseline ``name`` ∈ {dp-sgd, dp-lora, dp-lora-fa} (module docstring)."""
+    return DpSgd(noise_multiplier, clip_norm, DP_SGD_PARAMETERIZATIONS[name], denoise, name)

@@ -1,0 +1,51 @@
+"""Privacy sanity at audit level (acceptance 5): small canary campaigns on digits, seed 0, one worker.
+
+Every number is a fixed function of the config (per-model random streams), so the assertions are exact
+statements about these campaigns, not about chance.
+"""
+
+import pytest
+
+from dpaudit import analysis, campaign, report
+from dpaudit.config import CampaignConfig, Execution
+
+
+def _audit(tmp_path, **fields) -> dict:
+    config = CampaignConfig(**{"models": 32, "seed": 0, **fields})
+    store = campaign.run(config, Execution(device="cpu", workers=1, progress=False), tmp_path)
+    return report.summary(analysis.analyse(store))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fields", [
+    dict(mechanism="dp-sgd"), dict(mechanism="dp-lora-fa", rank=8),
+    dict(mechanism="m2", rank=8, resample_projection=True), dict(mechanism="prism", rank=4, lr=0.01)],
+    ids=["dp-sgd", "dp-lora-fa", "m2-resampled", "prism"])
+def test_empirical_epsilon_never_exceeds_the_analytic_epsilon_at_sigma_1(tmp_path, fields):
+    numbers = _audit(tmp_path, epochs=2, noise=1.0, clip=1.0, **fields)
+    assert numbers["analytic_reason"] is None and numbers["analytic_bound"]
+    assert 1.0 < numbers["analytic_epsilon"] < 3.0  # σ = 1, q = 32/719, T = 46 steps, δ = 1e-5
+    assert numbers["epsilon_lower_bound"] <= numbers["analytic_epsilon"]
+    assert numbers["epsilon_lower_bound_gdp"] <= numbers["analytic_epsilon"]
+    assert numbers["test_accuracy"] > 0.5  # still working classifiers (10 classes)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fields", [
+    dict(mechanism="lora-fa", epochs=5), dict(mechanism="m1", noise=1e-3, clip=10.0, epochs=10),
+    dict(mechanism="m2", noise=1e-3, clip=10.0, epochs=10)], ids=["lora-fa", "m1", "m2"])
+def test_noise_free_limits_are_not_private(tmp_path, fields):
+    """[W] Prop. 2 / Table 1: noise-free LoRA-FA and M1/M2 as σ_G → 0 separate IN from OUT (AUC → 1)."""
+    numbers = _audit(tmp_path, rank=16, **fields)
+    assert numbers["auc"] >= 0.99
+    if fields["mechanism"] == "lora-fa":
+        assert numbers["analytic_epsilon"] is None and "not DP at any ε" in numbers["analytic_reason"]
+
+
+@pytest.mark.slow
+def test_m2_auc_increases_with_rank_at_fixed_noise(tmp_path):
+    """[W] Table 2's trend: M2 (M fixed), σ = 0.05, more rank → more leakage."""
+    auc = {rank: _audit(tmp_path / str(rank), mechanism="m2", rank=rank, noise=0.05, epochs=3, models=48)["auc"]
+           for rank in (1, 8, 63)}
+    assert auc[1] < auc[8] < auc[63]
+    assert auc[1] < 0.75 and auc[63] > 0.9
