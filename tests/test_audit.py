@@ -32,7 +32,7 @@ def test_null_campaign_bound_is_zero_for_19_of_20_seeds(tmp_path):
     """Canary never inserted: both groups OUT, so any ε > 0 is a false positive (≤ 5% per run by construction)."""
     zero = 0
     for seed in range(20):
-        config = CampaignConfig(models=32, epochs=2, seed=seed, null=True)
+        config = CampaignConfig(models=32, epochs=1, seed=seed, null=True)
         store = campaign.run(config, Execution(workers=1, progress=False), tmp_path / str(seed))
         zero += analysis.analyse(store).bound.epsilon == 0
     assert zero >= 19
