@@ -52,14 +52,13 @@ class TrainingConfig:
 
 @dataclass
 class ShadowModels:
-    """K models of one architecture: ``module`` evaluated with ``shared`` ∪ ``frozen[k]`` ∪ ``trainable[k]``.
+    """K models of one architecture: ``module`` evaluated with ``frozen[k]`` ∪ ``trainable[k]``.
 
-    ``shared`` tensors are the same for every model; ``frozen`` (e.g. LoRA-FA's per-model ``lora_A``) and
-    ``trainable`` tensors are stacked with a leading model dimension K.
+    Both are stacked with a leading model dimension K. ``frozen`` holds the pretrained base (one tensor, seen by
+    every model through a stride-0 view) and per-model frozen tensors (e.g. LoRA-FA's ``lora_A``).
     """
 
     module: nn.Module
-    shared: dict[str, torch.Tensor]
     frozen: dict[str, torch.Tensor]
     trainable: dict[str, torch.Tensor]
 
@@ -85,7 +84,7 @@ def build(base: nn.Module, parameterization: str, lora: model_lib.LoraSpec | Non
         tensors = {name: p.detach().to(device) for name, p in base.named_parameters()}
         trainable = {name: t.expand(k, *t.shape).clone() for name, t in tensors.items() if name in weights}
         base_views = {name: _per_model_view(t, k) for name, t in tensors.items() if name not in weights}
-        return ShadowModels(module, {}, base_views, trainable)
+        return ShadowModels(module, base_views, trainable)
     if lora is None:
         raise UsageError(f"parameterization {parameterization!r} needs a LoRA rank")
     module = model_lib.attach_lora(base, lora)
@@ -101,8 +100,8 @@ def build(base: nn.Module, parameterization: str, lora: model_lib.LoraSpec | Non
               if ".lora_B." in name}
     base_views = {name: _per_model_view(t.to(device), k) for name, t in tensors.items() if ".lora_" not in name}
     if parameterization == "lora-fa":
-        return ShadowModels(module, {}, {**base_views, **lora_a}, lora_b)
-    return ShadowModels(module, {}, base_views, {**lora_a, **lora_b})
+        return ShadowModels(module, {**base_views, **lora_a}, lora_b)
+    return ShadowModels(module, base_views, {**lora_a, **lora_b})
 
 
 def _per_model_view(tensor: torch.Tensor, k: int) -> torch.Tensor:
@@ -222,28 +221,28 @@ def poisson_batches(membership: np.ndarray, randomness: Sequence[ModelRandomness
 
 
 def _loss_functions(module: nn.Module):
-    """Batch-mean and single-example cross-entropy as functions of (trainable, frozen, shared, data)."""
+    """Batch-mean and single-example cross-entropy as functions of (trainable, frozen, data)."""
 
-    def batch_loss(trainable, frozen, shared, x, y, w):
-        logits = functional_call(module, {**shared, **frozen, **trainable}, (x,))
+    def batch_loss(trainable, frozen, x, y, w):
+        logits = functional_call(module, {**frozen, **trainable}, (x,))
         losses = nn.functional.cross_entropy(logits, y, reduction="none")
         return (w * losses).sum() / w.sum().clamp(min=1.0)
 
-    def example_loss(trainable, frozen, shared, x, y):
-        logits = functional_call(module, {**shared, **frozen, **trainable}, (x.unsqueeze(0),))
+    def example_loss(trainable, frozen, x, y):
+        logits = functional_call(module, {**frozen, **trainable}, (x.unsqueeze(0),))
         return nn.functional.cross_entropy(logits, y.unsqueeze(0))
 
     return batch_loss, example_loss
 
 
 def gradient_function(module: nn.Module, per_example: bool) -> Callable:
-    """(trainable, frozen, shared, x, y, w) → gradients for K models: (K, ...) or per example (K, b, ...)."""
+    """(trainable, frozen, x, y, w) → gradients for K models: (K, ...) or per example (K, b, ...)."""
     batch_loss, example_loss = _loss_functions(module)
     if not per_example:
-        return vmap(grad(batch_loss), in_dims=(0, 0, None, 0, 0, 0))
-    per_model = vmap(grad(example_loss), in_dims=(None, None, None, 0, 0))
-    models = vmap(per_model, in_dims=(0, 0, None, 0, 0))
-    return lambda trainable, frozen, shared, x, y, w: models(trainable, frozen, shared, x, y)
+        return vmap(grad(batch_loss), in_dims=(0, 0, 0, 0, 0))
+    per_model = vmap(grad(example_loss), in_dims=(None, None, 0, 0))
+    models = vmap(per_model, in_dims=(0, 0, 0, 0))
+    return lambda trainable, frozen, x, y, w: models(trainable, frozen, x, y)
 
 
 @dataclass(frozen=True)
@@ -299,7 +298,7 @@ def _trained_linear_layers(module: nn.Module, names: Sequence[str]) -> dict[str,
 
 
 def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callable:
-    """(trainable, frozen, shared, x, y, w) → :class:`PerExampleGradients` of K models, exact per example.
+    """(trainable, frozen, x, y, w) → :class:`PerExampleGradients` of K models, exact per example.
 
     If every trained tensor ``names`` is a Linear weight, one batched backward pass records each layer's inputs
     and output gradients (:class:`LinearExampleGradients`: each Linear layer must see one vector per example, as
@@ -310,7 +309,7 @@ def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callab
         dense = gradient_function(module, per_example=True)
         return lambda *args: DenseExampleGradients(dense(*args))
 
-    def summed_loss(probes, trainable, frozen, shared, x, y):
+    def summed_loss(probes, trainable, frozen, x, y):
         # Adding a zero probe to each layer's output makes ∂(Σ_i ℓ_i)/∂probe_i = δ_i, the output gradient.
         inputs = {}
 
@@ -325,17 +324,17 @@ def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callab
 
         handles = [layer.register_forward_hook(recorder(name)) for name, layer in layers.items()]
         try:
-            logits = functional_call(module, {**shared, **frozen, **trainable}, (x,))
+            logits = functional_call(module, {**frozen, **trainable}, (x,))
         finally:
             for handle in handles:
                 handle.remove()
         return nn.functional.cross_entropy(logits, y, reduction="sum"), inputs
 
-    per_model = vmap(grad(summed_loss, has_aux=True), in_dims=(0, 0, 0, None, 0, 0))
+    per_model = vmap(grad(summed_loss, has_aux=True), in_dims=(0, 0, 0, 0, 0))
 
-    def gradients(trainable, frozen, shared, x, y, w):
+    def gradients(trainable, frozen, x, y, w):
         probes = {name: x.new_zeros(*y.shape, layer.out_features) for name, layer in layers.items()}
-        output_gradients, inputs = per_model(probes, trainable, frozen, shared, x, y)
+        output_gradients, inputs = per_model(probes, trainable, frozen, x, y)
         return LinearExampleGradients(inputs, output_gradients)
 
     return gradients
@@ -382,7 +381,7 @@ def train(shadow: ShadowModels, mechanism: Mechanism, x: np.ndarray, y: np.ndarr
     for step, (index, weight) in enumerate(batches):
         index_t = torch.from_numpy(index).to(device)
         weight_t = torch.from_numpy(weight).to(device)
-        grads = gradients(params, shadow.frozen, shadow.shared, pool_x[index_t], pool_y[index_t], weight_t)
+        grads = gradients(params, shadow.frozen, pool_x[index_t], pool_y[index_t], weight_t)
         current = Step(grads, weight_t, step, expected_batch_size)
         if update is not None:
             with torch.no_grad():
@@ -408,7 +407,7 @@ def train(shadow: ShadowModels, mechanism: Mechanism, x: np.ndarray, y: np.ndarr
 def logits(shadow: ShadowModels, x: np.ndarray, batch_size: int = 4096) -> torch.Tensor:
     """(K, n, classes) logits of every model on the same inputs ``x`` (n, ...)."""
     forward = vmap(lambda trainable, frozen, inputs: functional_call(
-        shadow.module, {**shadow.shared, **frozen, **trainable}, (inputs,)), in_dims=(0, 0, 0))
+        shadow.module, {**frozen, **trainable}, (inputs,)), in_dims=(0, 0, 0))
     device = next(iter(shadow.trainable.values())).device
     inputs = torch.from_numpy(x).to(device)
     # Inputs per model too (a view), so that no GEMM spans several models (see _per_model_view).
@@ -432,7 +431,7 @@ def train_sequentially(shadow: ShadowModels, mechanism: Mechanism, x: np.ndarray
     trained: dict[str, list[torch.Tensor]] = {name: [] for name in shadow.trainable}
     for k in range(shadow.n_models):
         module = copy.deepcopy(shadow.module)
-        values = {**shadow.shared, **{n: t[k] for n, t in {**shadow.frozen, **shadow.trainable}.items()}}
+        values = {n: t[k] for n, t in {**shadow.frozen, **shadow.trainable}.items()}
         params = dict(module.named_parameters())
         with torch.no_grad():
             for name, value in values.items():

@@ -12,7 +12,6 @@ Writes ``wishart_fig1.csv`` and ``wishart_fig1.png`` to ``--out``.
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 from pathlib import Path
 
@@ -21,9 +20,9 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
+import _common  # noqa: E402
 from accountants import wishart  # noqa: E402
 
-COLUMNS = ("rho", "r", "theorem1_epsilon", "exact_epsilon", "exact_epsilon_lo", "exact_epsilon_hi")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -56,8 +55,7 @@ def _visible(values: list[float]) -> list[float]:
     return [v if 0 < v < math.inf else math.nan for v in values]
 
 
-def plot(rows: list[dict], args: argparse.Namespace, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+def plot(rows: list[dict], args: argparse.Namespace, ax) -> None:
     for color, rho in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"], args.rho):
         mine = [row for row in rows if row["rho"] == rho]
         ranks = [row["r"] for row in mine]
@@ -71,23 +69,14 @@ def plot(rows: list[dict], args: argparse.Namespace, path: Path) -> None:
     ax.set(xscale="log", yscale="log", xlabel="rank r", ylabel="ε",
            title=f"Vector projection, d={args.d}, δ={args.delta}")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
     rows = compute(args)
-    with open(args.out / "wishart_fig1.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    plot(rows, args, args.out / "wishart_fig1.png")
-    for row in rows:
-        print(f"rho={row['rho']:<8} r={row['r']:<4} Thm1 eps={row['theorem1_epsilon']:<10.4g} "
-              f"exact eps={row['exact_epsilon']:.4g} [{row['exact_epsilon_lo']:.4g}, {row['exact_epsilon_hi']:.4g}]")
+    _common.write_table(rows, args.out, "wishart_fig1")
+    with _common.figure(args.out, "wishart_fig1") as axes:
+        plot(rows, args, axes[0])
     print(f"wrote {args.out / 'wishart_fig1.csv'} and {args.out / 'wishart_fig1.png'}")
     return 0
 

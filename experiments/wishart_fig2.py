@@ -12,7 +12,6 @@ Writes ``wishart_fig2.csv`` and ``wishart_fig2.png`` to ``--out``.
 from __future__ import annotations
 
 import argparse
-import csv
 from pathlib import Path
 
 import matplotlib
@@ -21,10 +20,9 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+import _common  # noqa: E402
 from accountants import gaussian, wishart  # noqa: E402
 
-COLUMNS = ("sigma", "r", "theorem5_epsilon", "theorem5_alpha", "mixture_epsilon", "gaussian_exact_epsilon",
-           "gaussian_eq10_epsilon")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -54,8 +52,7 @@ def compute(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
-def plot(rows: list[dict], args: argparse.Namespace, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+def plot(rows: list[dict], args: argparse.Namespace, ax) -> None:
     first = [row for row in rows if row["r"] == args.ranks[0]]
     sigmas = [row["sigma"] for row in first]
     ax.plot(sigmas, [row["gaussian_exact_epsilon"] for row in first], "k-", label="Gaussian (exact)")
@@ -67,24 +64,14 @@ def plot(rows: list[dict], args: argparse.Namespace, path: Path) -> None:
     ax.set(xscale="log", yscale="log", xlabel="σ (noise std, |ΔV|_F = 1)", ylabel="ε",
            title=f"M2, d={args.d}, δ={args.delta:g}")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
     rows = compute(args)
-    with open(args.out / "wishart_fig2.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    plot(rows, args, args.out / "wishart_fig2.png")
-    for row in rows:
-        if abs(row["sigma"] - 1.0) < 1e-9:
-            print(f"sigma=1 r={row['r']}: Thm 5 {row['theorem5_epsilon']:.4g} mixture {row['mixture_epsilon']:.4g} "
-                  f"Gaussian {row['gaussian_exact_epsilon']:.4g} (Eq. 10: {row['gaussian_eq10_epsilon']:.4g})")
+    _common.write_table(rows, args.out, "wishart_fig2")
+    with _common.figure(args.out, "wishart_fig2") as axes:
+        plot(rows, args, axes[0])
     print(f"wrote {args.out / 'wishart_fig2.csv'} and {args.out / 'wishart_fig2.png'}")
     return 0
 

@@ -38,8 +38,7 @@ def _opacus_grad_samples(shadow: engine.ShadowModels, x: torch.Tensor, y: torch.
     module = copy.deepcopy(shadow.module).train()  # opacus records activations in training mode only
     params = dict(module.named_parameters())
     with torch.no_grad():
-        for name, value in {**shadow.shared, **{n: t[0] for n, t in {**shadow.frozen, **shadow.trainable}.items()}
-                            }.items():
+        for name, value in {n: t[0] for n, t in {**shadow.frozen, **shadow.trainable}.items()}.items():
             params[name].copy_(value)
     for name, p in params.items():
         p.requires_grad_(name in shadow.trainable)
@@ -68,11 +67,11 @@ def test_per_example_gradients_match_opacus(digits, base, architecture, paramete
     shadow = _perturbed(engine.build(module, parameterization, models.LoraSpec(4), randomness, torch.device("cpu")))
     if path == "DenseExampleGradients":
         dense = engine.gradient_function(shadow.module, per_example=True)
-        ours = engine.DenseExampleGradients(dense(shadow.trainable, shadow.frozen, shadow.shared, x[None], y[None],
+        ours = engine.DenseExampleGradients(dense(shadow.trainable, shadow.frozen, x[None], y[None],
                                                   None))
     else:
         ours = engine.example_gradient_function(shadow.module, list(shadow.trainable))(
-            shadow.trainable, shadow.frozen, shadow.shared, x[None], y[None], None)
+            shadow.trainable, shadow.frozen, x[None], y[None], None)
     assert type(ours).__name__ == path
     reference = _opacus_grad_samples(shadow, x, y)
     assert reference.keys() == shadow.trainable.keys()
@@ -115,7 +114,7 @@ def test_clipping_is_exact_per_example_over_all_trained_tensors(digits, base):
     x = torch.from_numpy(digits.private.x[:30].reshape(3, 10, 64))
     y = torch.from_numpy(digits.private.y[:30].reshape(3, 10))
     examples = engine.example_gradient_function(shadow.module, list(shadow.trainable))(
-        shadow.trainable, shadow.frozen, shadow.shared, x, y, None)
+        shadow.trainable, shadow.frozen, x, y, None)
     per_example = examples.materialise()
     weights = torch.ones(3, 10)
     weights[:, 7:] = 0  # padding

@@ -28,7 +28,7 @@ def _step(setting, randomness, parameterization="full", rank=4):
     shadow = engine.build(base, parameterization, models.LoraSpec(rank), randomness, torch.device("cpu"))
     k = len(randomness)
     examples = engine.example_gradient_function(shadow.module, list(shadow.trainable))(
-        shadow.trainable, shadow.frozen, shadow.shared, torch.from_numpy(x[:10 * k].reshape(k, 10, 64)),
+        shadow.trainable, shadow.frozen, torch.from_numpy(x[:10 * k].reshape(k, 10, 64)),
         torch.from_numpy(y[:10 * k].reshape(k, 10)), None)
     weights = torch.ones(k, 10)
     weights[:, 8:] = 0
