@@ -102,11 +102,15 @@ def finish(store, attack: str, as_json: bool) -> int:
     eps = numbers["epsilon_lower_bound"]
     eps_line = (f"empirical ε ≥ {eps:.3f} (Clopper-Pearson), ≥ {numbers['epsilon_lower_bound_gdp']:.3f} (GDP) "
                 f"at δ={numbers['delta']:g}, 95% confidence" if eps is not None else numbers["epsilon_method"])
+    analytic = (f"ε ≤ {numbers['analytic_epsilon']:.3f} ({numbers['analytic_bound']})"
+                if numbers["analytic_epsilon"] is not None else f"no bound: {numbers['analytic_reason']}")
     print(f"{numbers['mechanism']} rank {numbers['rank']} on {numbers['dataset']} ({numbers['design']} design, "
           f"{numbers['attack']}): {numbers['n_in']} IN / {numbers['n_out']} OUT in {numbers['seconds']:.1f} s\n"
           f"  AUC {numbers['auc']:.4f} (95% CI {numbers['auc_ci95'][0]:.4f}-{numbers['auc_ci95'][1]:.4f})  "
           f"balanced accuracy {numbers['balanced_accuracy']:.4f}  {tpr}\n"
           f"  {eps_line}\n"
+          f"  analytic: {analytic}\n"
+          f"  verdict: {numbers['verdict']} — {numbers['verdict_reason']}\n"
           f"  mean test accuracy {numbers['test_accuracy']:.4f}\n"
-          f"  wrote {store.root}/: summary.json scores.csv roc.png roc_loglog.png report.md")
+          f"  wrote {store.root}/: summary.json scores.csv roc.png roc_loglog.png report.md report.html")
     return 0
