@@ -1,4 +1,4 @@
-"""bf16 autocast vs fp32 shadow training: effect on canary scores and speed, same campaign, one run.
+"""bf16 autocast vs fp32 shadow training: effect on canary scores, same campaign and seed, one run.
 
     .venv/bin/python benchmarks/bench_precision.py [--models 64] [--device cpu]
 
@@ -29,8 +29,7 @@ def main() -> None:
             config = CampaignConfig(models=args.models, epochs=args.epochs, precision=precision)
             store = campaign.run(config, Execution(device=args.device, progress=False), Path(root) / precision)
             results[precision] = analysis.analyse(store)
-            print(f"{precision}: AUC {results[precision].metrics.auc:.4f}  "
-                  f"{args.models / store.seconds():.1f} models/s (incl. setup)")
+            print(f"{precision}: AUC {results[precision].metrics.auc:.4f}")
     fp32, bf16 = results["fp32"].scores[:, 0], results["bf16"].scores[:, 0]
     change = np.abs(bf16 - fp32)
     print(f"canary score change bf16 vs fp32: median {np.median(change):.3g}, max {change.max():.3g} "
