@@ -11,6 +11,7 @@ import numpy as np
 
 from attacks import epsilon as epsilon_lib
 from attacks import lira, loss, metrics as metrics_lib, reference, rmia, scores as score_lib, tradeoff
+from dpaudit.bounds import AnalyticBound, LayerShape, analytic_bound
 from dpaudit.config import CampaignConfig
 from dpaudit.store import ChunkOutputs, Plan, RunStore
 
@@ -58,6 +59,7 @@ class Analysis:
     metrics: metrics_lib.MembershipMetrics
     bound: epsilon_lib.EpsilonLowerBound | None  # None where trials are not independent
     gdp_bound: epsilon_lib.EpsilonLowerBound | None
+    analytic: AnalyticBound  # the mechanism's analytic ε at the campaign's δ, or why there is none
     seconds: float
 
     @property
@@ -88,8 +90,10 @@ def analyse(store: RunStore, attack: str = "canary-loss") -> Analysis:
     accuracy = (outputs.population_logits.argmax(-1) == plan.population_labels).mean(axis=1)
     correct = outputs.target_logits.argmax(-1) == plan.target_labels
     member_accuracy = float(correct[membership].mean()) if membership.any() else float("nan")
+    layers = [LayerShape(*map(int, row)) for row in plan.layer_shapes]
+    analytic = analytic_bound(config, int(plan.max_members), layers)
     return Analysis(config, attack, scores, membership, accuracy, member_accuracy, metrics, bound, gdp_bound,
-                    store.seconds())
+                    analytic, store.seconds())
 
 
 @dataclass(frozen=True)
@@ -101,9 +105,9 @@ class Verdict:
     max_allowed_auc: float | None  # the largest AUC any attack can reach under the analytic (ε, δ)
 
 
-def verdict(analysis: Analysis, analytic_epsilon: float | None) -> Verdict:
-    """attacks.tradeoff.audit_verdict on the Clopper-Pearson bound and the AUC's lower confidence limit."""
-    delta = analysis.config.delta
+def verdict(analysis: Analysis) -> Verdict:
+    """attacks.tradeoff.audit_verdict of the analytic ε on the Clopper-Pearson bound and the AUC's lower limit."""
+    analytic_epsilon, delta = analysis.analytic.epsilon, analysis.config.delta
     allowed = None if analytic_epsilon is None else tradeoff.max_auc((analytic_epsilon, delta))
     if analysis.bound is None:
         return Verdict("inconclusive", "this design's trials share models, so there is no valid empirical ε lower "

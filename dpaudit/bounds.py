@@ -131,20 +131,3 @@ def layer_shapes(module) -> list[LayerShape]:
         d_out, d_in = layer.weight.shape[0], models.projection_dim(layer)
         shapes.append(LayerShape(d_out, d_in, 1 if isinstance(layer, nn.Linear) else min(d_out, d_in)))
     return shapes
-
-
-def campaign_bound(config: CampaignConfig) -> AnalyticBound:
-    """:func:`analytic_bound` of a campaign, from its config alone (the run directory's view).
-
-    N, the largest member count: the private pool plus the canary for IN models (canary design; without it in a
-    null campaign), or the largest row of the all-examples design; the layers are the dataset's default model's.
-    """
-    from attacks import designs
-    from dpaudit import data, models
-
-    dataset = data.load(config.dataset)
-    if config.design == "canary":
-        members = len(dataset.private) + (0 if config.null else 1)
-    else:
-        members = int(designs.all_examples_design(config.models, len(dataset.private), config.seed).sum(1).max())
-    return analytic_bound(config, members, layer_shapes(models.for_input(dataset.input_shape, dataset.num_classes)))

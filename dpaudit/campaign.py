@@ -15,7 +15,7 @@ import math
 import os
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -26,7 +26,7 @@ from torch import nn
 from attacks import canary as canary_lib
 from attacks import designs
 from dpaudit import data as data_lib
-from dpaudit import engine, models
+from dpaudit import bounds, engine, models
 from dpaudit.config import CampaignConfig, Execution
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms import registry
@@ -149,7 +149,9 @@ def prepare(config: CampaignConfig, store: RunStore, device: torch.device) -> Se
     if plan is None:
         with torch.no_grad():
             reference_logits = base(torch.from_numpy(setup.targets_x)).numpy()
-        store.save_plan(Plan(pool_y[target_index], design_membership, reference_logits, dataset.test.y))
+        shapes = np.array([astuple(shape) for shape in bounds.layer_shapes(base)], dtype=np.int64)
+        store.save_plan(Plan(pool_y[target_index], design_membership, reference_logits, dataset.test.y,
+                             np.array(layout.members), shapes))
         torch.save(base.state_dict(), store.base_path)  # last: its presence marks a complete setup
     return setup
 

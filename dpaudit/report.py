@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from attacks import metrics as metrics_lib
-from dpaudit import audit_report, bounds
+from dpaudit import audit_report
 from dpaudit.analysis import CONFIDENCE, FPRS, Analysis, verdict
 from dpaudit.store import replace_atomically, write_json
 
@@ -43,7 +43,7 @@ def summary(analysis: Analysis) -> dict:
                            "Nasr et al. 2023" if analysis.bound is not None else
                            "none: the all-examples design's trials share models, so they are not independent"),
         "delta": config.delta,
-        **bounds.campaign_bound(config).summary_fields(),
+        **analysis.analytic.summary_fields(),
         "test_accuracy": float(analysis.test_accuracy.mean()),
         "member_accuracy": analysis.member_accuracy,
         "seed": config.seed,
@@ -51,7 +51,7 @@ def summary(analysis: Analysis) -> dict:
         "config_hash": config.canonical_hash(),
         "seconds": analysis.seconds,
     }
-    judged = verdict(analysis, numbers["analytic_epsilon"])
+    judged = verdict(analysis)
     numbers.update(verdict=judged.outcome, verdict_reason=judged.reason, max_allowed_auc=judged.max_allowed_auc)
     return numbers
 

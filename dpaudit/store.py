@@ -46,6 +46,8 @@ class Plan:
     membership: np.ndarray  # (models, targets) bool
     reference_logits: np.ndarray  # (targets, classes)
     population_labels: np.ndarray  # (population,) the test split: in no model's training set (RMIA's z)
+    max_members: np.ndarray  # () the largest member count N of any model: with the batch size it fixes q and T
+    layer_shapes: np.ndarray  # (layers, 3) d_out, d_in, example rank of each adapted layer (dpaudit.bounds)
 
 
 @dataclass(frozen=True)
