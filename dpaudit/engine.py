@@ -18,9 +18,10 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from dpaudit import background
 from dpaudit import models as model_lib
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms.base import Mechanism, Step
+from dpaudit.mechanisms.base import Mechanism, PerExampleGradients, Step
 from dpaudit.seeding import ModelRandomness
 
 SCHEDULES = ("constant", "cosine")
@@ -108,8 +109,9 @@ def _per_model_view(tensor: torch.Tensor, k: int) -> torch.Tensor:
     """The frozen base as a (K, ...) stride-0 view: every model gets it without a copy.
 
     Passing it per model (in_dims=0) rather than once (in_dims=None) costs ~4% speed and keeps each model's
-    arithmetic independent of K: with in_dims=None, vmap fuses the K models' rows into one GEMM whose rounding
-    depends on the row count (seen: a model's canary logits changed in the last bits with the chunk size).
+    arithmetic independent of K: with in_dims=None, vmap fuses the K models' rows into one large GEMM whose
+    blocking, and so rounding, changes with K (seen: a model's canary logits changed in the last bits with the
+    chunk size).
     """
     return tensor.expand(k, *tensor.shape)
 
@@ -134,9 +136,8 @@ class BatchLayout:
         return cls(steps, math.ceil(max_members / steps), max_members)
 
 
-# Per model and step, the chance that a Poisson batch overflows the padded width (then that step is padded to
-# the chunk's largest batch: still exact, but its arithmetic then depends on the chunk).
-_POISSON_OVERFLOW = 1e-9
+# Per model and step, the chance that a Poisson batch does not fit the first block (the chunk then adds blocks).
+_FIRST_BLOCK_OVERFLOW = 1e-3
 
 
 @dataclass(frozen=True)
@@ -145,14 +146,21 @@ class PoissonLayout:
 
     ``N`` = the campaign's largest member count (:attr:`BatchLayout.members`) and ``b`` = the expected batch
     size: rate ``q = b / N``, ``steps = ⌈N / b⌉`` per epoch (as many as shuffled batches, so that an epoch visits
-    each member once in expectation), and the clipped sum is divided by ``b = q N``. Batches are padded to
-    ``width``, the Binomial(N, q) quantile exceeded with probability 1e-9 per model and step.
+    each member once in expectation), and the clipped sum is divided by ``b = q N``.
+
+    A step is computed in blocks of fixed widths, so that every GEMM a model takes part in has the same shape
+    whatever its chunk (a GEMM's rounding can depend on its row count: torch's bmm, e.g., switches kernels with
+    size): a first block of ``width`` slots (the Binomial(N, q) quantile exceeded with probability 1e-3 per model
+    and step), then, while the chunk's largest batch does not fit, blocks of ``overflow_width`` (about one
+    standard deviation). Padding slots have weight 0, so a block of padding only adds exact zeros. This keeps
+    chunk independence at ~1.6x the mean batch of arithmetic, where one worst-case width (1e-9) cost ~2.2x.
     """
 
     sample_rate: float
     steps: int
-    width: int
     expected_batch_size: int
+    width: int
+    overflow_width: int
 
     @classmethod
     def for_members(cls, max_members: int, expected_batch_size: int) -> "PoissonLayout":
@@ -162,9 +170,15 @@ class PoissonLayout:
             raise UsageError(f"--batch-size {expected_batch_size} exceeds the {max_members} training examples of a "
                              f"shadow model: the Poisson rate q = batch size / examples must be <= 1")
         rate = expected_batch_size / max_members
-        width = int(binom.isf(_POISSON_OVERFLOW, max_members, rate)) + 1
-        return cls(rate, math.ceil(max_members / expected_batch_size), min(width, max_members),
-                   expected_batch_size)
+        width = max(1, int(binom.isf(_FIRST_BLOCK_OVERFLOW, max_members, rate)))  # P(batch > width) <= 1e-3
+        overflow_width = max(1, math.ceil(math.sqrt(max_members * rate * (1 - rate))))
+        return cls(rate, math.ceil(max_members / expected_batch_size), expected_batch_size, width, overflow_width)
+
+    def blocks(self, largest_batch: int) -> list[slice]:
+        """The slots of each block of a step whose largest batch has ``largest_batch`` examples."""
+        extra = math.ceil(max(0, largest_batch - self.width) / self.overflow_width)
+        return [slice(0, self.width)] + [slice(self.width + j * self.overflow_width,
+                                               self.width + (j + 1) * self.overflow_width) for j in range(extra)]
 
     @classmethod
     def for_batch_layout(cls, layout: BatchLayout, expected_batch_size: int) -> "PoissonLayout":
@@ -199,11 +213,11 @@ def shuffled_batches(membership: np.ndarray, randomness: Sequence[ModelRandomnes
 
 def poisson_batches(membership: np.ndarray, randomness: Sequence[ModelRandomness], layout: PoissonLayout,
                     epochs: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Per step: pool indices (K, width) and example weights (K, width) of Poisson-sampled batches (SPEC §1.5).
+    """Per step: pool indices (K, w) and example weights (K, w) of Poisson-sampled batches (SPEC §1.5).
 
     Each member of model k is included independently with probability ``layout.sample_rate``, drawn from k's
-    "data" stream (one uniform per member and step), so a model's batches do not depend on its chunk. A batch
-    larger than ``layout.width`` (probability 1e-9) widens that step's padding for the whole chunk.
+    "data" stream (one uniform per member and step), so a model's batches do not depend on its chunk. Each step
+    is padded with weight-0 slots to the end of the last block it needs (:meth:`PoissonLayout.blocks`).
     """
     members = [np.flatnonzero(row) for row in membership]
     if any(len(m) == 0 for m in members):
@@ -211,13 +225,11 @@ def poisson_batches(membership: np.ndarray, randomness: Sequence[ModelRandomness
     rngs = [model.numpy("data") for model in randomness]
     for _ in range(epochs * layout.steps):
         batches = [rows[rng.random(len(rows)) < layout.sample_rate] for rows, rng in zip(members, rngs)]
-        width = max(layout.width, *map(len, batches))
-        index = np.zeros((len(members), width), dtype=np.int64)
-        weight = np.zeros((len(members), width), dtype=np.float32)
-        for k, batch in enumerate(batches):
-            index[k, :len(batch)] = batch
-            weight[k, :len(batch)] = 1.0
-        yield index, weight
+        sizes = np.array([len(batch) for batch in batches])
+        sampled = np.arange(layout.blocks(sizes.max())[-1].stop) < sizes[:, None]
+        index = np.zeros(sampled.shape, dtype=np.int64)
+        index[sampled] = np.concatenate(batches)
+        yield index, sampled.astype(np.float32)
 
 
 def _loss_functions(module: nn.Module):
@@ -257,6 +269,14 @@ class DenseExampleGradients:
     def weighted_sum(self, coefficients: torch.Tensor) -> dict[str, torch.Tensor]:
         return {name: torch.einsum("kb,kb...->k...", coefficients, g) for name, g in self.tensors.items()}
 
+    def transformed_squared_norms(self, name, left, right) -> torch.Tensor:
+        matrices = self.tensors[name].flatten(3)
+        if left is not None:
+            matrices = left.unsqueeze(1) @ matrices
+        if right is not None:
+            matrices = matrices @ right.unsqueeze(1)
+        return matrices.square().sum((-2, -1))
+
     def materialise(self) -> dict[str, torch.Tensor]:
         return self.tensors
 
@@ -274,16 +294,60 @@ class LinearExampleGradients:
     output_gradients: dict[str, torch.Tensor]
 
     def squared_norms(self) -> torch.Tensor:
-        return sum(self.output_gradients[name].square().sum(-1) * x.square().sum(-1)
-                   for name, x in self.inputs.items())
+        return sum((torch.linalg.vector_norm(self.output_gradients[name], dim=-1)
+                    * torch.linalg.vector_norm(x, dim=-1)).square() for name, x in self.inputs.items())
 
     def weighted_sum(self, coefficients: torch.Tensor) -> dict[str, torch.Tensor]:
         return {name: (coefficients.unsqueeze(-1) * self.output_gradients[name]).mT @ x
                 for name, x in self.inputs.items()}
 
+    def transformed_squared_norms(self, name, left, right) -> torch.Tensor:
+        """``‖L δ_i x_iᵀ R‖² = ‖L δ_i‖² ‖Rᵀ x_i‖²``: O(b (d_out p + d_in q)) per model.
+
+        The products are broadcast multiplications and sums, not batched GEMMs: a GEMM kernel's rounding can
+        depend on where a model's matrix sits in memory (its position in the chunk), and these norms must not.
+        """
+        output_gradients, inputs = self.output_gradients[name], self.inputs[name]
+        if left is not None:
+            output_gradients = (output_gradients.unsqueeze(-2) * left.unsqueeze(1)).sum(-1)
+        if right is not None:
+            inputs = (inputs.unsqueeze(-1) * right.unsqueeze(1)).sum(-2)
+        return output_gradients.square().sum(-1) * inputs.square().sum(-1)
+
     def materialise(self) -> dict[str, torch.Tensor]:
         return {name: torch.einsum("kbo,kbi->kboi", self.output_gradients[name], x)
                 for name, x in self.inputs.items()}
+
+
+@dataclass(frozen=True)
+class BlockedExampleGradients:
+    """Per-example gradients of a Poisson step computed block by block (:meth:`PoissonLayout.blocks`).
+
+    Per-example quantities are the blocks' concatenated along the example axis; sums are accumulated block by
+    block in order, so a block that holds only padding for a model adds exact zeros to that model's sum.
+    """
+
+    blocks: tuple[PerExampleGradients, ...]
+    widths: tuple[int, ...]
+
+    def squared_norms(self) -> torch.Tensor:
+        return torch.cat([block.squared_norms() for block in self.blocks], dim=1)
+
+    def transformed_squared_norms(self, name, left, right) -> torch.Tensor:
+        return torch.cat([block.transformed_squared_norms(name, left, right) for block in self.blocks], dim=1)
+
+    def weighted_sum(self, coefficients: torch.Tensor) -> dict[str, torch.Tensor]:
+        parts = zip(self.blocks, coefficients.split(self.widths, dim=1))
+        block, block_coefficients = next(parts)
+        totals = block.weighted_sum(block_coefficients)
+        for block, block_coefficients in parts:
+            for name, value in block.weighted_sum(block_coefficients).items():
+                totals[name].add_(value)
+        return totals
+
+    def materialise(self) -> dict[str, torch.Tensor]:
+        parts = [block.materialise() for block in self.blocks]
+        return {name: torch.cat([part[name] for part in parts], dim=1) for name in parts[0]}
 
 
 def _trained_linear_layers(module: nn.Module, names: Sequence[str]) -> dict[str, nn.Linear] | None:
@@ -328,7 +392,9 @@ def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callab
         finally:
             for handle in handles:
                 handle.remove()
-        return nn.functional.cross_entropy(logits, y, reduction="sum"), inputs
+        # cross_entropy(reduction="sum") spelled out, bit for bit: under vmap(grad) its nll_loss decomposes into
+        # indexing ops that cost more than the rest of the loss.
+        return -logits.log_softmax(-1).gather(-1, y.unsqueeze(-1)).sum(), inputs
 
     per_model = vmap(grad(summed_loss, has_aux=True), in_dims=(0, 0, 0, 0, 0))
 
@@ -358,14 +424,18 @@ def train(shadow: ShadowModels, mechanism: Mechanism, x: np.ndarray, y: np.ndarr
     pool_x = torch.from_numpy(x).to(device)
     pool_y = torch.from_numpy(y).to(device)
     params = {name: t.clone() for name, t in shadow.trainable.items()}
-    optimiser = torch.optim.SGD(list(params.values()), lr=config.lr, momentum=config.momentum)
+    optimiser = torch.optim.SGD(list(params.values()), lr=config.lr, momentum=config.momentum,
+                                fused=True)  # one pass over the weights per step instead of three
     layout = layout or BatchLayout.for_members(int(membership.sum(axis=1).max()), config.batch_size)
     if getattr(mechanism, "sampling", "shuffle") == "poisson":
+        if not mechanism.per_example:
+            raise ValueError(f"mechanism {mechanism.name!r} samples Poisson batches, which the engine computes "
+                             f"per example only (clipped sums divided by the expected batch size)")
         poisson = PoissonLayout.for_batch_layout(layout, config.batch_size)
         steps, expected_batch_size = poisson.steps, poisson.expected_batch_size
         batches = poisson_batches(membership, randomness, poisson, config.epochs)
     else:
-        steps, expected_batch_size = layout.steps, None
+        poisson, steps, expected_batch_size = None, layout.steps, None
         batches = shuffled_batches(membership, randomness, layout, config.epochs)
     schedule = (torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=config.epochs * steps,
                                                            eta_min=config.min_lr)
@@ -378,11 +448,18 @@ def train(shadow: ShadowModels, mechanism: Mechanism, x: np.ndarray, y: np.ndarr
             initialise(params, state)
     gradients = (example_gradient_function(shadow.module, list(params)) if mechanism.per_example
                  else gradient_function(shadow.module, per_example=False))
-    for step, (index, weight) in enumerate(batches):
+    for step, (index, weight) in enumerate(background.ahead(batches)):
         index_t = torch.from_numpy(index).to(device)
         weight_t = torch.from_numpy(weight).to(device)
-        grads = gradients(params, shadow.frozen, pool_x[index_t], pool_y[index_t], weight_t)
-        current = Step(grads, weight_t, step, expected_batch_size)
+        if poisson is None:
+            grads = gradients(params, shadow.frozen, pool_x[index_t], pool_y[index_t], weight_t)
+        else:
+            blocks = poisson.blocks(index.shape[1])
+            parts = tuple(gradients(params, shadow.frozen, pool_x[index_t[:, block]], pool_y[index_t[:, block]],
+                                    weight_t[:, block]) for block in blocks)
+            grads = parts[0] if len(parts) == 1 else BlockedExampleGradients(parts, tuple(
+                block.stop - block.start for block in blocks))
+        current = Step(grads, weight_t, step, expected_batch_size, config.epochs * steps)
         if update is not None:
             with torch.no_grad():
                 update(params, current, state, optimiser.param_groups[0]["lr"])

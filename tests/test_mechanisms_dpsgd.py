@@ -11,7 +11,9 @@ from torch import nn
 
 from dpaudit import data, engine, models, seeding
 from dpaudit.mechanisms.base import Step
-from dpaudit.mechanisms.dpsgd import DpSgd, clipped_sum, dp_sgd
+from dpaudit.mechanisms.prism import PrismMechanism
+from dpaudit.mechanisms.wishart import NoisyProjection
+from dpaudit.mechanisms.dpsgd import DpSgd, GaussianNoiseStream, clipped_sum, dp_sgd, gaussian_noise
 
 
 @pytest.fixture(scope="module")
@@ -90,12 +92,16 @@ def test_poisson_batches_have_binomial_sizes_and_ignore_chunking():
     """Each member is drawn with rate q: batch sizes have mean Nq and variance Nq(1-q); draws are per model."""
     layout = engine.PoissonLayout.for_members(719, 32)
     assert (layout.steps, layout.expected_batch_size) == (23, 32) and layout.sample_rate == 32 / 719
-    assert 60 < layout.width < 80
+    # first block: P(Binomial(719, q) > 50) = 9.0e-4 <= 1e-3 < P(> 49) = 1.5e-3;
+    # overflow blocks ⌈√(Nq(1-q))⌉ = ⌈5.53⌉ wide
+    assert (layout.width, layout.overflow_width) == (50, 6)
+    assert layout.blocks(50) == [slice(0, 50)] and layout.blocks(57) == [slice(0, 50), slice(50, 56), slice(56, 62)]
     membership = np.ones((16, 719), dtype=bool)
     randomness = seeding.shadow_randomness(11, range(16))
     sizes, first_batches = [], []
     for step, (index, weight) in enumerate(engine.poisson_batches(membership, randomness, layout, epochs=5)):
         sizes.append(weight.sum(1))
+        assert index.shape[1] == layout.blocks(int(weight.sum(1).max()))[-1].stop  # padded to its last block
         if step == 0:
             first_batches = [set(row[w > 0]) for row, w in zip(index, weight)]
     sizes = np.concatenate(sizes).astype(np.float64)  # 16 models x 115 steps = 1840 batch sizes
@@ -157,30 +163,88 @@ def test_no_noise_and_no_clipping_is_plain_sgd_on_the_poisson_batches(digits, ba
             torch.testing.assert_close(trained.trainable[name][k], weight.detach(), atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("name", ["dp-sgd", "dp-lora", "dp-lora-fa"])
-def test_dp_models_do_not_depend_on_their_batch_companions(digits, base, name):
-    """Poisson batches, clipping and noise per model: a model trained alone is bit-identical."""
+POISSON_MECHANISMS = {
+    "dp-sgd": lambda: dp_sgd("dp-sgd", 1.0, 1.0), "dp-lora": lambda: dp_sgd("dp-lora", 1.0, 1.0),
+    "dp-lora-fa": lambda: dp_sgd("dp-lora-fa", 1.0, 1.0), "m2": lambda: NoisyProjection(4, 1.0, 1.0),
+    "prism": lambda: PrismMechanism(1.0, 1.0)}
+
+
+@pytest.mark.usefixtures("single_torch_thread")  # as campaign workers train: thread count changes rounding
+@pytest.mark.parametrize("first_block_overflow", [1e-3, 0.5])
+@pytest.mark.parametrize("name", sorted(POISSON_MECHANISMS))
+def test_dp_models_do_not_depend_on_their_batch_companions(digits, base, name, first_block_overflow, monkeypatch):
+    """Poisson batches, clipping and noise per model: each model trained alone is bit-identical to the same model
+    trained at position 1, 3 or 4 of a chunk of 5 (where its tensors sit at other memory offsets). With a first
+    block that half of the batches overflow, most steps run in several blocks whose number depends on the chunk."""
+    monkeypatch.setattr(engine, "_FIRST_BLOCK_OVERFLOW", first_block_overflow)
     x, y = digits.private.x[:200], digits.private.y[:200]
-    membership = np.ones((4, len(y)), dtype=bool)
+    membership = np.ones((5, len(y)), dtype=bool)
     membership[::2, -1] = False
-    randomness = seeding.shadow_randomness(7, range(4))
-    config = engine.TrainingConfig(epochs=1, batch_size=25, lr=0.05)
+    randomness = seeding.shadow_randomness(7, range(5))
+    config = engine.TrainingConfig(epochs=1, batch_size=25, lr=0.01)
     layout = engine.BatchLayout.for_members(len(y), config.batch_size)
-    mechanism = dp_sgd(name, noise_multiplier=1.0, clip_norm=1.0)
+    mechanism = POISSON_MECHANISMS[name]()
     spec = models.LoraSpec(4)
-    together = engine.train(engine.build(base, mechanism.parameterization, spec, randomness, torch.device("cpu")),
-                            mechanism, x, y, membership, randomness, config, layout)
-    alone = engine.train(engine.build(base, mechanism.parameterization, spec, randomness[1:3], torch.device("cpu")),
-                         mechanism, x, y, membership[1:3], randomness[1:3], config, layout)
-    for tensor in together.trainable:
-        assert torch.equal(together.trainable[tensor][1:3], alone.trainable[tensor])
+
+    def train(rows):
+        shadow = engine.build(base, mechanism.parameterization, spec, [randomness[i] for i in rows],
+                              torch.device("cpu"))
+        return engine.train(shadow, mechanism, x, y, membership[rows], [randomness[i] for i in rows], config,
+                            layout).trainable
+
+    together = train([0, 1, 2, 3, 4])
+    for k in (1, 3, 4):
+        alone = train([k])
+        for tensor in together:
+            assert torch.equal(together[tensor][k], alone[tensor][0]), (k, tensor)
+
+
+def test_blocked_gradients_equal_one_block(digits, base):
+    """A step computed in blocks (PoissonLayout.blocks) gives one pass's norms, sums and gradients (to float32
+    rounding: the blocks' GEMMs have other shapes)."""
+    randomness = seeding.shadow_randomness(0, range(3))
+    shadow = _perturbed(engine.build(base, "lora", models.LoraSpec(4), randomness, torch.device("cpu")))
+    x = torch.from_numpy(digits.private.x[:36].reshape(3, 12, 64))
+    y = torch.from_numpy(digits.private.y[:36].reshape(3, 12))
+    gradients = engine.example_gradient_function(shadow.module, list(shadow.trainable))
+    whole = gradients(shadow.trainable, shadow.frozen, x, y, None)
+    widths = (7, 3, 2)
+    blocks = engine.BlockedExampleGradients(tuple(
+        gradients(shadow.trainable, shadow.frozen, part_x, part_y, None)
+        for part_x, part_y in zip(x.split(widths, 1), y.split(widths, 1))), widths)
+    coefficients = torch.rand(3, 12, generator=torch.Generator().manual_seed(0))
+    name = next(n for n in shadow.trainable if ".lora_B." in n)
+    left, right = torch.randn(3, 5, shadow.trainable[name].shape[1]), torch.randn(3, 4, 2)
+    torch.testing.assert_close(blocks.squared_norms(), whole.squared_norms(), rtol=1e-5, atol=0)
+    torch.testing.assert_close(blocks.transformed_squared_norms(name, left, right),
+                               whole.transformed_squared_norms(name, left, right), rtol=1e-5, atol=0)
+    for tensor, total in blocks.weighted_sum(coefficients).items():
+        torch.testing.assert_close(total, whole.weighted_sum(coefficients)[tensor], rtol=1e-5, atol=1e-6)
+    for tensor, value in blocks.materialise().items():
+        torch.testing.assert_close(value, whole.materialise()[tensor], rtol=1e-5, atol=1e-6)
 
 
 def test_noise_has_std_sigma_c_over_b(digits, base):
     """With zero gradients the update is pure noise: per-entry std σC/b, each model its own draw."""
     zeros = engine.DenseExampleGradients({"w": torch.zeros(2, 5, 300, 40)})
     mechanism = DpSgd(noise_multiplier=2.0, clip_norm=3.0)
-    generators = mechanism.setup({"w": torch.Size([300, 40])}, seeding.shadow_randomness(0, range(2)))
-    update = mechanism.transform(Step(zeros, torch.ones(2, 5), 0, expected_batch_size=4), generators)["w"]
+    noise = mechanism.setup({"w": torch.Size([300, 40])}, seeding.shadow_randomness(0, range(2)))
+    update = mechanism.transform(Step(zeros, torch.ones(2, 5), 0, expected_batch_size=4), noise)["w"]
     assert update.std().item() == pytest.approx(2.0 * 3.0 / 4, rel=0.02)
     assert not torch.equal(update[0], update[1])
+
+
+@pytest.mark.parametrize("steps", [None, 4])
+def test_noise_drawn_ahead_equals_noise_drawn_in_place(steps):
+    """The stream draws step t+1 on a background thread only when the run has one; the numbers are the same."""
+    like = {"w": torch.zeros(3, 20, 7), "v": torch.zeros(3, 5)}
+    in_place = [gaussian_noise(like, generators, 0.5) for generators in [_generators()] for _ in range(4)]
+    stream = GaussianNoiseStream(_generators())
+    for index, expected in enumerate(in_place):
+        drawn = stream.draw(like, Step({}, torch.ones(3, 1), index, steps=steps), 0.5)
+        assert drawn.keys() == expected.keys() and all(torch.equal(drawn[n], expected[n]) for n in expected)
+        assert (stream._ahead is not None) == (steps is not None and index < 3)
+
+
+def _generators():
+    return [model.torch("noise") for model in seeding.shadow_randomness(5, range(3))]

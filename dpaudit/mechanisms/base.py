@@ -15,7 +15,7 @@ class PerExampleGradients(Protocol):
 
     The engine picks the representation (materialised ``vmap(grad)`` tensors, or a Linear layer's input
     activations and output gradients, from which ``g_i = Σ_t δ_{i,t} x_{i,t}ᵀ`` is exact); mechanisms use only
-    these three operations, so clipping is exact per example either way (SPEC §1.5).
+    these operations, so clipping is exact per example either way (SPEC §1.5).
     """
 
     def squared_norms(self) -> torch.Tensor:
@@ -23,6 +23,11 @@ class PerExampleGradients(Protocol):
 
     def weighted_sum(self, coefficients: torch.Tensor) -> dict[str, torch.Tensor]:
         """``Σ_i c_i g_i`` per trained tensor, (K, ...), for coefficients (K, b)."""
+
+    def transformed_squared_norms(self, name: str, left: torch.Tensor | None,
+                                  right: torch.Tensor | None) -> torch.Tensor:
+        """(K, b): ``‖L g_i R‖_F²`` for tensor ``name`` seen as a (d_out, rest) matrix, ``left`` L (K, p, d_out)
+        and ``right`` R (K, rest, q) per model (None = identity); PRISM's intrinsic norms need them."""
 
     def materialise(self) -> dict[str, torch.Tensor]:
         """Every ``g_i``: (K, b, ...) per trained tensor."""
@@ -36,13 +41,20 @@ class Step:
     batch-mean gradient; with ``per_example = True``, a :class:`PerExampleGradients` whose example weights are
     ``weights`` (K, b) (0 marks padding: models' batches are padded to a common width b).
     ``expected_batch_size``: under Poisson sampling, ``q · N`` (SPEC §1.5: the divisor of the clipped sum);
-    None under shuffled batches.
+    None under shuffled batches. ``steps``: how many steps the run has (set by the engine), so that a mechanism
+    knows whether another step follows (e.g. to draw its noise ahead); None when unknown.
     """
 
     gradients: dict[str, torch.Tensor] | PerExampleGradients
     weights: torch.Tensor
     index: int
     expected_batch_size: float | None = None
+    steps: int | None = None
+
+    @property
+    def followed(self) -> bool:
+        """Whether another step of the same run follows this one."""
+        return self.steps is not None and self.index + 1 < self.steps
 
 
 class Mechanism(Protocol):

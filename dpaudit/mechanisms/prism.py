@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -203,11 +203,6 @@ class _ColumnGeometry:
         """``Π_X Y = Q (Qᵀ Y)`` without forming the d×d projector."""
         return self.basis @ (self.basis.mT @ values)
 
-    def per_example(self) -> _ColumnGeometry:
-        """Insert the example axis so the geometry broadcasts against (..., b, d, ·) tensors."""
-        return _ColumnGeometry(*(t.unsqueeze(-3) for t in (self.factor, self.basis, self.gram, self.gram_inverse,
-                                                              self.gram_inverse_sqrt)))
-
 
 def _column_geometry(name: str, factor: Tensor) -> _ColumnGeometry:
     basis, triangular = torch.linalg.qr(factor)
@@ -341,6 +336,36 @@ def intrinsic_sq_norm(lift_: TangentLift, factors: LoraFactors) -> Tensor:
     return _intrinsic_sq_norm(lift_, A, B, A.mT @ A, B.mT @ B)
 
 
+FactorSqNorm = Callable[[str, Tensor | None, Tensor], Tensor]
+
+
+def _tangent_sq_norms(factor_sq_norm: FactorSqNorm, geometry_A: _ColumnGeometry,
+                      geometry_B: _ColumnGeometry) -> Tensor:
+    """Per-example ``‖P(G_i)‖_F²`` (= Eq. 15 of the lift, Lemma A.14) from norms of the factor gradients only.
+
+    ``P(G) = Π_A G + (I − Π_A) G Π_B`` is an orthogonal sum, so ``‖P(G)‖² = ‖Π_A G‖² + ‖G Π_B‖² − ‖Π_A G Π_B‖²``,
+    and with ``g_A = G B``, ``g_B = Gᵀ A``, ``Π_A = Q_A Q_Aᵀ``: ``‖Π_A G‖ = ‖g_B M^{-1/2}‖``, ``‖G Π_B‖ =
+    ‖g_A N^{-1/2}‖``, ``‖Π_A G Π_B‖ = ‖Q_Aᵀ g_A N^{-1/2}‖``. No per-example lift is formed: clipping only
+    needs these norms, and the clipped sum is lifted once (the lift is linear). ``factor_sq_norm(factor, left,
+    right)`` returns ``‖left · g_{factor,i} · right‖_F²`` per example (``factor`` "A" or "B"; left None = I).
+    """
+    return (factor_sq_norm("B", None, geometry_A.gram_inverse_sqrt)
+            + factor_sq_norm("A", None, geometry_B.gram_inverse_sqrt)
+            - factor_sq_norm("A", geometry_A.basis.mT, geometry_B.gram_inverse_sqrt))
+
+
+def _per_example_factor_sq_norm(gradients: FactorGradients) -> FactorSqNorm:
+    """:data:`FactorSqNorm` of materialised per-example factor gradients (..., b, m, r), (..., b, n, r)."""
+
+    def factor_sq_norm(factor: str, left: Tensor | None, right: Tensor) -> Tensor:
+        values = gradients.g_A if factor == "A" else gradients.g_B
+        if left is not None:
+            values = left.unsqueeze(-3) @ values
+        return (values @ right.unsqueeze(-3)).square().sum((-2, -1))
+
+    return factor_sq_norm
+
+
 def global_intrinsic_norm(per_module_sq_norms: Sequence[Tensor]) -> Tensor:
     """``s_i = (Σ_ℓ ‖ΔZ_{i,ℓ}‖_F²)^{1/2}`` over LoRA modules ([P] Eq. 16); inputs (..., b) each."""
     if len(per_module_sq_norms) == 0:
@@ -438,13 +463,13 @@ class PrismPrivacyConfig:
         return self.noise_multiplier * self.clip_norm / self.expected_batch_size
 
 
-def _privatize(per_example_lifts: TangentLift, clip_weights: Tensor, geometry_A: _ColumnGeometry,
-               geometry_B: _ColumnGeometry, privacy: PrismPrivacyConfig, generator: Generators) -> TangentLift:
-    weights = clip_weights[..., None, None]
-    mean_A = (weights * per_example_lifts.dA).sum(-3) / privacy.expected_batch_size
-    mean_B = (weights * per_example_lifts.dB).sum(-3) / privacy.expected_batch_size
+def _noisy_mean(clipped_sum: TangentLift, geometry_A: _ColumnGeometry, geometry_B: _ColumnGeometry,
+                privacy: PrismPrivacyConfig, generator: Generators) -> TangentLift:
+    """``(1/b) Σ_i α_i (ΔA_i, ΔB_i) + (σC/b)(Ξ_A, Ξ_B)`` from the clipped sum of lifts (Eq. 17)."""
     noise = _tangent_noise(_draw_omegas(geometry_A.factor, geometry_B.factor, generator, ()), geometry_A, geometry_B)
-    return TangentLift(mean_A + privacy.noise_std * noise.dA, mean_B + privacy.noise_std * noise.dB)
+    b = privacy.expected_batch_size
+    return TangentLift(clipped_sum.dA / b + privacy.noise_std * noise.dA,
+                       clipped_sum.dB / b + privacy.noise_std * noise.dB)
 
 
 def privatize_module(per_example_lifts: TangentLift, clip_weights: Tensor, factors: LoraFactors,
@@ -463,7 +488,8 @@ def privatize_module(per_example_lifts: TangentLift, clip_weights: Tensor, facto
     _check_like("per_example_lifts.dB", per_example_lifts.dB, "B", factors.B, extra_dims=1)
     if not isinstance(clip_weights, Tensor) or clip_weights.shape[-1:] != per_example_lifts.dA.shape[-3:-2]:
         raise UsageError(f"clip_weights must be a (..., b) tensor with b = {per_example_lifts.dA.shape[-3]}")
-    return _privatize(per_example_lifts, clip_weights, *_geometry(factors), privacy, generator)
+    total = TangentLift(*(torch.einsum("...b,...bdr->...dr", clip_weights, lifts) for lifts in per_example_lifts))
+    return _noisy_mean(total, *_geometry(factors), privacy, generator)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -698,11 +724,11 @@ def prism_step(factors: Sequence[LoraFactors], per_example_gradients: Sequence[F
                example_weights: Tensor | None = None) -> PrismStepResult:
     """One PRISM update across all LoRA modules ([P] Alg. 1), pure.
 
-    1. lift each example's factor gradients (Eq. 14), intrinsic norms (Eq. 15) summed over modules (Eq. 16),
-       ``α_i = min(1, C/s_i)``;
-    2. per module: ``ΔA_dp = (1/b) Σ α_i w_i ΔA_i + (σC/b) Ξ_A`` (Eq. 17; w_i the example weights), the
-       adaptive direction (Eqs. 24-26) or ``U = ΔA_dp``, the retraction (Eq. 22) and a Procrustes gauge
-       alignment to the input factors (App. A.24).
+    1. each example's intrinsic norm ``‖P(G_i)‖`` (Eq. 15, from its factor gradients: :func:`_tangent_sq_norms`)
+       summed over modules (Eq. 16), ``α_i = min(1, C/s_i)``;
+    2. per module: ``ΔA_dp = (1/b) Σ α_i w_i ΔA_i + (σC/b) Ξ_A`` (Eq. 17; w_i the example weights; the lift
+       Eq. 14 is linear, so the clipped sum of gradients is lifted once), the adaptive direction (Eqs. 24-26) or
+       ``U = ΔA_dp``, the retraction (Eq. 22) and a Procrustes gauge alignment to the input factors (App. A.24).
 
     ``factors[ℓ]``: (..., m_ℓ, r), (..., n_ℓ, r). ``per_example_gradients[ℓ]``: ``g_A`` (..., b, m_ℓ, r), ``g_B``
     (..., b, n_ℓ, r). ``generator``: as in :func:`sample_tangent_noise` (one per model for batched factors);
@@ -713,21 +739,26 @@ def prism_step(factors: Sequence[LoraFactors], per_example_gradients: Sequence[F
                              for i, pair in enumerate(per_example_gradients)]
     _check_step_inputs(factors, per_example_gradients, example_weights, states, config)
     geometries = [_geometry(module_factors) for module_factors in factors]
-    lifts, squared_norms = [], []
-    for (geometry_A, geometry_B), gradients in zip(geometries, per_example_gradients):
-        example_A, example_B = geometry_A.per_example(), geometry_B.per_example()
-        module_lifts = _lift(gradients, example_A, example_B)
-        lifts.append(module_lifts)
-        squared_norms.append(_intrinsic_sq_norm(module_lifts, example_A.factor, example_B.factor, example_A.gram,
-                                                example_B.gram))
-    norms = global_intrinsic_norm(squared_norms)
+    norms = global_intrinsic_norm([_tangent_sq_norms(_per_example_factor_sq_norm(gradients), *geometry)
+                                   for gradients, geometry in zip(per_example_gradients, geometries)])
     alphas = clip_factors(norms, config.privacy.clip_norm)
     weights = alphas if example_weights is None else alphas * example_weights
+    clipped_sums = [FactorGradients(*(torch.einsum("...b,...bdr->...dr", weights, g) for g in gradients))
+                    for gradients in per_example_gradients]
+    return _step_from_clipped_sums(factors, geometries, clipped_sums, norms, alphas, config, generator, states)
+
+
+def _step_from_clipped_sums(factors: Sequence[LoraFactors], geometries, clipped_sums: Sequence[FactorGradients],
+                            norms: Tensor, alphas: Tensor, config: PrismStepConfig, generator: Generators,
+                            states: Sequence[PrismAdaptiveState] | None) -> PrismStepResult:
+    """:func:`prism_step` after clipping: per module, lift ``Σ_i α_i w_i (g_A,i, g_B,i)`` (Eq. 14, linear, so this is
+    the clipped sum of the per-example lifts), add the noise (Eq. 17), adaptive direction, retraction, alignment."""
     if config.adaptive is not None and states is None:
         states = [initial_adaptive_state(module_factors) for module_factors in factors]
     new_factors, new_states, noisy_updates = [], [], []
     for index, (module_factors, (geometry_A, geometry_B)) in enumerate(zip(factors, geometries)):
-        noisy = _privatize(lifts[index], weights, geometry_A, geometry_B, config.privacy, generator)
+        noisy = _noisy_mean(_lift(clipped_sums[index], geometry_A, geometry_B), geometry_A, geometry_B,
+                            config.privacy, generator)
         noisy_updates.append(noisy)
         direction = noisy
         if config.adaptive is not None:
@@ -921,14 +952,30 @@ class PrismMechanism:
 
     def update(self, params: dict[str, Tensor], step: Step, state: PrismTrainingState,
                learning_rate: float) -> None:
+        """One :func:`prism_step` on the engine's per-example gradients, which are never materialised: the
+        clipping norms come from :meth:`PerExampleGradients.transformed_squared_norms` and the clipped sums from
+        :meth:`PerExampleGradients.weighted_sum` (peft's ``lora_B`` gradient is ``g_A``, ``lora_A``'s is ``g_Bᵀ``)."""
         adapter = PeftLoraAdapter(self.lora_scale)
-        per_example = step.gradients.materialise()
+        examples = step.gradients
         factors = [adapter.to_prism(params[a].flatten(2), params[b].flatten(2)) for a, b in state.modules]
-        gradients = [adapter.gradients_to_prism(per_example[a].flatten(3), per_example[b].flatten(3))
-                     for a, b in state.modules]
+        geometries = [_geometry(module_factors) for module_factors in factors]
+
+        def factor_sq_norm(a_name: str, b_name: str) -> FactorSqNorm:
+            def norm(factor: str, left: Tensor | None, right: Tensor) -> Tensor:
+                if factor == "A":
+                    return examples.transformed_squared_norms(b_name, left, right)
+                return examples.transformed_squared_norms(a_name, right.mT, None if left is None else left.mT)
+            return norm
+
+        norms = global_intrinsic_norm([_tangent_sq_norms(factor_sq_norm(*names), *geometry)
+                                       for names, geometry in zip(state.modules, geometries)])
+        alphas = clip_factors(norms, self.clip_norm)
+        sums = examples.weighted_sum(alphas * step.weights)
+        clipped_sums = [adapter.gradients_to_prism(sums[a].flatten(2), sums[b].flatten(2)) for a, b in state.modules]
         privacy = PrismPrivacyConfig(self.noise_multiplier, self.clip_norm, step.expected_batch_size)
-        result = prism_step(factors, gradients, PrismStepConfig(privacy, learning_rate, self.adaptive),
-                            state.generators, state.adaptive, step.weights)
+        result = _step_from_clipped_sums(factors, geometries, clipped_sums, norms, alphas,
+                                         PrismStepConfig(privacy, learning_rate, self.adaptive), state.generators,
+                                         state.adaptive)
         state.adaptive = result.states
         for (a, b), new in zip(state.modules, result.factors):
             lora_A, lora_B = adapter.to_peft(new)

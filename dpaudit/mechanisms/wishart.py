@@ -19,7 +19,7 @@ import torch
 from dpaudit.config import check_noise_and_clip
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms.base import Step
-from dpaudit.mechanisms.dpsgd import clipped_sum, gaussian_noise, noise_std
+from dpaudit.mechanisms.dpsgd import GaussianNoiseStream, clipped_sum, noise_std
 from dpaudit.models import draw_lora_a
 
 PROJECTION_VARIANTS = ("m1", "m2")
@@ -106,16 +106,16 @@ class NoisyProjection:
     def name(self) -> str:
         return self.variant
 
-    def setup(self, shapes, randomness) -> tuple[list[torch.Generator], dict[str, torch.Tensor] | None]:
+    def setup(self, shapes, randomness) -> tuple[GaussianNoiseStream, dict[str, torch.Tensor] | None]:
         fixed = None if self.resample else draw_factors(shapes, self.rank, [m.torch("init") for m in randomness])
-        return [model.torch("noise") for model in randomness], fixed
+        return GaussianNoiseStream([model.torch("noise") for model in randomness], ahead=not self.resample), fixed
 
     def transform(self, step: Step, state) -> dict[str, torch.Tensor]:
-        generators, fixed = state
+        stream, fixed = state
         total = clipped_sum(step.gradients, step.weights, self.clip_norm)
-        noise = gaussian_noise(total, generators, noise_std(self.noise_multiplier, self.clip_norm))
+        noise = stream.draw(total, step, noise_std(self.noise_multiplier, self.clip_norm))
         factors = fixed if fixed is not None else draw_factors(
-            {name: t.shape[1:] for name, t in total.items()}, self.rank, generators)
+            {name: t.shape[1:] for name, t in total.items()}, self.rank, stream.generators)
         if self.variant == "m2":
             projected = project({name: total[name] + noise[name] for name in total}, factors)
         else:
