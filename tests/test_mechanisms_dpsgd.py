@@ -243,7 +243,7 @@ def test_noise_drawn_ahead_equals_noise_drawn_in_place(steps):
     for index, expected in enumerate(in_place):
         drawn = stream.draw(like, Step({}, torch.ones(3, 1), index, steps=steps), 0.5)
         assert drawn.keys() == expected.keys() and all(torch.equal(drawn[n], expected[n]) for n in expected)
-        assert (stream._ahead is not None) == (steps is not None and index < 3)
+        assert (stream._pending is not None) == (steps is not None and index < 3)
 
 
 def _generators():

@@ -78,19 +78,19 @@ class GaussianNoiseStream:
 
     def __init__(self, generators: Sequence[torch.Generator], ahead: bool = True):
         self.generators, self.ahead = list(generators), ahead
-        self._ahead: tuple[tuple, Future] | None = None
+        self._pending: tuple[tuple, Future] | None = None
 
     def draw(self, like: dict[str, torch.Tensor], step: Step, std: float) -> dict[str, torch.Tensor]:
         """This step's ``N(0, std²)`` noise, shaped like the (K, ...) tensors of ``like``."""
         request = (_layout(like), std)
-        if self._ahead is None:
+        if self._pending is None:
             drawn = _draw_normals(*request, self.generators)
         else:
-            ahead_request, future = self._ahead
-            if ahead_request != request:
+            pending_request, future = self._pending
+            if pending_request != request:
                 raise ValueError("the noise stream was asked for other shapes or std than the step before")
             drawn = future.result()
-        self._ahead = (request, background.thread().submit(_draw_normals, *request, self.generators)
+        self._pending = (request, background.thread().submit(_draw_normals, *request, self.generators)
                        ) if self.ahead and step.followed else None
         return {name: tensor.to(like[name].device) for name, tensor in drawn.items()}
 
