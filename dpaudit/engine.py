@@ -457,14 +457,11 @@ def train(shadow: ShadowModels, mechanism: Mechanism, x: np.ndarray, y: np.ndarr
     for step, (index, weight) in enumerate(background.ahead(batches)):
         index_t = torch.from_numpy(index).to(device)
         weight_t = torch.from_numpy(weight).to(device)
-        if poisson is None:
-            grads = gradients(params, shadow.frozen, pool_x[index_t], pool_y[index_t], weight_t)
-        else:
-            blocks = poisson.blocks(index.shape[1])
-            parts = tuple(gradients(params, shadow.frozen, pool_x[index_t[:, block]], pool_y[index_t[:, block]],
-                                    weight_t[:, block]) for block in blocks)
-            grads = parts[0] if len(parts) == 1 else BlockedExampleGradients(parts, tuple(
-                block.stop - block.start for block in blocks))
+        blocks = [slice(0, index.shape[1])] if poisson is None else poisson.blocks(index.shape[1])
+        parts = tuple(gradients(params, shadow.frozen, pool_x[index_t[:, block]], pool_y[index_t[:, block]],
+                                weight_t[:, block]) for block in blocks)
+        grads = parts[0] if len(parts) == 1 else BlockedExampleGradients(parts, tuple(
+            block.stop - block.start for block in blocks))
         current = Step(grads, weight_t, step, expected_batch_size, config.epochs * steps)
         if update is not None:
             with torch.no_grad():

@@ -116,8 +116,8 @@ class DpSgd:
     With ``denoise`` the noisy average is spectrally denoised per weight matrix, ``σ_e = σC/b`` ([D] Alg. 1).
     σ = 0 and C = inf give plain SGD on the Poisson batch (sum divided by b).
 
-    Noise per model from its "noise" stream: each step, one standard normal tensor per trained tensor, in the
-    engine's tensor order.
+    Noise per model from its "noise" stream: each step, one ``N(0, (σC/b)²)`` tensor per trained tensor, in the
+    engine's tensor order (:class:`GaussianNoiseStream`, drawn one step ahead).
     """
 
     noise_multiplier: float
