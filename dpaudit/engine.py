@@ -298,8 +298,15 @@ class LinearExampleGradients:
                     * torch.linalg.vector_norm(x, dim=-1)).square() for name, x in self.inputs.items())
 
     def weighted_sum(self, coefficients: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {name: (coefficients.unsqueeze(-1) * self.output_gradients[name]).mT @ x
+        return {name: self._weighted_sum(coefficients.unsqueeze(-1), self.output_gradients[name], x)
                 for name, x in self.inputs.items()}
+
+    @staticmethod
+    def _weighted_sum(scale: torch.Tensor, output_gradients: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
+        # The coefficients scale the narrower factor (e.g. the inputs of LoRA's B, which have r features).
+        if output_gradients.shape[-1] <= inputs.shape[-1]:
+            return (scale * output_gradients).mT @ inputs
+        return output_gradients.mT @ (scale * inputs)
 
     def transformed_squared_norms(self, name, left, right) -> torch.Tensor:
         """``‖L δ_i x_iᵀ R‖² = ‖L δ_i‖² ‖Rᵀ x_i‖²``: O(b (d_out p + d_in q)) per model.
@@ -361,6 +368,19 @@ def _trained_linear_layers(module: nn.Module, names: Sequence[str]) -> dict[str,
     return layers
 
 
+def _summed_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """``Σ_k Σ_i ℓ(logits[k, i], labels[k, i])`` for (K, b, C) logits: cross-entropy summed over all examples.
+
+    Spelled out for speed on CPU, where the batched loss was ~10% of a DP-SGD step: torch's log-softmax over a
+    last dimension of C = 10 reduces row by row (~5x slower than over a middle dimension, where it vectorises
+    across the b examples), and ``nll_loss``, batched, decomposes into indexing ops. So classes are laid along
+    dim -2 of a contiguous (K, C, b) copy. Same value as ``cross_entropy(reduction="sum")`` up to float rounding
+    (the C terms are summed in another order); each example's arithmetic still depends on nothing but its logits.
+    """
+    by_class = logits.mT.contiguous()
+    return -by_class.log_softmax(-2).gather(-2, labels.unsqueeze(-2)).sum()
+
+
 def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callable:
     """(trainable, frozen, x, y, w) → :class:`PerExampleGradients` of K models, exact per example.
 
@@ -373,43 +393,58 @@ def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callab
         dense = gradient_function(module, per_example=True)
         return lambda *args: DenseExampleGradients(dense(*args))
 
-    def forward(probes, trainable, frozen, x):
-        # Adding a zero probe to each layer's output makes ∂(Σ_i ℓ_i)/∂probe_i = δ_i, the output gradient.
-        inputs = {}
+    def forward(trainable, frozen, x):
+        inputs, outputs = {}, {}
 
         def recorder(name):
             def hook(layer, args, output):
                 if args[0].ndim != 2:
                     raise ValueError(f"layer {name!r} sees inputs of shape {tuple(args[0].shape)} per model; "
                                      f"factored per-example gradients need one vector per example")
-                inputs[name] = args[0]
-                return output + probes[name]
+                inputs[name], outputs[name] = args[0], output
             return hook
 
         handles = [layer.register_forward_hook(recorder(name)) for name, layer in layers.items()]
         try:
-            return functional_call(module, {**frozen, **trainable}, (x,)), inputs
+            return functional_call(module, {**frozen, **trainable}, (x,)), inputs, outputs
         finally:
             for handle in handles:
                 handle.remove()
 
-    per_model = vmap(forward, in_dims=(0, 0, 0, 0))
+    per_model = vmap(forward, in_dims=(0, 0, 0))
 
     def gradients(trainable, frozen, x, y, w):
-        # vmap runs the K forward passes, plain autograd one backward pass through all of them: the models do not
-        # interact, so each probe's gradient is its own model's (bit for bit), ~5% faster than vmap(grad).
-        probes = {name: x.new_zeros(*y.shape, layer.out_features, requires_grad=True)
-                  for name, layer in layers.items()}
+        # vmap runs the K forward passes on (K, ...) tensors that plain autograd records, so one backward pass
+        # through all of them gives each layer's output gradient δ (∂(Σ_i ℓ_i)/∂output_i; the models do not
+        # interact). Weights only need to require grad for the pass to be recorded: their gradients are not asked
+        # for, so none is computed.
         with torch.enable_grad():
-            logits, inputs = per_model(probes, trainable, frozen, x)
-            # cross_entropy(reduction="sum") spelled out, bit for bit: its nll_loss, batched, decomposes into
-            # indexing ops that cost more than the rest of the loss.
-            loss = -logits.log_softmax(-1).gather(-1, y.unsqueeze(-1)).sum()
-            output_gradients = torch.autograd.grad(loss, list(probes.values()))
+            recorded = {name: t.detach().requires_grad_() for name, t in trainable.items()}
+            logits, inputs, outputs = per_model(recorded, frozen, x)
+            versions = {name: output._version for name, output in outputs.items()}
+            loss = _summed_cross_entropy(logits, y)
+            if any(output._version != versions[name] for name, output in outputs.items()):
+                raise ValueError("a trained layer's output was modified in place (e.g. ReLU(inplace=True)): "
+                                 "per-example output gradients need it unchanged; use out-of-place modules")
+            output_gradients = torch.autograd.grad(loss, list(outputs.values()))
         return LinearExampleGradients({name: value.detach() for name, value in inputs.items()},
-                                      dict(zip(probes, output_gradients)))
+                                      dict(zip(outputs, output_gradients)))
 
     return gradients
+
+
+def _gathered(batches: Iterator[tuple[np.ndarray, np.ndarray]], x: np.ndarray, y: np.ndarray,
+              blocks: Callable[[int], list[slice]], device: torch.device):
+    """Per step of ``batches``: the example weights (K, w) as a tensor and, per block of the step, its slots and the
+    gathered inputs (K, width, ...) and labels (K, width), each block contiguous.
+
+    Gathered with numpy: the engine runs this on its background thread, where a torch op could start an OpenMP
+    team that competes with the engine's own (:mod:`dpaudit.background`).
+    """
+    for index, weight in batches:
+        yield torch.from_numpy(weight).to(device), [
+            (block, torch.from_numpy(x[index[:, block]]).to(device), torch.from_numpy(y[index[:, block]]).to(device))
+            for block in blocks(index.shape[1])]
 
 
 def train(shadow: ShadowModels, mechanism: Mechanism, x: np.ndarray, y: np.ndarray, membership: np.ndarray,
@@ -427,8 +462,6 @@ def train(shadow: ShadowModels, mechanism: Mechanism, x: np.ndarray, y: np.ndarr
     if membership.shape != (shadow.n_models, len(y)):
         raise ValueError(f"membership has shape {membership.shape}, expected ({shadow.n_models}, {len(y)})")
     device = next(iter(shadow.trainable.values())).device
-    pool_x = torch.from_numpy(x).to(device)
-    pool_y = torch.from_numpy(y).to(device)
     params = {name: t.clone() for name, t in shadow.trainable.items()}
     optimiser = torch.optim.SGD(list(params.values()), lr=config.lr, momentum=config.momentum,
                                 fused=True)  # one pass over the weights per step instead of three
@@ -438,10 +471,11 @@ def train(shadow: ShadowModels, mechanism: Mechanism, x: np.ndarray, y: np.ndarr
             raise ValueError(f"mechanism {mechanism.name!r} samples Poisson batches, which the engine computes "
                              f"per example only (clipped sums divided by the expected batch size)")
         poisson = PoissonLayout.for_batch_layout(layout, config.batch_size)
-        steps, expected_batch_size = poisson.steps, poisson.expected_batch_size
+        steps, expected_batch_size, blocks = poisson.steps, poisson.expected_batch_size, poisson.blocks
         batches = poisson_batches(membership, randomness, poisson, config.epochs)
     else:
-        poisson, steps, expected_batch_size = None, layout.steps, None
+        steps, expected_batch_size = layout.steps, None
+        blocks = lambda width: [slice(0, width)]  # noqa: E731 (a shuffled step is one block)
         batches = shuffled_batches(membership, randomness, layout, config.epochs)
     schedule = (torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=config.epochs * steps,
                                                            eta_min=config.min_lr)
@@ -454,14 +488,11 @@ def train(shadow: ShadowModels, mechanism: Mechanism, x: np.ndarray, y: np.ndarr
             initialise(params, state)
     gradients = (example_gradient_function(shadow.module, list(params)) if mechanism.per_example
                  else gradient_function(shadow.module, per_example=False))
-    for step, (index, weight) in enumerate(background.ahead(batches)):
-        index_t = torch.from_numpy(index).to(device)
-        weight_t = torch.from_numpy(weight).to(device)
-        blocks = [slice(0, index.shape[1])] if poisson is None else poisson.blocks(index.shape[1])
-        parts = tuple(gradients(params, shadow.frozen, pool_x[index_t[:, block]], pool_y[index_t[:, block]],
-                                weight_t[:, block]) for block in blocks)
+    for step, (weight_t, examples) in enumerate(background.ahead(_gathered(batches, x, y, blocks, device))):
+        parts = tuple(gradients(params, shadow.frozen, block_x, block_y, weight_t[:, block])
+                      for block, block_x, block_y in examples)
         grads = parts[0] if len(parts) == 1 else BlockedExampleGradients(parts, tuple(
-            block.stop - block.start for block in blocks))
+            block.stop - block.start for block, _, _ in examples))
         current = Step(grads, weight_t, step, expected_batch_size, config.epochs * steps)
         if update is not None:
             with torch.no_grad():
