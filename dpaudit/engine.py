@@ -269,6 +269,10 @@ class DenseExampleGradients:
     def weighted_sum(self, coefficients: torch.Tensor) -> dict[str, torch.Tensor]:
         return {name: torch.einsum("kb,kb...->k...", coefficients, g) for name, g in self.tensors.items()}
 
+    def add_weighted_sum(self, totals, coefficients, scale) -> None:
+        for name, value in self.weighted_sum(coefficients).items():
+            totals[name].add_(value, alpha=scale)
+
     def transformed_squared_norms(self, name, left, right) -> torch.Tensor:
         matrices = self.tensors[name].flatten(3)
         if left is not None:
@@ -298,15 +302,19 @@ class LinearExampleGradients:
                     * torch.linalg.vector_norm(x, dim=-1)).square() for name, x in self.inputs.items())
 
     def weighted_sum(self, coefficients: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {name: self._weighted_sum(coefficients.unsqueeze(-1), self.output_gradients[name], x)
-                for name, x in self.inputs.items()}
+        return {name: torch.bmm(*self._sum_factors(name, coefficients)) for name in self.inputs}
 
-    @staticmethod
-    def _weighted_sum(scale: torch.Tensor, output_gradients: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
-        # The coefficients scale the narrower factor (e.g. the inputs of LoRA's B, which have r features).
+    def add_weighted_sum(self, totals, coefficients, scale) -> None:
+        for name in self.inputs:
+            totals[name].baddbmm_(*self._sum_factors(name, coefficients), alpha=scale)  # the sum in the GEMM
+
+    def _sum_factors(self, name: str, coefficients: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(L, R) with ``L @ R = (c δ)ᵀ x``: the coefficients scale the narrower factor (e.g. the inputs of LoRA's
+        B, which have r features)."""
+        output_gradients, inputs = self.output_gradients[name], self.inputs[name]
         if output_gradients.shape[-1] <= inputs.shape[-1]:
-            return (scale * output_gradients).mT @ inputs
-        return output_gradients.mT @ (scale * inputs)
+            return (coefficients.unsqueeze(-1) * output_gradients).mT, inputs
+        return output_gradients.mT, coefficients.unsqueeze(-1) * inputs
 
     def transformed_squared_norms(self, name, left, right) -> torch.Tensor:
         """``‖L δ_i x_iᵀ R‖² = ‖L δ_i‖² ‖Rᵀ x_i‖²``: O(b (d_out p + d_in q)) per model.
@@ -344,13 +352,15 @@ class BlockedExampleGradients:
         return torch.cat([block.transformed_squared_norms(name, left, right) for block in self.blocks], dim=1)
 
     def weighted_sum(self, coefficients: torch.Tensor) -> dict[str, torch.Tensor]:
-        parts = zip(self.blocks, coefficients.split(self.widths, dim=1))
-        block, block_coefficients = next(parts)
-        totals = block.weighted_sum(block_coefficients)
-        for block, block_coefficients in parts:
-            for name, value in block.weighted_sum(block_coefficients).items():
-                totals[name].add_(value)
+        (first, head), *rest = zip(self.blocks, coefficients.split(self.widths, dim=1))
+        totals = first.weighted_sum(head)
+        for block, block_coefficients in rest:
+            block.add_weighted_sum(totals, block_coefficients, 1.0)
         return totals
+
+    def add_weighted_sum(self, totals, coefficients, scale) -> None:
+        for block, block_coefficients in zip(self.blocks, coefficients.split(self.widths, dim=1)):
+            block.add_weighted_sum(totals, block_coefficients, scale)
 
     def materialise(self) -> dict[str, torch.Tensor]:
         parts = [block.materialise() for block in self.blocks]
@@ -493,7 +503,7 @@ def train(shadow: ShadowModels, mechanism: Mechanism, x: np.ndarray, y: np.ndarr
                       for block, block_x, block_y in examples)
         grads = parts[0] if len(parts) == 1 else BlockedExampleGradients(parts, tuple(
             block.stop - block.start for block, _, _ in examples))
-        current = Step(grads, weight_t, step, expected_batch_size, config.epochs * steps)
+        current = Step(grads, weight_t, step, expected_batch_size, config.epochs * steps, params)
         if update is not None:
             with torch.no_grad():
                 update(params, current, state, optimiser.param_groups[0]["lr"])

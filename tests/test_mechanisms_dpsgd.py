@@ -200,8 +200,8 @@ def test_dp_models_do_not_depend_on_their_batch_companions(digits, base, name, f
 
 
 def test_blocked_gradients_equal_one_block(digits, base):
-    """A step computed in blocks (PoissonLayout.blocks) gives one pass's norms, sums and gradients (to float32
-    rounding: the blocks' GEMMs have other shapes)."""
+    """A step computed in blocks (PoissonLayout.blocks) gives one pass's norms, sums (also accumulated into given
+    totals) and gradients (to float32 rounding: the blocks' GEMMs have other shapes)."""
     randomness = seeding.shadow_randomness(0, range(3))
     shadow = _perturbed(engine.build(base, "lora", models.LoraSpec(4), randomness, torch.device("cpu")))
     x = torch.from_numpy(digits.private.x[:36].reshape(3, 12, 64))
@@ -222,6 +222,17 @@ def test_blocked_gradients_equal_one_block(digits, base):
         torch.testing.assert_close(total, whole.weighted_sum(coefficients)[tensor], rtol=1e-5, atol=1e-6)
     for tensor, value in blocks.materialise().items():
         torch.testing.assert_close(value, whole.materialise()[tensor], rtol=1e-5, atol=1e-6)
+    # accumulating ``scale · Σ`` into given totals (the DP noise) equals adding the sum, in every representation
+    dense = engine.DenseExampleGradients(whole.materialise())
+    start = {tensor: torch.randn(t.shape, generator=torch.Generator().manual_seed(1))
+             for tensor, t in shadow.trainable.items()}
+    for examples in (whole, blocks, dense):
+        totals = {tensor: t.clone() for tensor, t in start.items()}
+        examples.add_weighted_sum(totals, coefficients, 0.25)
+        assert totals.keys() == start.keys()
+        for tensor, total in totals.items():
+            expected = start[tensor] + 0.25 * whole.weighted_sum(coefficients)[tensor]
+            torch.testing.assert_close(total, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_noise_has_std_sigma_c_over_b(digits, base):
@@ -229,7 +240,8 @@ def test_noise_has_std_sigma_c_over_b(digits, base):
     zeros = engine.DenseExampleGradients({"w": torch.zeros(2, 5, 300, 40)})
     mechanism = DpSgd(noise_multiplier=2.0, clip_norm=3.0)
     noise = mechanism.setup({"w": torch.Size([300, 40])}, seeding.shadow_randomness(0, range(2)))
-    update = mechanism.transform(Step(zeros, torch.ones(2, 5), 0, expected_batch_size=4), noise)["w"]
+    step = Step(zeros, torch.ones(2, 5), 0, expected_batch_size=4, parameters={"w": torch.zeros(2, 300, 40)})
+    update = mechanism.transform(step, noise)["w"]
     assert update.std().item() == pytest.approx(2.0 * 3.0 / 4, rel=0.02)
     assert not torch.equal(update[0], update[1])
 

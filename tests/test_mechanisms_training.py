@@ -32,7 +32,7 @@ def _step(setting, randomness, parameterization="full", rank=4):
         torch.from_numpy(y[:10 * k].reshape(k, 10)), None)
     weights = torch.ones(k, 10)
     weights[:, 8:] = 0
-    return shadow, Step(examples, weights, 0, expected_batch_size=8)
+    return shadow, Step(examples, weights, 0, expected_batch_size=8, parameters=shadow.trainable)
 
 
 def _row_space_residual(update: torch.Tensor, factors: torch.Tensor) -> float:

@@ -24,6 +24,10 @@ class PerExampleGradients(Protocol):
     def weighted_sum(self, coefficients: torch.Tensor) -> dict[str, torch.Tensor]:
         """``Σ_i c_i g_i`` per trained tensor, (K, ...), for coefficients (K, b)."""
 
+    def add_weighted_sum(self, totals: dict[str, torch.Tensor], coefficients: torch.Tensor, scale: float) -> None:
+        """``totals[name] += scale · Σ_i c_i g_i`` in place for every trained tensor (e.g. into the drawn DP noise:
+        one pass over the weights fewer than summing, then adding)."""
+
     def transformed_squared_norms(self, name: str, left: torch.Tensor | None,
                                   right: torch.Tensor | None) -> torch.Tensor:
         """(K, b): ``‖L g_i R‖_F²`` for tensor ``name`` seen as a (d_out, rest) matrix, ``left`` L (K, p, d_out)
@@ -42,7 +46,8 @@ class Step:
     ``weights`` (K, b) (0 marks padding: models' batches are padded to a common width b).
     ``expected_batch_size``: under Poisson sampling, ``q · N`` (SPEC §1.5: the divisor of the clipped sum);
     None under shuffled batches. ``steps``: how many steps the run has (set by the engine), so that a mechanism
-    knows whether another step follows (e.g. to draw its noise ahead); None when unknown.
+    knows whether another step follows (e.g. to draw its noise ahead); None when unknown. ``parameters``: the K
+    models' trained tensors (K, ...) before this step, to read (shapes, dtype, device), never to change.
     """
 
     gradients: dict[str, torch.Tensor] | PerExampleGradients
@@ -50,6 +55,7 @@ class Step:
     index: int
     expected_batch_size: float | None = None
     steps: int | None = None
+    parameters: dict[str, torch.Tensor] | None = None
 
     @property
     def followed(self) -> bool:

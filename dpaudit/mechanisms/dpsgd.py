@@ -38,9 +38,14 @@ def clipped_sum(examples: PerExampleGradients, weights: torch.Tensor, clip_norm:
     C in Frobenius norm; ``weights`` (K, b) are 1 for sampled examples and 0 for padding. ``C = inf`` clips
     nothing. An all-zero gradient gets factor 1 (it contributes nothing either way).
     """
-    norms = examples.squared_norms().sqrt()
-    factors = (clip_norm / norms).clamp(max=1.0) if math.isfinite(clip_norm) else torch.ones_like(norms)
-    return examples.weighted_sum(weights * factors)
+    return examples.weighted_sum(clip_coefficients(examples, weights, clip_norm))
+
+
+def clip_coefficients(examples: PerExampleGradients, weights: torch.Tensor, clip_norm: float) -> torch.Tensor:
+    """(K, b): ``w_i min(1, C/‖g_i‖)``, the coefficients of :func:`clipped_sum`."""
+    if not math.isfinite(clip_norm):
+        return weights
+    return weights * (clip_norm / examples.squared_norms().sqrt()).clamp(max=1.0)
 
 
 def gaussian_noise(like: dict[str, torch.Tensor], generators: Sequence[torch.Generator],
@@ -134,19 +139,22 @@ class DpSgd:
     def setup(self, shapes, randomness) -> GaussianNoiseStream:
         return GaussianNoiseStream([model.torch("noise") for model in randomness])
 
-    def privatise(self, step: Step, noise: GaussianNoiseStream) -> tuple[dict, dict]:
-        """``(ḡ, g̃)``: the clipped sum (evaluation only: [D]'s reference ḡ) and the released noisy mean, drawn
-        as ``N(0, (σC/b)²)`` and added to ``ḡ / b`` (one pass over the weights instead of two)."""
-        total = clipped_sum(step.gradients, step.weights, self.clip_norm)
-        drawn = noise.draw(total, step, self.entry_noise_std(step))
-        return total, {name: drawn[name].add_(total[name], alpha=1 / step.expected_batch_size) for name in total}
+    def privatise(self, step: Step, noise: GaussianNoiseStream) -> dict[str, torch.Tensor]:
+        """The released noisy mean ``g̃``: ``N(0, (σC/b)²)`` drawn in the shape of ``step.parameters``, the clipped
+        sum scaled by 1/b accumulated into it (no separate pass over the weights to form the sum, then add)."""
+        if step.parameters is None:
+            raise ValueError("DP-SGD draws its noise in the shape of Step.parameters: pass the trained tensors")
+        noisy = noise.draw(step.parameters, step, self.entry_noise_std(step))
+        step.gradients.add_weighted_sum(noisy, clip_coefficients(step.gradients, step.weights, self.clip_norm),
+                                        1 / step.expected_batch_size)
+        return noisy
 
     def entry_noise_std(self, step: Step) -> float:
         """``σ_e = σC/b``, the per-entry noise std of g̃ ([D] Sec. 2.3)."""
         return noise_std(self.noise_multiplier, self.clip_norm) / step.expected_batch_size
 
     def transform(self, step: Step, noise: GaussianNoiseStream) -> dict[str, torch.Tensor]:
-        _, noisy = self.privatise(step, noise)
+        noisy = self.privatise(step, noise)
         return denoise_update(noisy, self.entry_noise_std(step)) if self.denoise else noisy
 
 
@@ -174,7 +182,8 @@ class DenoiseCosineRecorder:
         return self.mechanism.setup(shapes, randomness)
 
     def transform(self, step: Step, noise: GaussianNoiseStream) -> dict[str, torch.Tensor]:
-        clean, noisy = self.mechanism.privatise(step, noise)
+        clean = clipped_sum(step.gradients, step.weights, self.mechanism.clip_norm)  # [D]'s reference ḡ
+        noisy = self.mechanism.privatise(step, noise)
         denoised = denoise_update(noisy, self.mechanism.entry_noise_std(step))
 
         def whole(update: dict[str, torch.Tensor]) -> torch.Tensor:
