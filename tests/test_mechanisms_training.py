@@ -8,7 +8,7 @@ import torch
 
 from dpaudit import data, engine, models, seeding
 from dpaudit.mechanisms.base import Step
-from dpaudit.mechanisms.dpsgd import DpSgd
+from dpaudit.mechanisms.dpsgd import DenoiseCosineRecorder, DpSgd, clipped_sum, denoise_update, dp_sgd
 from dpaudit.mechanisms.nonprivate import lora_fa
 from dpaudit.mechanisms.prism import PrismMechanism
 from dpaudit.mechanisms.sketch import GaussianSketch
@@ -93,6 +93,28 @@ def test_sketch_adds_eta_z_to_lora_b_once(setting):
     noise = torch.cat([(trained["3"][n] - trained["lora-fa"][n]).flatten() for n in trained["3"]])
     assert all(torch.equal(trained["0"][n], trained["lora-fa"][n]) for n in trained["0"])
     assert noise.std().item() == pytest.approx(3.0 * 0.05, rel=0.05)
+
+
+def test_denoise_cosine_recorder_compares_each_entry_with_itself(setting):
+    """[D] Fig. 2's diagnostic on DP-LoRA (A and B of each layer: the sums' dicts list tensors in other orders
+    than the parameters): the recorded improvement equals cos(Denoise(g̃), ḡ) - cos(g̃, ḡ) taken tensor by tensor."""
+    randomness = seeding.shadow_randomness(4, range(3))
+    shadow, step = _step(setting, randomness, "lora")
+    shapes = {name: t.shape[1:] for name, t in shadow.trainable.items()}
+    mechanism = dp_sgd("dp-lora", 0.3, 1.0)
+    recorder = DenoiseCosineRecorder(mechanism)
+    recorder.transform(step, recorder.setup(shapes, randomness))
+    noisy = mechanism.transform(step, mechanism.setup(shapes, randomness))  # the same noise draw
+    denoised = denoise_update(noisy, mechanism.entry_noise_std(step))
+    clean = clipped_sum(step.gradients, step.weights, 1.0)
+
+    def cosine(update):
+        dots = sum((update[name] * clean[name]).flatten(1).sum(1) for name in clean)
+        norms = [sum(t[name].square().flatten(1).sum(1) for name in clean).sqrt() for t in (update, clean)]
+        return dots / (norms[0] * norms[1])
+
+    torch.testing.assert_close(recorder.improvements[0], cosine(denoised) - cosine(noisy), rtol=0, atol=1e-5)
+    assert recorder.improvements[0].abs().max() > 1e-3  # the denoiser changed the update
 
 
 def test_denoise_preserves_each_update_norm_inside_the_engine(setting):

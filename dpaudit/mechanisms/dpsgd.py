@@ -187,7 +187,8 @@ class DenoiseCosineRecorder:
         denoised = denoise_update(noisy, self.mechanism.entry_noise_std(step))
 
         def whole(update: dict[str, torch.Tensor]) -> torch.Tensor:
-            return torch.cat([t.flatten(1) for t in update.values()], dim=1).unsqueeze(1)  # (K, 1, P)
+            # (K, 1, P), tensors in one order for all three (the sums' dicts need not list them alike)
+            return torch.cat([update[name].flatten(1) for name in step.parameters], dim=1).unsqueeze(1)
 
         self.improvements.append(cosine_improvement(whole(denoised), whole(noisy), whole(clean)))
         return denoised if self.mechanism.denoise else noisy
