@@ -113,7 +113,7 @@ class NoisyProjection:
     def transform(self, step: Step, state) -> dict[str, torch.Tensor]:
         stream, fixed = state
         total = clipped_sum(step.gradients, step.weights, self.clip_norm)
-        noise = stream.draw(total, step, noise_std(self.noise_multiplier, self.clip_norm))
+        noise = stream.draw(step.parameters, step, noise_std(self.noise_multiplier, self.clip_norm))
         factors = fixed if fixed is not None else draw_factors(
             {name: t.shape[1:] for name, t in total.items()}, self.rank, stream.generators)
         if self.variant == "m2":
