@@ -13,7 +13,7 @@ from dpaudit import data, engine, models, seeding
 from dpaudit.mechanisms.base import Step
 from dpaudit.mechanisms.prism import PrismMechanism
 from dpaudit.mechanisms.wishart import NoisyProjection
-from dpaudit.mechanisms.dpsgd import DpSgd, GaussianNoiseStream, clipped_sum, dp_sgd, gaussian_noise
+from dpaudit.mechanisms.dpsgd import DpSgd, GaussianNoiseStream, clip_coefficients, dp_sgd, gaussian_noise
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +133,7 @@ def test_clipping_is_exact_per_example_over_all_trained_tensors(digits, base):
             norm = math.sqrt(sum(float(g[k, i].square().sum()) for g in per_example.values()))
             for name, g in per_example.items():
                 expected[name][k] += g[k, i] * min(1.0, clip / norm)
-    for name, total in clipped_sum(examples, weights, clip).items():
+    for name, total in examples.weighted_sum(clip_coefficients(examples, weights, clip)).items():
         torch.testing.assert_close(total, expected[name], atol=1e-5, rtol=1e-5)
 
 

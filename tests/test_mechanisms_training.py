@@ -8,7 +8,7 @@ import torch
 
 from dpaudit import data, engine, models, seeding
 from dpaudit.mechanisms.base import Step
-from dpaudit.mechanisms.dpsgd import DenoiseCosineRecorder, DpSgd, clipped_sum, denoise_update, dp_sgd
+from dpaudit.mechanisms.dpsgd import DenoiseCosineRecorder, DpSgd, clip_coefficients, denoise_update, dp_sgd
 from dpaudit.mechanisms.nonprivate import lora_fa
 from dpaudit.mechanisms.prism import PrismMechanism
 from dpaudit.mechanisms.sketch import GaussianSketch
@@ -97,7 +97,8 @@ def test_sketch_adds_eta_z_to_lora_b_once(setting):
 
 def test_denoise_cosine_recorder_compares_each_entry_with_itself(setting):
     """[D] Fig. 2's diagnostic on DP-LoRA (A and B of each layer: the sums' dicts list tensors in other orders
-    than the parameters): the recorded improvement equals cos(Denoise(g̃), ḡ) - cos(g̃, ḡ) taken tensor by tensor."""
+    than the parameters): the recorded improvement equals cos(Denoise(g̃), ḡ) - cos(g̃, ḡ) taken tensor by
+    tensor."""
     randomness = seeding.shadow_randomness(4, range(3))
     shadow, step = _step(setting, randomness, "lora")
     shapes = {name: t.shape[1:] for name, t in shadow.trainable.items()}
@@ -106,7 +107,7 @@ def test_denoise_cosine_recorder_compares_each_entry_with_itself(setting):
     recorder.transform(step, recorder.setup(shapes, randomness))
     noisy = mechanism.transform(step, mechanism.setup(shapes, randomness))  # the same noise draw
     denoised = denoise_update(noisy, mechanism.entry_noise_std(step))
-    clean = clipped_sum(step.gradients, step.weights, 1.0)
+    clean = step.gradients.weighted_sum(clip_coefficients(step.gradients, step.weights, 1.0))
 
     def cosine(update):
         dots = sum((update[name] * clean[name]).flatten(1).sum(1) for name in clean)

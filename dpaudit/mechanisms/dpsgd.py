@@ -31,18 +31,14 @@ def noise_std(noise_multiplier: float, clip_norm: float) -> float:
     return noise_multiplier * clip_norm if noise_multiplier > 0 else 0.0
 
 
-def clipped_sum(examples: PerExampleGradients, weights: torch.Tensor, clip_norm: float) -> dict[str, torch.Tensor]:
-    """``Σ_i w_i min(1, C/‖g_i‖) g_i`` per trained tensor, (K, ...) (SPEC §1.5; [W] Alg. 2-3; [P] Alg. 1).
+def clip_coefficients(examples: PerExampleGradients, weights: torch.Tensor, clip_norm: float) -> torch.Tensor:
+    """(K, b): ``c_i = w_i min(1, C/‖g_i‖)``, so that ``examples.weighted_sum(c)`` is the clipped sum
+    ``Σ_i w_i min(1, C/‖g_i‖) g_i`` per trained tensor (SPEC §1.5; [W] Alg. 2-3; [P] Alg. 1).
 
     ``‖g_i‖`` is the L2 norm over *all* trained tensors of example i, so one example moves the sum by at most
     C in Frobenius norm; ``weights`` (K, b) are 1 for sampled examples and 0 for padding. ``C = inf`` clips
     nothing. An all-zero gradient gets factor 1 (it contributes nothing either way).
     """
-    return examples.weighted_sum(clip_coefficients(examples, weights, clip_norm))
-
-
-def clip_coefficients(examples: PerExampleGradients, weights: torch.Tensor, clip_norm: float) -> torch.Tensor:
-    """(K, b): ``w_i min(1, C/‖g_i‖)``, the coefficients of :func:`clipped_sum`."""
     if not math.isfinite(clip_norm):
         return weights
     return weights * (clip_norm / examples.squared_norms().sqrt()).clamp(max=1.0)
@@ -85,8 +81,10 @@ class GaussianNoiseStream:
         self.generators, self.ahead = list(generators), ahead
         self._pending: tuple[tuple, Future] | None = None
 
-    def draw(self, like: dict[str, torch.Tensor], step: Step, std: float) -> dict[str, torch.Tensor]:
-        """This step's ``N(0, std²)`` noise, shaped like the (K, ...) tensors of ``like``."""
+    def draw(self, like: dict[str, torch.Tensor] | None, step: Step, std: float) -> dict[str, torch.Tensor]:
+        """This step's ``N(0, std²)`` noise, shaped like the (K, ...) tensors of ``like`` (``step.parameters``)."""
+        if like is None:
+            raise ValueError("the noise is drawn in the shape of the trained tensors: build the Step with parameters")
         request = (_layout(like), std)
         if self._pending is None:
             drawn = _draw_normals(*request, self.generators)
@@ -139,14 +137,12 @@ class DpSgd:
     def setup(self, shapes, randomness) -> GaussianNoiseStream:
         return GaussianNoiseStream([model.torch("noise") for model in randomness])
 
-    def privatise(self, step: Step, noise: GaussianNoiseStream) -> dict[str, torch.Tensor]:
+    def privatise(self, step: Step, noise: GaussianNoiseStream, coefficients: torch.Tensor) -> dict[str, torch.Tensor]:
         """The released noisy mean ``g̃``: ``N(0, (σC/b)²)`` drawn in the shape of ``step.parameters``, the clipped
-        sum scaled by 1/b accumulated into it (no separate pass over the weights to form the sum, then add)."""
-        if step.parameters is None:
-            raise ValueError("DP-SGD draws its noise in the shape of Step.parameters: pass the trained tensors")
+        sum (:func:`clip_coefficients` ``coefficients``) scaled by 1/b accumulated into it (no separate pass over
+        the weights to form the sum, then add)."""
         noisy = noise.draw(step.parameters, step, self.entry_noise_std(step))
-        step.gradients.add_weighted_sum(noisy, clip_coefficients(step.gradients, step.weights, self.clip_norm),
-                                        1 / step.expected_batch_size)
+        step.gradients.add_weighted_sum(noisy, coefficients, 1 / step.expected_batch_size)
         return noisy
 
     def entry_noise_std(self, step: Step) -> float:
@@ -154,7 +150,7 @@ class DpSgd:
         return noise_std(self.noise_multiplier, self.clip_norm) / step.expected_batch_size
 
     def transform(self, step: Step, noise: GaussianNoiseStream) -> dict[str, torch.Tensor]:
-        noisy = self.privatise(step, noise)
+        noisy = self.privatise(step, noise, clip_coefficients(step.gradients, step.weights, self.clip_norm))
         return denoise_update(noisy, self.entry_noise_std(step)) if self.denoise else noisy
 
 
@@ -182,8 +178,9 @@ class DenoiseCosineRecorder:
         return self.mechanism.setup(shapes, randomness)
 
     def transform(self, step: Step, noise: GaussianNoiseStream) -> dict[str, torch.Tensor]:
-        clean = clipped_sum(step.gradients, step.weights, self.mechanism.clip_norm)  # [D]'s reference ḡ
-        noisy = self.mechanism.privatise(step, noise)
+        coefficients = clip_coefficients(step.gradients, step.weights, self.mechanism.clip_norm)
+        clean = step.gradients.weighted_sum(coefficients)  # [D]'s reference ḡ, the clipped sum
+        noisy = self.mechanism.privatise(step, noise, coefficients)
         denoised = denoise_update(noisy, self.mechanism.entry_noise_std(step))
 
         def whole(update: dict[str, torch.Tensor]) -> torch.Tensor:

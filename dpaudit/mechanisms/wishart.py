@@ -19,7 +19,7 @@ import torch
 from dpaudit.config import check_noise_and_clip
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms.base import Step
-from dpaudit.mechanisms.dpsgd import GaussianNoiseStream, clipped_sum, noise_std
+from dpaudit.mechanisms.dpsgd import GaussianNoiseStream, clip_coefficients, noise_std
 from dpaudit.models import draw_lora_a
 
 PROJECTION_VARIANTS = ("m1", "m2")
@@ -112,12 +112,14 @@ class NoisyProjection:
 
     def transform(self, step: Step, state) -> dict[str, torch.Tensor]:
         stream, fixed = state
-        total = clipped_sum(step.gradients, step.weights, self.clip_norm)
+        coefficients = clip_coefficients(step.gradients, step.weights, self.clip_norm)
         noise = stream.draw(step.parameters, step, noise_std(self.noise_multiplier, self.clip_norm))
         factors = fixed if fixed is not None else draw_factors(
-            {name: t.shape[1:] for name, t in total.items()}, self.rank, stream.generators)
+            {name: t.shape[1:] for name, t in step.parameters.items()}, self.rank, stream.generators)
         if self.variant == "m2":
-            projected = project({name: total[name] + noise[name] for name in total}, factors)
+            step.gradients.add_weighted_sum(noise, coefficients, 1.0)  # V + Ξ, the sum accumulated into Ξ
+            projected = project(noise, factors)
         else:
+            total = step.gradients.weighted_sum(coefficients)
             projected = {name: g + noise[name] for name, g in project(total, factors).items()}
         return {name: g / step.expected_batch_size for name, g in projected.items()}
