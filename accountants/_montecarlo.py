@@ -15,7 +15,7 @@ covers the true profile at the true epsilon*, ``eps_lo <= eps* <= eps_hi`` with
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from scipy.optimize import brentq
@@ -23,8 +23,9 @@ from scipy.optimize import brentq
 Bands = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
-def bernstein_bands(first_moment: np.ndarray, second_moment: np.ndarray, n: int,
-                    confidence: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def bernstein_bands(
+    first_moment: np.ndarray, second_moment: np.ndarray, n: int, confidence: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(estimate, lower, upper) of a mean of n [0, 1]-valued draws from their first two sample moments."""
     log_term = math.log(4 / (1 - confidence))
     variance = np.maximum(second_moment - first_moment**2, 0.0) * n / (n - 1)
@@ -65,9 +66,11 @@ def invert(bands: Bands, delta: float, grid: np.ndarray) -> tuple[float, float, 
     def component(k: int) -> Callable[[float], float]:
         return lambda e: float(bands(np.array([e]))[k][0])
 
-    return (_first_at_or_below(component(0), estimate, grid, delta),
-            _first_at_or_below(component(1), lower, grid, delta),
-            _last_at_or_above(component(2), upper, grid, delta))
+    return (
+        _first_at_or_below(component(0), estimate, grid, delta),
+        _first_at_or_below(component(1), lower, grid, delta),
+        _last_at_or_above(component(2), upper, grid, delta),
+    )
 
 
 class SortedLosses:

@@ -13,10 +13,9 @@ the coarse pass is cheap when epsilon is large, the fine passes only run when it
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
-
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.privacy_accountant import NeighboringRelation
 from scipy.optimize import brentq
@@ -36,8 +35,11 @@ _RELATIONS = {ADD_REMOVE: NeighboringRelation.ADD_OR_REMOVE_ONE, REPLACE_ONE: Ne
 
 def _pld(noise_multiplier: float, sample_rate: float, steps: int, interval: float, neighbouring: Neighbouring):
     return pld_lib.from_gaussian_mechanism(
-        standard_deviation=noise_multiplier, sampling_prob=sample_rate, pessimistic_estimate=True,
-        value_discretization_interval=interval, neighboring_relation=_RELATIONS[neighbouring],
+        standard_deviation=noise_multiplier,
+        sampling_prob=sample_rate,
+        pessimistic_estimate=True,
+        value_discretization_interval=interval,
+        neighboring_relation=_RELATIONS[neighbouring],
     ).self_compose(steps)
 
 
@@ -65,29 +67,44 @@ def _refined(query: Callable[[float], np.ndarray], scale: Callable[[np.ndarray],
 def _checked(noise_multiplier, sample_rate, steps, neighbouring):
     if neighbouring not in _RELATIONS:
         raise ValueError(f"neighbouring must be one of {tuple(_RELATIONS)}, got {neighbouring!r}")
-    return (check.positive("noise_multiplier", noise_multiplier), check.sample_rate("sample_rate", sample_rate),
-            check.count("steps", steps))
+    return (
+        check.positive("noise_multiplier", noise_multiplier),
+        check.sample_rate("sample_rate", sample_rate),
+        check.count("steps", steps),
+    )
 
 
 def _inputs(noise_multiplier, sample_rate, steps, **query):
     return dict(noise_multiplier=noise_multiplier, sample_rate=sample_rate, steps=steps, **query)
 
 
-def epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float,
-            neighbouring: Neighbouring = ADD_REMOVE) -> Bound:
+def epsilon(
+    noise_multiplier: float, sample_rate: float, steps: int, delta: float, neighbouring: Neighbouring = ADD_REMOVE
+) -> Bound:
     """epsilon(delta) after ``steps`` Poisson-subsampled Gaussian steps (SPEC §2, [P] Thm 3.4)."""
     noise_multiplier, sample_rate, steps = _checked(noise_multiplier, sample_rate, steps, neighbouring)
     delta = check.open_unit("delta", delta)
     values, interval = _refined(
         lambda h: np.array([_pld(noise_multiplier, sample_rate, steps, h, neighbouring).get_epsilon_for_delta(delta)]),
-        scale=lambda values: float(values[0]))
-    return Bound(epsilon=float(values[0]), delta=delta, neighbouring=neighbouring, source=_SOURCE,
-                 inputs=_inputs(noise_multiplier, sample_rate, steps, delta=delta),
-                 details=dict(discretization_interval=interval))
+        scale=lambda values: float(values[0]),
+    )
+    return Bound(
+        epsilon=float(values[0]),
+        delta=delta,
+        neighbouring=neighbouring,
+        source=_SOURCE,
+        inputs=_inputs(noise_multiplier, sample_rate, steps, delta=delta),
+        details=dict(discretization_interval=interval),
+    )
 
 
-def delta_curve(noise_multiplier: float, sample_rate: float, steps: int, epsilons: Sequence[float],
-                neighbouring: Neighbouring = ADD_REMOVE) -> tuple[Bound, ...]:
+def delta_curve(
+    noise_multiplier: float,
+    sample_rate: float,
+    steps: int,
+    epsilons: Sequence[float],
+    neighbouring: Neighbouring = ADD_REMOVE,
+) -> tuple[Bound, ...]:
     """delta(eps) at each of ``epsilons``, one PLD per refinement of the interval.
 
     The interval is refined until every delta agrees to 0.5% (or 1e-12 absolute) between passes,
@@ -97,26 +114,35 @@ def delta_curve(noise_multiplier: float, sample_rate: float, steps: int, epsilon
     epsilons = [check.non_negative("epsilon", e) for e in epsilons]
     if not epsilons:
         raise ValueError("epsilons must not be empty")
+
     def deltas_at(interval: float) -> np.ndarray:
         pld = _pld(noise_multiplier, sample_rate, steps, interval, neighbouring)
         return np.asarray(pld.get_delta_for_epsilon(epsilons), float).reshape(-1)
 
     deltas, interval = _refined(deltas_at, scale=lambda _: min([e for e in epsilons if e > 0], default=1.0))
     return tuple(
-        Bound(epsilon=e, delta=min(float(d), 1.0), neighbouring=neighbouring, source=_SOURCE,
-              inputs=_inputs(noise_multiplier, sample_rate, steps, epsilon=e),
-              details=dict(discretization_interval=interval))
-        for e, d in zip(epsilons, deltas))
+        Bound(
+            epsilon=e,
+            delta=min(float(d), 1.0),
+            neighbouring=neighbouring,
+            source=_SOURCE,
+            inputs=_inputs(noise_multiplier, sample_rate, steps, epsilon=e),
+            details=dict(discretization_interval=interval),
+        )
+        for e, d in zip(epsilons, deltas)
+    )
 
 
-def delta(noise_multiplier: float, sample_rate: float, steps: int, epsilon: float,
-          neighbouring: Neighbouring = ADD_REMOVE) -> Bound:
+def delta(
+    noise_multiplier: float, sample_rate: float, steps: int, epsilon: float, neighbouring: Neighbouring = ADD_REMOVE
+) -> Bound:
     """delta(eps) after ``steps`` Poisson-subsampled Gaussian steps."""
     return delta_curve(noise_multiplier, sample_rate, steps, [epsilon], neighbouring)[0]
 
 
-def calibrate_noise_multiplier(target_epsilon: float, sample_rate: float, steps: int, delta: float,
-                               neighbouring: Neighbouring = ADD_REMOVE) -> float:
+def calibrate_noise_multiplier(
+    target_epsilon: float, sample_rate: float, steps: int, delta: float, neighbouring: Neighbouring = ADD_REMOVE
+) -> float:
     """Smallest noise multiplier (to 0.1% relative) whose epsilon(delta) is at most ``target_epsilon``.
 
     The search accounts at one fixed discretisation interval (``target_epsilon / 2000``) so that
@@ -148,8 +174,10 @@ def _bracket(log_excess) -> tuple[float, float]:
     lo = hi - math.log(2)
     while log_excess(lo) <= 0:
         if lo < math.log(_SMALLEST_SIGMA):
-            raise ValueError(f"target_epsilon is reached with noise_multiplier < {_SMALLEST_SIGMA}; "
-                             "no calibration needed for such a loose target")
+            raise ValueError(
+                f"target_epsilon is reached with noise_multiplier < {_SMALLEST_SIGMA}; "
+                "no calibration needed for such a loose target"
+            )
         lo -= math.log(2)
     return lo, hi
 
@@ -163,6 +191,10 @@ def rdp_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: 
     delta = check.open_unit("delta", delta)
     accountant = rdp_privacy_accountant.RdpAccountant()
     accountant.compose(PoissonSampledDpEvent(sample_rate, GaussianDpEvent(noise_multiplier)), steps)
-    return Bound(epsilon=accountant.get_epsilon(delta), delta=delta, neighbouring=ADD_REMOVE,
-                 source="Poisson-subsampled Gaussian, RDP accountant (dp_accounting)",
-                 inputs=_inputs(noise_multiplier, sample_rate, steps, delta=delta))
+    return Bound(
+        epsilon=accountant.get_epsilon(delta),
+        delta=delta,
+        neighbouring=ADD_REMOVE,
+        source="Poisson-subsampled Gaussian, RDP accountant (dp_accounting)",
+        inputs=_inputs(noise_multiplier, sample_rate, steps, delta=delta),
+    )

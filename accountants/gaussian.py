@@ -7,7 +7,7 @@ of ``f(D) + N(0, sigma^2 I)`` is ``L ~ N(mu^2/2, mu^2)`` (SPEC §2).
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from scipy.special import log_ndtr, ndtri
@@ -41,12 +41,11 @@ def epsilon_for_mu(delta: float, mu: float) -> float:
     if mu == 0:
         return 0.0
     first_guess = mu * mu / 2 - mu * ndtri(delta) + 1.0  # Phi(-eps/mu + mu/2) <= delta beyond it
-    return solve_decreasing(lambda e: math.log(max(delta_for_mu(e, mu), 1e-320)), math.log(delta),
-                            0.0, first_guess)
+    return solve_decreasing(lambda e: math.log(max(delta_for_mu(e, mu), 1e-320)), math.log(delta), 0.0, first_guess)
 
 
 def _log_tail(epsilon, mu):
-    """log P(|L| > eps), L ~ N(mu^2/2, mu^2), for mu > 0; plain ufuncs, so cheap on Python floats too."""
+    """Log P(|L| > eps), L ~ N(mu^2/2, mu^2), for mu > 0; plain ufuncs, so cheap on Python floats too."""
     return np.logaddexp(log_ndtr((-epsilon + mu * mu / 2) / mu), log_ndtr((-epsilon - mu * mu / 2) / mu))
 
 
@@ -70,31 +69,46 @@ def privacy_loss_tail_epsilon(tail: float, mu: float) -> float:
     return solve_decreasing(lambda e: float(_log_tail(e, mu)), math.log(tail), 0.0, first_guess)
 
 
-def delta(epsilon: float, sensitivity: float, sigma: float,
-          neighbouring: Neighbouring = REPLACE_ONE) -> Bound:
+def delta(epsilon: float, sensitivity: float, sigma: float, neighbouring: Neighbouring = REPLACE_ONE) -> Bound:
     """Exact delta(eps) of the Gaussian mechanism (Balle & Wang 2018; SPEC §2)."""
     epsilon = check.non_negative("epsilon", epsilon)
     mu = check.positive("sensitivity", sensitivity) / check.positive("sigma", sigma)
-    return Bound(epsilon=epsilon, delta=delta_for_mu(epsilon, mu), neighbouring=neighbouring, source=_EXACT,
-                 inputs=dict(epsilon=epsilon, sensitivity=sensitivity, sigma=sigma), details=dict(mu=mu))
+    return Bound(
+        epsilon=epsilon,
+        delta=delta_for_mu(epsilon, mu),
+        neighbouring=neighbouring,
+        source=_EXACT,
+        inputs=dict(epsilon=epsilon, sensitivity=sensitivity, sigma=sigma),
+        details=dict(mu=mu),
+    )
 
 
-def epsilon(delta: float, sensitivity: float, sigma: float,
-            neighbouring: Neighbouring = REPLACE_ONE) -> Bound:
+def epsilon(delta: float, sensitivity: float, sigma: float, neighbouring: Neighbouring = REPLACE_ONE) -> Bound:
     """Exact eps(delta) of the Gaussian mechanism: inverse of the profile (SPEC §2)."""
     delta = check.open_unit("delta", delta)
     mu = check.positive("sensitivity", sensitivity) / check.positive("sigma", sigma)
-    return Bound(epsilon=epsilon_for_mu(delta, mu), delta=delta, neighbouring=neighbouring, source=_EXACT,
-                 inputs=dict(delta=delta, sensitivity=sensitivity, sigma=sigma), details=dict(mu=mu))
+    return Bound(
+        epsilon=epsilon_for_mu(delta, mu),
+        delta=delta,
+        neighbouring=neighbouring,
+        source=_EXACT,
+        inputs=dict(delta=delta, sensitivity=sensitivity, sigma=sigma),
+        details=dict(mu=mu),
+    )
 
 
 def tail_epsilon(delta: float, sensitivity: float, sigma: float, neighbouring: Neighbouring = REPLACE_ONE) -> Bound:
     """The Gaussian baseline of [W] Eq. (10): eps solving ``T(eps; mu^2) = delta`` (looser than :func:`epsilon`)."""
     delta = check.open_unit("delta", delta)
     mu = check.positive("sensitivity", sensitivity) / check.positive("sigma", sigma)
-    return Bound(epsilon=privacy_loss_tail_epsilon(delta, mu), delta=delta, neighbouring=neighbouring,
-                 source="Gaussian two-sided tail, [W] Eq. 10",
-                 inputs=dict(delta=delta, sensitivity=sensitivity, sigma=sigma), details=dict(mu=mu))
+    return Bound(
+        epsilon=privacy_loss_tail_epsilon(delta, mu),
+        delta=delta,
+        neighbouring=neighbouring,
+        source="Gaussian two-sided tail, [W] Eq. 10",
+        inputs=dict(delta=delta, sensitivity=sensitivity, sigma=sigma),
+        details=dict(mu=mu),
+    )
 
 
 def calibrate_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
@@ -103,8 +117,12 @@ def calibrate_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
     delta = check.open_unit("delta", delta)
     sensitivity = check.positive("sensitivity", sensitivity)
     # delta(eps) of the exact profile decreases as sigma grows.
-    return solve_decreasing(lambda sigma: math.log(max(delta_for_mu(epsilon, sensitivity / sigma), 1e-320)),
-                            math.log(delta), 1e-12 * sensitivity, sensitivity)
+    return solve_decreasing(
+        lambda sigma: math.log(max(delta_for_mu(epsilon, sensitivity / sigma), 1e-320)),
+        math.log(delta),
+        1e-12 * sensitivity,
+        sensitivity,
+    )
 
 
 def classical_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
@@ -114,14 +132,17 @@ def classical_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
     """
     epsilon = check.positive("epsilon", epsilon)
     if epsilon >= 1:
-        raise ValueError(f"epsilon must be < 1 for the classical calibration, got {epsilon}; "
-                         "use accountants.gaussian.calibrate_sigma for the exact one")
+        raise ValueError(
+            f"epsilon must be < 1 for the classical calibration, got {epsilon}; "
+            "use accountants.gaussian.calibrate_sigma for the exact one"
+        )
     delta = check.open_unit("delta", delta)
     return check.positive("sensitivity", sensitivity) * math.sqrt(2 * math.log(1.25 / delta)) / epsilon
 
 
-def classical_epsilon(delta: float, sensitivity: float, sigma: float,
-                      neighbouring: Neighbouring = REPLACE_ONE) -> Bound:
+def classical_epsilon(
+    delta: float, sensitivity: float, sigma: float, neighbouring: Neighbouring = REPLACE_ONE
+) -> Bound:
     """Classical ``eps = (Delta/sigma) sqrt(2 ln(1.25/delta))``, valid only when it is < 1 ([W] Lemma 1, Eq. 3)."""
     delta = check.open_unit("delta", delta)
     mu = check.positive("sensitivity", sensitivity) / check.positive("sigma", sigma)
@@ -129,8 +150,13 @@ def classical_epsilon(delta: float, sensitivity: float, sigma: float,
     inputs = dict(delta=delta, sensitivity=sensitivity, sigma=sigma)
     value = mu * math.sqrt(2 * math.log(1.25 / delta))
     if value >= 1:
-        return inapplicable(source, neighbouring, f"classical calibration needs eps < 1, it gives {value:.4g}",
-                            delta=delta, inputs=inputs)
+        return inapplicable(
+            source,
+            neighbouring,
+            f"classical calibration needs eps < 1, it gives {value:.4g}",
+            delta=delta,
+            inputs=inputs,
+        )
     return Bound(epsilon=value, delta=delta, neighbouring=neighbouring, source=source, inputs=inputs)
 
 
@@ -180,12 +206,16 @@ def tcdp_to_dp(delta: float, rho: float, omega: float) -> float:
     return rho * omega + log_inv_delta / (omega - 1)
 
 
-def rdp_epsilon(delta: float, sensitivity: float, sigma: float,
-                neighbouring: Neighbouring = REPLACE_ONE) -> Bound:
+def rdp_epsilon(delta: float, sensitivity: float, sigma: float, neighbouring: Neighbouring = REPLACE_ONE) -> Bound:
     """eps(delta) of the Gaussian mechanism through its RDP curve and [S] Prop. 4.3 (looser than exact)."""
     check.positive("sensitivity", sensitivity)
     check.positive("sigma", sigma)
     value, order = rdp_to_dp(delta, lambda a: rdp(a, sensitivity, sigma))
-    return Bound(epsilon=value, delta=delta, neighbouring=neighbouring,
-                 source="Gaussian RDP + [S] Prop. 4.3",
-                 inputs=dict(delta=delta, sensitivity=sensitivity, sigma=sigma), details=dict(order=order))
+    return Bound(
+        epsilon=value,
+        delta=delta,
+        neighbouring=neighbouring,
+        source="Gaussian RDP + [S] Prop. 4.3",
+        inputs=dict(delta=delta, sensitivity=sensitivity, sigma=sigma),
+        details=dict(order=order),
+    )

@@ -30,8 +30,11 @@ def intrinsic_noise_energy(noise_multiplier: float, clip: float, batch_size: flo
     ``E |P_{A,B}(Xi)|_F^2`` for a standard Gaussian Xi ([P] Eq. 20); b is the expected batch size.
     """
     m, n, r = _layer(m, n, r)
-    scale = check.positive("noise_multiplier", noise_multiplier) * check.positive("clip", clip) / check.positive(
-        "batch_size", batch_size)
+    scale = (
+        check.positive("noise_multiplier", noise_multiplier)
+        * check.positive("clip", clip)
+        / check.positive("batch_size", batch_size)
+    )
     return scale * math.sqrt(r * (m + n - r))
 
 
@@ -56,8 +59,9 @@ class FactorNoiseEnergy:
         return math.sqrt(self.total)
 
 
-def factor_noise_energy(tau: float, m: int, n: int, r: int, a_frobenius: float,
-                        b_frobenius: float) -> FactorNoiseEnergy:
+def factor_noise_energy(
+    tau: float, m: int, n: int, r: int, a_frobenius: float, b_frobenius: float
+) -> FactorNoiseEnergy:
     """[P] Prop. 2.2 for i.i.d. ``N(0, tau^2)`` noise on both factors ``A (m x r)`` and ``B (n x r)``.
 
     Under the gauge ``(cA, B/c)`` the first-order energy is ``tau^2 (m |B|^2/c^2 + n c^2 |A|^2)``,

@@ -17,9 +17,10 @@ Conventions (SPEC §0):
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 Neighbouring = Literal["replace-one", "add/remove"]
 REPLACE_ONE: Neighbouring = "replace-one"
@@ -113,9 +114,23 @@ class Bound:
         }
 
 
-def inapplicable(source: str, neighbouring: Neighbouring, reason: str, *, delta: float = 1.0,
-                 inputs: Mapping[str, Any] | None = None,
-                 conditional_on: tuple[str, ...] = ()) -> Bound:
+def inapplicable(
+    source: str,
+    neighbouring: Neighbouring,
+    reason: str,
+    *,
+    delta: float = 1.0,
+    inputs: Mapping[str, Any] | None = None,
+    conditional_on: tuple[str, ...] = (),
+) -> Bound:
     """A bound whose theorem does not apply: epsilon = inf with the reason (SPEC §0)."""
-    return Bound(epsilon=math.inf, delta=delta, neighbouring=neighbouring, source=source,
-                 inputs=inputs or {}, conditional_on=conditional_on, valid=False, reason=reason)
+    return Bound(
+        epsilon=math.inf,
+        delta=delta,
+        neighbouring=neighbouring,
+        source=source,
+        inputs=inputs or {},
+        conditional_on=conditional_on,
+        valid=False,
+        reason=reason,
+    )

@@ -26,8 +26,14 @@ from accountants.gaussian import rdp_to_dp, tcdp_to_dp
 from accountants.result import REPLACE_ONE, Bound, inapplicable
 
 
-def gamma_sketch(lambda_min: float, sigma_g: float, sigma_a: float, norm_bound: float, sensitivity: float,
-                 gram_sensitivity: float | None = None) -> float:
+def gamma_sketch(
+    lambda_min: float,
+    sigma_g: float,
+    sigma_a: float,
+    norm_bound: float,
+    sensitivity: float,
+    gram_sensitivity: float | None = None,
+) -> float:
     """[S] Lemma 7.1: ``Gamma = (lambda_bar + sigma_g^2 / sigma_A^2) / B_C`` with ``B_C = 2 B_F B_S`` by default.
 
     ``gram_sensitivity`` overrides B_C, a bound on ``|Q Q^T - Q' Q'^T|_F`` (e.g. ``B_S^2`` when one
@@ -41,8 +47,16 @@ def gamma_sketch(lambda_min: float, sigma_g: float, sigma_a: float, norm_bound: 
     return (lambda_min + sigma_g**2 / sigma_a**2) / check.positive("gram_sensitivity", gram_sensitivity)
 
 
-def gamma_lora(lr: float, smoothness: float, batch_size: int, lambda_min: float, sigma_g: float,
-               grad_bound: float, steps: int, rank: int) -> float:
+def gamma_lora(
+    lr: float,
+    smoothness: float,
+    batch_size: int,
+    lambda_min: float,
+    sigma_g: float,
+    grad_bound: float,
+    steps: int,
+    rank: int,
+) -> float:
     """[S] Lemma 7.2: ``Gamma = (eta beta / 4) b (lambda_bar + r sigma_g^2) / (C^2 T ((1 + eta beta)^T - 1))``.
 
     This is Lemma 7.1's Gamma with ``sigma_A^2 = 1/r``, ``B_F = T C`` and
@@ -74,46 +88,119 @@ def rdp_curve(order, gamma: float, rank: int, tau: int, layers: int = 1):
 def _conditions(lemma: str) -> tuple[str, ...]:
     if lemma == "7.1":
         return ("lambda_min(Q Q^T) >= lambda_min", "|Q|_F <= norm_bound", "|Q(D) - Q(D')|_F <= sensitivity")
-    return ("lambda_min(G G^T) >= lambda_min for the cumulative gradient G", "loss is smoothness-smooth",
-            "per-example gradient norm <= grad_bound")
+    return (
+        "lambda_min(G G^T) >= lambda_min for the cumulative gradient G",
+        "loss is smoothness-smooth",
+        "per-example gradient norm <= grad_bound",
+    )
 
 
-def _rdp_bound(delta: float, gamma: float, rank: int, tau: int, layers: int, source: str, inputs: dict,
-               conditional_on: tuple[str, ...]) -> Bound:
+def _rdp_bound(
+    delta: float,
+    gamma: float,
+    rank: int,
+    tau: int,
+    layers: int,
+    source: str,
+    inputs: dict,
+    conditional_on: tuple[str, ...],
+) -> Bound:
     delta = check.open_unit("delta", delta)
     inputs = dict(inputs, delta=delta, gamma=gamma)
     if not gamma > 1:
-        return inapplicable(source, REPLACE_ONE, f"{source} needs Gamma > 1, got Gamma = {gamma:.4g}", delta=delta,
-                            inputs=inputs, conditional_on=conditional_on)
+        return inapplicable(
+            source,
+            REPLACE_ONE,
+            f"{source} needs Gamma > 1, got Gamma = {gamma:.4g}",
+            delta=delta,
+            inputs=inputs,
+            conditional_on=conditional_on,
+        )
     value, order = rdp_to_dp(delta, lambda a: rdp_curve(a, gamma, rank, tau, layers), max_order=gamma)
-    return Bound(epsilon=value, delta=delta, neighbouring=REPLACE_ONE, source=f"{source} + [S] Prop. 4.3",
-                 inputs=inputs, conditional_on=conditional_on, details=dict(gamma=gamma, order=order))
+    return Bound(
+        epsilon=value,
+        delta=delta,
+        neighbouring=REPLACE_ONE,
+        source=f"{source} + [S] Prop. 4.3",
+        inputs=inputs,
+        conditional_on=conditional_on,
+        details=dict(gamma=gamma, order=order),
+    )
 
 
-def lemma71(delta: float, lambda_min: float, sigma_g: float, sigma_a: float, norm_bound: float, sensitivity: float,
-            rank: int, tau: int, gram_sensitivity: float | None = None) -> Bound:
+def lemma71(
+    delta: float,
+    lambda_min: float,
+    sigma_g: float,
+    sigma_a: float,
+    norm_bound: float,
+    sensitivity: float,
+    rank: int,
+    tau: int,
+    gram_sensitivity: float | None = None,
+) -> Bound:
     """[S] Lemma 7.1 RDP of one Gaussian sketch, converted to (eps, delta) by [S] Prop. 4.3."""
     gamma = gamma_sketch(lambda_min, sigma_g, sigma_a, norm_bound, sensitivity, gram_sensitivity)
-    inputs = dict(lambda_min=lambda_min, sigma_g=sigma_g, sigma_a=sigma_a, norm_bound=norm_bound,
-                  sensitivity=sensitivity, gram_sensitivity=gram_sensitivity, rank=rank, tau=tau)
+    inputs = dict(
+        lambda_min=lambda_min,
+        sigma_g=sigma_g,
+        sigma_a=sigma_a,
+        norm_bound=norm_bound,
+        sensitivity=sensitivity,
+        gram_sensitivity=gram_sensitivity,
+        rank=rank,
+        tau=tau,
+    )
     return _rdp_bound(delta, gamma, rank, tau, 1, "[S] Lemma 7.1", inputs, _conditions("7.1"))
 
 
 def _lora_inputs(lr, smoothness, batch_size, lambda_min, sigma_g, grad_bound, steps, rank, layers, tau):
-    return dict(lr=lr, smoothness=smoothness, batch_size=batch_size, lambda_min=lambda_min, sigma_g=sigma_g,
-                grad_bound=grad_bound, steps=steps, rank=rank, layers=layers, tau=tau)
+    return dict(
+        lr=lr,
+        smoothness=smoothness,
+        batch_size=batch_size,
+        lambda_min=lambda_min,
+        sigma_g=sigma_g,
+        grad_bound=grad_bound,
+        steps=steps,
+        rank=rank,
+        layers=layers,
+        tau=tau,
+    )
 
 
-def lemma72(delta: float, lr: float, smoothness: float, batch_size: int, lambda_min: float, sigma_g: float,
-            grad_bound: float, steps: int, rank: int, layers: int, tau: int) -> Bound:
+def lemma72(
+    delta: float,
+    lr: float,
+    smoothness: float,
+    batch_size: int,
+    lambda_min: float,
+    sigma_g: float,
+    grad_bound: float,
+    steps: int,
+    rank: int,
+    layers: int,
+    tau: int,
+) -> Bound:
     """[S] Lemma 7.2 RDP of LoRA-FA (final adapters of L layers released), converted by [S] Prop. 4.3."""
     gamma = gamma_lora(lr, smoothness, batch_size, lambda_min, sigma_g, grad_bound, steps, rank)
     inputs = _lora_inputs(lr, smoothness, batch_size, lambda_min, sigma_g, grad_bound, steps, rank, layers, tau)
     return _rdp_bound(delta, gamma, rank, tau, layers, "[S] Lemma 7.2", inputs, _conditions("7.2"))
 
 
-def corollary73(delta: float, lr: float, smoothness: float, batch_size: int, lambda_min: float, sigma_g: float,
-                grad_bound: float, steps: int, rank: int, layers: int, tau: int) -> Bound:
+def corollary73(
+    delta: float,
+    lr: float,
+    smoothness: float,
+    batch_size: int,
+    lambda_min: float,
+    sigma_g: float,
+    grad_bound: float,
+    steps: int,
+    rank: int,
+    layers: int,
+    tau: int,
+) -> Bound:
     """[S] Cor. 7.3: ``(r L tau / (2 Gamma^2), 2 Gamma / 5)``-tCDP if Gamma > 5/2, converted by [S] Prop. 4.4.
 
     (The paper writes tau = n, the worst case.) With the first tCDP branch this is [S]'s
@@ -121,14 +208,29 @@ def corollary73(delta: float, lr: float, smoothness: float, batch_size: int, lam
     """
     delta = check.open_unit("delta", delta)
     gamma = gamma_lora(lr, smoothness, batch_size, lambda_min, sigma_g, grad_bound, steps, rank)
-    inputs = dict(_lora_inputs(lr, smoothness, batch_size, lambda_min, sigma_g, grad_bound, steps, rank, layers, tau),
-                  delta=delta, gamma=gamma)
+    inputs = dict(
+        _lora_inputs(lr, smoothness, batch_size, lambda_min, sigma_g, grad_bound, steps, rank, layers, tau),
+        delta=delta,
+        gamma=gamma,
+    )
     source = "[S] Cor. 7.3"
     if not gamma > 2.5:
-        return inapplicable(source, REPLACE_ONE, f"[S] Cor. 7.3 needs Gamma > 5/2, got Gamma = {gamma:.4g}",
-                            delta=delta, inputs=inputs, conditional_on=_conditions("7.2"))
+        return inapplicable(
+            source,
+            REPLACE_ONE,
+            f"[S] Cor. 7.3 needs Gamma > 5/2, got Gamma = {gamma:.4g}",
+            delta=delta,
+            inputs=inputs,
+            conditional_on=_conditions("7.2"),
+        )
     rho = check.count("rank", rank) * check.count("layers", layers) * check.count("tau", tau) / (2 * gamma**2)
     omega = 2 * gamma / 5
-    return Bound(epsilon=tcdp_to_dp(delta, rho, omega), delta=delta, neighbouring=REPLACE_ONE,
-                 source=f"{source} + [S] Prop. 4.4", inputs=inputs, conditional_on=_conditions("7.2"),
-                 details=dict(gamma=gamma, rho=rho, omega=omega))
+    return Bound(
+        epsilon=tcdp_to_dp(delta, rho, omega),
+        delta=delta,
+        neighbouring=REPLACE_ONE,
+        source=f"{source} + [S] Prop. 4.4",
+        inputs=inputs,
+        conditional_on=_conditions("7.2"),
+        details=dict(gamma=gamma, rho=rho, omega=omega),
+    )

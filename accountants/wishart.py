@@ -12,9 +12,10 @@ record (replace-one, [W] Sec. 2). Three releases:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 from scipy.optimize import brentq
@@ -33,6 +34,7 @@ GaussianCalibration = Literal["exact", "classical"]
 # Vector release y = M v: [W] Thm 1 and the exact profile (Lemma 8)
 # --------------------------------------------------------------------------------------------
 
+
 def _support_escape(rho: float, r: int) -> float:
     """``P(A <= 0) = E_{x~chi2_r}[Phi(-rho sqrt(x) / sqrt(1-rho^2))]`` ([W] Eq. 17).
 
@@ -49,8 +51,10 @@ def _theorem1_epsilon(rho: float, d: int, r: int, delta_prime: float) -> tuple[f
     t = -float(stdtrit(r, delta_prime))  # t_r(1 - delta'), computed from the small tail
     k = math.sqrt((1 - rho) * (1 + rho) / r) * t
     if not (t > 0 and rho > k):  # t is inf (or garbage) below ~1e-250
-        return math.inf, (f"[W] Thm 1 needs rho > K = sqrt((1-rho^2)/r) t_r(1-delta') = {k:.6g} "
-                          f"(equivalently rho > t/sqrt(r+t^2)); got rho = {rho}")
+        return math.inf, (
+            f"[W] Thm 1 needs rho > K = sqrt((1-rho^2)/r) t_r(1-delta') = {k:.6g} "
+            f"(equivalently rho > t/sqrt(r+t^2)); got rho = {rho}"
+        )
     kappa = float(chdtri(d + r - 1, delta_prime))  # kappa_{d+r-1}(1 - delta')
     return (d - r + 1) / 2 * math.log(rho + k) + (1 - rho + k) * kappa / (2 * (rho - k)), ""
 
@@ -75,10 +79,21 @@ def theorem1(rho: float, d: int, r: int, delta_prime: float) -> Bound:
     value, reason = _theorem1_epsilon(rho, d, r, delta_prime)
     delta = escape + 3 * delta_prime
     if reason or delta >= 1:
-        return inapplicable("[W] Thm 1", REPLACE_ONE, reason or f"delta = {delta:.4g} >= 1 is vacuous",
-                            delta=min(delta, 1.0), inputs=inputs)
-    return Bound(epsilon=value, delta=delta, neighbouring=REPLACE_ONE, source="[W] Thm 1", inputs=inputs,
-                 details=dict(support_escape=escape))
+        return inapplicable(
+            "[W] Thm 1",
+            REPLACE_ONE,
+            reason or f"delta = {delta:.4g} >= 1 is vacuous",
+            delta=min(delta, 1.0),
+            inputs=inputs,
+        )
+    return Bound(
+        epsilon=value,
+        delta=delta,
+        neighbouring=REPLACE_ONE,
+        source="[W] Thm 1",
+        inputs=inputs,
+        details=dict(support_escape=escape),
+    )
 
 
 def theorem1_epsilon(delta: float, rho: float, d: int, r: int) -> Bound:
@@ -88,14 +103,21 @@ def theorem1_epsilon(delta: float, rho: float, d: int, r: int) -> Bound:
     escape = _support_escape(rho, r)
     inputs = dict(delta=delta, rho=rho, d=d, r=r)
     if delta <= escape:
-        return inapplicable("[W] Thm 1", REPLACE_ONE, f"delta must exceed P(A <= 0) = {escape:.4g}",
-                            delta=delta, inputs=inputs)
+        return inapplicable(
+            "[W] Thm 1", REPLACE_ONE, f"delta must exceed P(A <= 0) = {escape:.4g}", delta=delta, inputs=inputs
+        )
     delta_prime = (delta - escape) / 3
     value, reason = _theorem1_epsilon(rho, d, r, delta_prime)
     if reason:
         return inapplicable("[W] Thm 1", REPLACE_ONE, reason, delta=delta, inputs=inputs)
-    return Bound(epsilon=value, delta=delta, neighbouring=REPLACE_ONE, source="[W] Thm 1", inputs=inputs,
-                 details=dict(delta_prime=delta_prime, support_escape=escape))
+    return Bound(
+        epsilon=value,
+        delta=delta,
+        neighbouring=REPLACE_ONE,
+        source="[W] Thm 1",
+        inputs=inputs,
+        details=dict(delta_prime=delta_prime, support_escape=escape),
+    )
 
 
 def theorem1_delta(epsilon: float, rho: float, d: int, r: int) -> Bound:
@@ -111,13 +133,20 @@ def theorem1_delta(epsilon: float, rho: float, d: int, r: int) -> Bound:
         return min(value, 1e300) - epsilon
 
     if excess(math.log(largest)) > 0:
-        return inapplicable("[W] Thm 1", REPLACE_ONE, f"[W] Thm 1 cannot reach eps = {epsilon} with delta < 1",
-                            inputs=inputs)
+        return inapplicable(
+            "[W] Thm 1", REPLACE_ONE, f"[W] Thm 1 cannot reach eps = {epsilon} with delta < 1", inputs=inputs
+        )
     smallest = math.log(1e-200)
     log_delta_prime = smallest if excess(smallest) <= 0 else brentq(excess, smallest, math.log(largest), xtol=1e-12)
     delta_prime = math.exp(log_delta_prime)
-    return Bound(epsilon=epsilon, delta=escape + 3 * delta_prime, neighbouring=REPLACE_ONE, source="[W] Thm 1",
-                 inputs=inputs, details=dict(delta_prime=delta_prime, support_escape=escape))
+    return Bound(
+        epsilon=epsilon,
+        delta=escape + 3 * delta_prime,
+        neighbouring=REPLACE_ONE,
+        source="[W] Thm 1",
+        inputs=inputs,
+        details=dict(delta_prime=delta_prime, support_escape=escape),
+    )
 
 
 @dataclass(frozen=True)
@@ -144,9 +173,15 @@ class VectorProfile:
         """Estimated delta(eps) with its confidence interval."""
         epsilon = check.non_negative("epsilon", epsilon)
         estimate, lower, upper = (float(x[0]) for x in self.losses.bands(np.array([epsilon])))
-        return Bound(epsilon=epsilon, delta=estimate, neighbouring=REPLACE_ONE, source=self._source,
-                     inputs=dict(epsilon=epsilon, **self._inputs), delta_interval=(lower, upper),
-                     confidence=self.confidence)
+        return Bound(
+            epsilon=epsilon,
+            delta=estimate,
+            neighbouring=REPLACE_ONE,
+            source=self._source,
+            inputs=dict(epsilon=epsilon, **self._inputs),
+            delta_interval=(lower, upper),
+            confidence=self.confidence,
+        )
 
     def epsilon(self, delta: float) -> Bound:
         """Estimated eps(delta) with its confidence interval (inf when delta <= P(A <= 0))."""
@@ -154,12 +189,22 @@ class VectorProfile:
         estimate, lower, upper = invert(self.losses.bands, delta, self.losses.grid())
         inputs = dict(delta=delta, **self._inputs)
         if not math.isfinite(estimate):
-            return inapplicable(self._source, REPLACE_ONE,
-                                f"delta = {delta} is below the estimated P(A <= 0) = "
-                                f"{self.losses.atoms / self.losses.n:.4g}",
-                                delta=delta, inputs=inputs)
-        return Bound(epsilon=estimate, delta=delta, neighbouring=REPLACE_ONE, source=self._source, inputs=inputs,
-                     epsilon_interval=(lower, upper), confidence=self.confidence)
+            return inapplicable(
+                self._source,
+                REPLACE_ONE,
+                f"delta = {delta} is below the estimated P(A <= 0) = {self.losses.atoms / self.losses.n:.4g}",
+                delta=delta,
+                inputs=inputs,
+            )
+        return Bound(
+            epsilon=estimate,
+            delta=delta,
+            neighbouring=REPLACE_ONE,
+            source=self._source,
+            inputs=inputs,
+            epsilon_interval=(lower, upper),
+            confidence=self.confidence,
+        )
 
     @property
     def _source(self) -> str:
@@ -170,8 +215,9 @@ class VectorProfile:
         return dict(rho=self.rho, d=self.d, r=self.r, samples=self.samples, seed=self.seed)
 
 
-def vector_profile(rho: float, d: int, r: int, *, samples: int = 10**6, seed: int = 0,
-                   confidence: float = 0.99) -> VectorProfile:
+def vector_profile(
+    rho: float, d: int, r: int, *, samples: int = 10**6, seed: int = 0, confidence: float = 0.99
+) -> VectorProfile:
     """Sample the exact profile of the vector projection ([W] Lemma 8) from ``seed``."""
     rho, d, r = _vector_inputs(rho, d, r)
     if d < 2:
@@ -186,18 +232,27 @@ def vector_profile(rho: float, d: int, r: int, *, samples: int = 10**6, seed: in
     inside = a > 0
     a, b = a[inside], (k1 + k2**2 + k3)[inside]
     losses = (d + 1 - r) / 2 * np.log(a) + b / 2 * (1 / a - 1)
-    return VectorProfile(rho, d, r, samples, seed, confidence,
-                         SortedLosses(losses, atoms=int(samples - inside.sum()), confidence=confidence))
+    return VectorProfile(
+        rho,
+        d,
+        r,
+        samples,
+        seed,
+        confidence,
+        SortedLosses(losses, atoms=int(samples - inside.sum()), confidence=confidence),
+    )
 
 
-def vector_profile_delta(epsilon: float, rho: float, d: int, r: int, *, samples: int = 10**6, seed: int = 0,
-                         confidence: float = 0.99) -> Bound:
+def vector_profile_delta(
+    epsilon: float, rho: float, d: int, r: int, *, samples: int = 10**6, seed: int = 0, confidence: float = 0.99
+) -> Bound:
     """delta(eps) of the exact vector profile, Monte Carlo with a confidence interval."""
     return vector_profile(rho, d, r, samples=samples, seed=seed, confidence=confidence).delta(epsilon)
 
 
-def vector_profile_epsilon(delta: float, rho: float, d: int, r: int, *, samples: int = 10**6, seed: int = 0,
-                           confidence: float = 0.99) -> Bound:
+def vector_profile_epsilon(
+    delta: float, rho: float, d: int, r: int, *, samples: int = 10**6, seed: int = 0, confidence: float = 0.99
+) -> Bound:
     """eps(delta) of the exact vector profile, Monte Carlo with a confidence interval."""
     return vector_profile(rho, d, r, samples=samples, seed=seed, confidence=confidence).epsilon(delta)
 
@@ -205,6 +260,7 @@ def vector_profile_epsilon(delta: float, rho: float, d: int, r: int, *, samples:
 # --------------------------------------------------------------------------------------------
 # M1: M V + Xi, large-r regime ([W] Sec. 4.1, App. D.1)
 # --------------------------------------------------------------------------------------------
+
 
 def _m1_dimensions(d, r, s) -> tuple[int, int, int]:
     r, d = check.rank(r, d)
@@ -244,18 +300,38 @@ def lemma2_residual(rho_perp: float, d: int, r: int, s: int, delta_prime: float,
         raise ValueError("beta_perp must be 0 when s = d (the changed column has no component outside span(V_-j))")
     m, q = d - s, r - min(s, r)
     if q == 0 or beta_perp == 0:
-        return Bound(epsilon=0.0, delta=0.0, neighbouring=REPLACE_ONE, source="[W] Lemma 2", inputs=inputs,
-                     details=dict(m=m, q=q, trivial="residual is identically 0"))
+        return Bound(
+            epsilon=0.0,
+            delta=0.0,
+            neighbouring=REPLACE_ONE,
+            source="[W] Lemma 2",
+            inputs=inputs,
+            details=dict(m=m, q=q, trivial="residual is identically 0"),
+        )
     instance = theorem1(rho_perp, m, q, delta_prime / 3)
     if not instance.valid:
         return inapplicable("[W] Lemma 2", REPLACE_ONE, instance.reason, delta=instance.delta, inputs=inputs)
     escape = instance.details["support_escape"]
-    return Bound(epsilon=instance.epsilon, delta=escape + delta_prime, neighbouring=REPLACE_ONE,
-                 source="[W] Lemma 2", inputs=inputs, details=dict(m=m, q=q, support_escape=escape))
+    return Bound(
+        epsilon=instance.epsilon,
+        delta=escape + delta_prime,
+        neighbouring=REPLACE_ONE,
+        source="[W] Lemma 2",
+        inputs=inputs,
+        details=dict(m=m, q=q, support_escape=escape),
+    )
 
 
-def lemma15_correlated(sensitivity: float, sigma: float, d: int, r: int, s: int, delta_parallel: float,
-                       delta_s: float, calibration: GaussianCalibration = "exact") -> Bound:
+def lemma15_correlated(
+    sensitivity: float,
+    sigma: float,
+    d: int,
+    r: int,
+    s: int,
+    delta_parallel: float,
+    delta_s: float,
+    calibration: GaussianCalibration = "exact",
+) -> Bound:
     """[W] Lemma 14 + Lemma 15: the correlated term ``M_par v + xi`` is (eps_par, delta_par + delta_s)-DP.
 
     On the event ``|M_par u| <= Gamma`` (Lemma 14, probability >= 1 - delta_s) it is a Gaussian
@@ -270,8 +346,16 @@ def lemma15_correlated(sensitivity: float, sigma: float, d: int, r: int, s: int,
     delta_parallel = check.open_unit("delta_parallel", delta_parallel)
     delta_s = check.open_unit("delta_s", delta_s)
     gamma = lemma14_gamma(delta_s, d, r, s)
-    inputs = dict(sensitivity=sensitivity, sigma=sigma, d=d, r=r, s=s, delta_parallel=delta_parallel,
-                  delta_s=delta_s, calibration=calibration)
+    inputs = dict(
+        sensitivity=sensitivity,
+        sigma=sigma,
+        d=d,
+        r=r,
+        s=s,
+        delta_parallel=delta_parallel,
+        delta_s=delta_s,
+        calibration=calibration,
+    )
     if calibration == "classical":
         part = gaussian.classical_epsilon(delta_parallel, gamma * sensitivity, sigma)
     elif calibration == "exact":
@@ -279,39 +363,73 @@ def lemma15_correlated(sensitivity: float, sigma: float, d: int, r: int, s: int,
     else:
         raise ValueError(f"calibration must be 'exact' or 'classical', got {calibration!r}")
     if not part.valid:
-        return inapplicable("[W] Lemma 15", REPLACE_ONE, part.reason, delta=min(delta_parallel + delta_s, 1.0),
-                            inputs=inputs)
-    return Bound(epsilon=part.epsilon, delta=min(delta_parallel + delta_s, 1.0), neighbouring=REPLACE_ONE,
-                 source="[W] Lemma 14 + Lemma 15", inputs=inputs, details=dict(gamma=gamma))
+        return inapplicable(
+            "[W] Lemma 15", REPLACE_ONE, part.reason, delta=min(delta_parallel + delta_s, 1.0), inputs=inputs
+        )
+    return Bound(
+        epsilon=part.epsilon,
+        delta=min(delta_parallel + delta_s, 1.0),
+        neighbouring=REPLACE_ONE,
+        source="[W] Lemma 14 + Lemma 15",
+        inputs=inputs,
+        details=dict(gamma=gamma),
+    )
 
 
-def theorem4(sensitivity: float, sigma: float, d: int, r: int, s: int, rho_perp: float, delta_parallel: float,
-             delta_s: float, delta_prime: float, beta_perp: float = 1.0,
-             calibration: GaussianCalibration = "exact") -> Bound:
+def theorem4(
+    sensitivity: float,
+    sigma: float,
+    d: int,
+    r: int,
+    s: int,
+    rho_perp: float,
+    delta_parallel: float,
+    delta_s: float,
+    delta_prime: float,
+    beta_perp: float = 1.0,
+    calibration: GaussianCalibration = "exact",
+) -> Bound:
     """[W] Thm 4 (M1, one changed column).
 
     ``eps_one = eps_par + eps_perp``, ``delta_one = delta_par + delta_perp + delta_s`` (Lemma 15 + Lemma 2).
     """
     correlated = lemma15_correlated(sensitivity, sigma, d, r, s, delta_parallel, delta_s, calibration)
     residual = lemma2_residual(rho_perp, d, r, s, delta_prime, beta_perp)
-    inputs = dict(correlated.inputs, rho_perp=rho_perp, delta_prime=residual.inputs["delta_prime"],
-                  beta_perp=beta_perp)
+    inputs = dict(correlated.inputs, rho_perp=rho_perp, delta_prime=residual.inputs["delta_prime"], beta_perp=beta_perp)
     delta = min(correlated.delta + residual.delta, 1.0)
     for part in (correlated, residual):
         if not part.valid:
             return inapplicable("[W] Thm 4", REPLACE_ONE, part.reason, delta=delta, inputs=inputs)
-    return Bound(epsilon=correlated.epsilon + residual.epsilon, delta=delta, neighbouring=REPLACE_ONE,
-                 source="[W] Thm 4", inputs=inputs,
-                 details=dict(epsilon_parallel=correlated.epsilon, epsilon_perp=residual.epsilon,
-                              delta_perp=residual.delta, gamma=correlated.details["gamma"]))
+    return Bound(
+        epsilon=correlated.epsilon + residual.epsilon,
+        delta=delta,
+        neighbouring=REPLACE_ONE,
+        source="[W] Thm 4",
+        inputs=inputs,
+        details=dict(
+            epsilon_parallel=correlated.epsilon,
+            epsilon_perp=residual.epsilon,
+            delta_perp=residual.delta,
+            gamma=correlated.details["gamma"],
+        ),
+    )
 
 
 _SPLIT_FRACTIONS = [float(x) for x in np.geomspace(1e-4, 1.0, 17)]
 _SMALLEST_DELTA = 1e-300
 
 
-def theorem4_epsilon(delta: float, sensitivity: float, sigma: float, d: int, r: int, s: int, rho_perp: float,
-                     beta_perp: float = 1.0, calibration: GaussianCalibration = "exact") -> Bound:
+def theorem4_epsilon(
+    delta: float,
+    sensitivity: float,
+    sigma: float,
+    d: int,
+    r: int,
+    s: int,
+    rho_perp: float,
+    beta_perp: float = 1.0,
+    calibration: GaussianCalibration = "exact",
+) -> Bound:
     """[W] Thm 4 at a target delta, minimised over splits ``delta_par + delta_s + delta' = delta - P(A_perp <= 0)``.
 
     The fractions of the budget range over ``10^-4 ... 1`` (17 geometric steps each); when the
@@ -323,24 +441,53 @@ def theorem4_epsilon(delta: float, sensitivity: float, sigma: float, d: int, r: 
     q = r - min(s, r)
     trivial = q == 0 or check.non_negative("beta_perp", beta_perp) == 0
     escape = 0.0 if trivial else _support_escape(rho_perp, q)
-    inputs = dict(delta=delta, sensitivity=sensitivity, sigma=sigma, d=d, r=r, s=s, rho_perp=rho_perp,
-                  beta_perp=beta_perp, calibration=calibration)
+    inputs = dict(
+        delta=delta,
+        sensitivity=sensitivity,
+        sigma=sigma,
+        d=d,
+        r=r,
+        s=s,
+        rho_perp=rho_perp,
+        beta_perp=beta_perp,
+        calibration=calibration,
+    )
     budget = (delta - escape) * (1 - 1e-9)  # keep the sum strictly below delta despite rounding
     if budget <= 0:
-        return inapplicable("[W] Thm 4", REPLACE_ONE, f"delta must exceed P(A_perp <= 0) = {escape:.4g}",
-                            delta=delta, inputs=inputs)
+        return inapplicable(
+            "[W] Thm 4", REPLACE_ONE, f"delta must exceed P(A_perp <= 0) = {escape:.4g}", delta=delta, inputs=inputs
+        )
     smallest_prime = 0.0 if trivial else _SPLIT_FRACTIONS[0]
     candidates = (
-        theorem4(sensitivity, sigma, d, r, s, rho_perp, w_parallel * budget, w_s * budget,
-                 max(1 - w_parallel - w_s, _SPLIT_FRACTIONS[0]) * budget, beta_perp, calibration)
-        for w_parallel in _SPLIT_FRACTIONS for w_s in _SPLIT_FRACTIONS
-        if 1 - w_parallel - w_s >= smallest_prime - 1e-12)
+        theorem4(
+            sensitivity,
+            sigma,
+            d,
+            r,
+            s,
+            rho_perp,
+            w_parallel * budget,
+            w_s * budget,
+            max(1 - w_parallel - w_s, _SPLIT_FRACTIONS[0]) * budget,
+            beta_perp,
+            calibration,
+        )
+        for w_parallel in _SPLIT_FRACTIONS
+        for w_s in _SPLIT_FRACTIONS
+        if 1 - w_parallel - w_s >= smallest_prime - 1e-12
+    )
     best = min(candidates, key=lambda bound: bound.epsilon)
     if not best.valid:
         return inapplicable("[W] Thm 4", REPLACE_ONE, best.reason, delta=delta, inputs=inputs)
     split = {k: best.inputs[k] for k in ("delta_parallel", "delta_s", "delta_prime")}
-    return Bound(epsilon=best.epsilon, delta=delta, neighbouring=REPLACE_ONE, source="[W] Thm 4", inputs=inputs,
-                 details=dict(best.details, **split))
+    return Bound(
+        epsilon=best.epsilon,
+        delta=delta,
+        neighbouring=REPLACE_ONE,
+        source="[W] Thm 4",
+        inputs=inputs,
+        details=dict(best.details, **split),
+    )
 
 
 def theorem3(k: int, one_column: Bound) -> Bound:
@@ -354,15 +501,29 @@ def theorem3(k: int, one_column: Bound) -> Bound:
         return inapplicable("[W] Thm 3", REPLACE_ONE, one_column.reason, delta=one_column.delta, inputs=inputs)
     log_delta = math.log(k) + (k - 1) * one_column.epsilon + math.log(max(one_column.delta, 1e-320))
     if log_delta >= 0:
-        return inapplicable("[W] Thm 3", REPLACE_ONE, "k e^{(k-1) eps_one} delta_one >= 1 is vacuous",
-                            inputs=inputs)
-    return Bound(epsilon=k * one_column.epsilon, delta=math.exp(log_delta) if one_column.delta > 0 else 0.0,
-                 neighbouring=REPLACE_ONE, source="[W] Thm 3", inputs=inputs,
-                 details=dict(epsilon_one=one_column.epsilon, delta_one=one_column.delta))
+        return inapplicable("[W] Thm 3", REPLACE_ONE, "k e^{(k-1) eps_one} delta_one >= 1 is vacuous", inputs=inputs)
+    return Bound(
+        epsilon=k * one_column.epsilon,
+        delta=math.exp(log_delta) if one_column.delta > 0 else 0.0,
+        neighbouring=REPLACE_ONE,
+        source="[W] Thm 3",
+        inputs=inputs,
+        details=dict(epsilon_one=one_column.epsilon, delta_one=one_column.delta),
+    )
 
 
-def theorem3_epsilon(delta: float, k: int, sensitivity: float, sigma: float, d: int, r: int, s: int,
-                     rho_perp: float, beta_perp: float = 1.0, calibration: GaussianCalibration = "exact") -> Bound:
+def theorem3_epsilon(
+    delta: float,
+    k: int,
+    sensitivity: float,
+    sigma: float,
+    d: int,
+    r: int,
+    s: int,
+    rho_perp: float,
+    beta_perp: float = 1.0,
+    calibration: GaussianCalibration = "exact",
+) -> Bound:
     """[W] Thm 3 at a target delta: solve ``eps_one = Thm4_eps(delta / (k e^{(k-1) eps_one}))``."""
     delta = check.open_unit("delta", delta)
     k = check.count("k", k)
@@ -373,8 +534,18 @@ def theorem3_epsilon(delta: float, k: int, sensitivity: float, sigma: float, d: 
             return inapplicable("[W] Thm 4", REPLACE_ONE, f"delta_one = {delta_one:.3g} is below {_SMALLEST_DELTA}")
         return theorem4_epsilon(delta_one, sensitivity, sigma, d, r, s, rho_perp, beta_perp, calibration)
 
-    inputs = dict(delta=delta, k=k, sensitivity=sensitivity, sigma=sigma, d=d, r=r, s=s, rho_perp=rho_perp,
-                  beta_perp=beta_perp, calibration=calibration)
+    inputs = dict(
+        delta=delta,
+        k=k,
+        sensitivity=sensitivity,
+        sigma=sigma,
+        d=d,
+        r=r,
+        s=s,
+        rho_perp=rho_perp,
+        beta_perp=beta_perp,
+        calibration=calibration,
+    )
     start = one_column(0.0)
     if not start.valid:
         return inapplicable("[W] Thm 3", REPLACE_ONE, start.reason, delta=delta, inputs=inputs)
@@ -388,18 +559,26 @@ def theorem3_epsilon(delta: float, k: int, sensitivity: float, sigma: float, d: 
             break
         upper *= 2
     else:
-        return inapplicable("[W] Thm 3", REPLACE_ONE, "no fixed point: the chain is too long for this delta",
-                            delta=delta, inputs=inputs)
+        return inapplicable(
+            "[W] Thm 3", REPLACE_ONE, "no fixed point: the chain is too long for this delta", delta=delta, inputs=inputs
+        )
     root = brentq(gap, 0.0, upper, xtol=1e-12)
     # Just right of the root eps_one(x) <= x, so k e^{(k-1) eps_one(x)} delta_one(x) <= delta.
     result = theorem3(k, one_column(min(root * (1 + 1e-9) + 1e-12, upper)))
-    return Bound(epsilon=result.epsilon, delta=delta, neighbouring=REPLACE_ONE, source="[W] Thm 3", inputs=inputs,
-                 details=dict(result.details, delta_spent=result.delta))
+    return Bound(
+        epsilon=result.epsilon,
+        delta=delta,
+        neighbouring=REPLACE_ONE,
+        source="[W] Thm 3",
+        inputs=inputs,
+        details=dict(result.details, delta_spent=result.delta),
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # M2: M (V + Xi), small-r regime ([W] Sec. 4.2, App. D.2, App. F.2) and the mixture bound
 # --------------------------------------------------------------------------------------------
+
 
 def _m2_inputs(sensitivity, sigma, d, r):
     sensitivity = check.positive("sensitivity", sensitivity)
@@ -420,8 +599,9 @@ def _check_s(s, d) -> int:
     return s
 
 
-def theorem5_delta(epsilon: float, sensitivity: float, sigma: float, d: int, r: int, s: int,
-                   alpha: float | None = None) -> Bound:
+def theorem5_delta(
+    epsilon: float, sensitivity: float, sigma: float, d: int, r: int, s: int, alpha: float | None = None
+) -> Bound:
     """[W] Thm 5: ``delta_alpha(eps) = T(eps; alpha |Delta V|^2/sigma^2) + s [1 - I_alpha(r/2, (d-r)/2)]``.
 
     ``T`` is :func:`accountants.gaussian.privacy_loss_tail`; ``s = min(n, d)`` or ``rank(Delta V)``.
@@ -442,8 +622,14 @@ def theorem5_delta(epsilon: float, sensitivity: float, sigma: float, d: int, r: 
         alpha = math.exp(log_alpha)
     else:
         alpha = check.open_unit("alpha", alpha)
-    return Bound(epsilon=epsilon, delta=min(bound(alpha), 1.0), neighbouring=REPLACE_ONE, source="[W] Thm 5",
-                 inputs=inputs, details=dict(alpha=alpha, delta_projection=_failure_probability(alpha, d, r, s)))
+    return Bound(
+        epsilon=epsilon,
+        delta=min(bound(alpha), 1.0),
+        neighbouring=REPLACE_ONE,
+        source="[W] Thm 5",
+        inputs=inputs,
+        details=dict(alpha=alpha, delta_projection=_failure_probability(alpha, d, r, s)),
+    )
 
 
 def _alpha_for_failure(failure: float, d: int, r: int, s: int) -> float:
@@ -471,13 +657,31 @@ def theorem5_epsilon(delta: float, sensitivity: float, sigma: float, d: int, r: 
 
     log_share, value = minimize_on_grid(epsilon_at, np.linspace(math.log(1e-12), math.log(1 - 1e-6), 48))
     share = math.exp(log_share)
-    return Bound(epsilon=value, delta=delta, neighbouring=REPLACE_ONE, source="[W] Thm 5", inputs=inputs,
-                 details=dict(alpha=_alpha_for_failure(share * delta, d, r, s), delta_projection=share * delta,
-                              delta_gaussian=(1 - share) * delta))
+    return Bound(
+        epsilon=value,
+        delta=delta,
+        neighbouring=REPLACE_ONE,
+        source="[W] Thm 5",
+        inputs=inputs,
+        details=dict(
+            alpha=_alpha_for_failure(share * delta, d, r, s),
+            delta_projection=share * delta,
+            delta_gaussian=(1 - share) * delta,
+        ),
+    )
 
 
-def m2_multistep_epsilon(delta: float, sensitivity: float, sigma: float, d: int, r: int, s: int,
-                         sample_rate: float, steps: int, delta_projection: float | None = None) -> Bound:
+def m2_multistep_epsilon(
+    delta: float,
+    sensitivity: float,
+    sigma: float,
+    d: int,
+    r: int,
+    s: int,
+    sample_rate: float,
+    steps: int,
+    delta_projection: float | None = None,
+) -> Bound:
     """[W] App. F.2: M2 with a fresh M every step, Poisson sampling rate q, T steps.
 
     Given a per-step failure budget ``delta_p``, alpha is the smallest value with
@@ -494,8 +698,17 @@ def m2_multistep_epsilon(delta: float, sensitivity: float, sigma: float, d: int,
     s = _check_s(s, d)
     steps = check.count("steps", steps)
     sample_rate = check.sample_rate("sample_rate", sample_rate)
-    inputs = dict(delta=delta, sensitivity=sensitivity, sigma=sigma, d=d, r=r, s=s, sample_rate=sample_rate,
-                  steps=steps, delta_projection=delta_projection)
+    inputs = dict(
+        delta=delta,
+        sensitivity=sensitivity,
+        sigma=sigma,
+        d=d,
+        r=r,
+        s=s,
+        sample_rate=sample_rate,
+        steps=steps,
+        delta_projection=delta_projection,
+    )
     if r == d:
         return inapplicable("[W] App. F.2", ADD_REMOVE, "[W] Lemma 17 needs r <= d - 1", delta=delta, inputs=inputs)
 
@@ -504,23 +717,35 @@ def m2_multistep_epsilon(delta: float, sensitivity: float, sigma: float, d: int,
         return dpsgd.epsilon(1 / (math.sqrt(alpha) * mu), sample_rate, steps, delta - steps * per_step)
 
     if delta_projection is None:
-        log_share, _ = minimize_on_grid(lambda x: account(math.exp(x) * delta / steps).epsilon,
-                                        np.linspace(math.log(1e-3), math.log(0.9), 7), xatol=0.05)
+        log_share, _ = minimize_on_grid(
+            lambda x: account(math.exp(x) * delta / steps).epsilon,
+            np.linspace(math.log(1e-3), math.log(0.9), 7),
+            xatol=0.05,
+        )
         delta_projection = math.exp(log_share) * delta / steps
     elif not 0 < delta_projection < delta / steps:
-        raise ValueError(f"delta_projection must be in (0, delta/steps) = (0, {delta / steps:.3g}), "
-                         f"got {delta_projection}")
+        raise ValueError(
+            f"delta_projection must be in (0, delta/steps) = (0, {delta / steps:.3g}), got {delta_projection}"
+        )
     composed = account(delta_projection)
-    return Bound(epsilon=composed.epsilon, delta=delta, neighbouring=ADD_REMOVE, source="[W] Thm 5 + App. F.2",
-                 inputs=inputs, details=dict(alpha=_alpha_for_failure(delta_projection, d, r, s),
-                                             delta_projection=delta_projection,
-                                             effective_noise_multiplier=composed.inputs["noise_multiplier"]))
+    return Bound(
+        epsilon=composed.epsilon,
+        delta=delta,
+        neighbouring=ADD_REMOVE,
+        source="[W] Thm 5 + App. F.2",
+        inputs=inputs,
+        details=dict(
+            alpha=_alpha_for_failure(delta_projection, d, r, s),
+            delta_projection=delta_projection,
+            effective_noise_multiplier=composed.inputs["noise_multiplier"],
+        ),
+    )
 
 
 _GAUSS_LEGENDRE = np.polynomial.legendre.leggauss(10)
-_PANEL_WIDTH = 0.25     # in decades of tail probability
-_LOWER_DECADES = 20     # the mass below the 1e-20 quantile contributes at most 1e-20
-_UPPER_DECADES = 40     # the mass above the 1 - 1e-40 quantile contributes at most 1e-40
+_PANEL_WIDTH = 0.25  # in decades of tail probability
+_LOWER_DECADES = 20  # the mass below the 1e-20 quantile contributes at most 1e-20
+_UPPER_DECADES = 40  # the mass above the 1 - 1e-40 quantile contributes at most 1e-40
 
 
 def _decade_panels(decades: float) -> tuple[np.ndarray, np.ndarray]:
@@ -585,13 +810,13 @@ def _wishart_factor(rng: np.random.Generator, dof: int, dim: int, n: int) -> np.
 
 def _captured_energy_chunk(rng, d, r, s, n):
     if s <= r:
-        signal = _wishart_factor(rng, r, s, n)                        # X = F F^T, s x s
+        signal = _wishart_factor(rng, r, s, n)  # X = F F^T, s x s
         rest = _wishart_factor(rng, d - r, s, n) if d > r else np.zeros((n, s, 1))
-        axis = 2                                                      # row norms
+        axis = 2  # row norms
     else:
-        signal = rng.standard_normal((n, r, s))                       # W^T: column j is z_j
+        signal = rng.standard_normal((n, r, s))  # W^T: column j is z_j
         rest = _wishart_factor(rng, d - s, r, n) if d > s else np.zeros((n, r, 1))
-        axis = 1                                                      # column norms
+        axis = 1  # column norms
     gram = signal @ np.swapaxes(signal, 1, 2) + rest @ np.swapaxes(rest, 1, 2)
     whitened = np.linalg.solve(np.linalg.cholesky(gram), signal)
     return np.sum(whitened**2, axis=axis)
@@ -622,8 +847,12 @@ class _Mixture:
 
     def epsilon(self, delta: float) -> tuple[float, tuple[float, float] | None]:
         if self.sampled is None:
-            value = solve_decreasing(lambda e: math.log(max(self.delta(e)[0], 1e-320)), math.log(delta), 0.0,
-                                     gaussian.epsilon_for_mu(delta, self.mu) + 1.0)
+            value = solve_decreasing(
+                lambda e: math.log(max(self.delta(e)[0], 1e-320)),
+                math.log(delta),
+                0.0,
+                gaussian.epsilon_for_mu(delta, self.mu) + 1.0,
+            )
             return value, None
         top = gaussian.epsilon_for_mu(min(delta, 0.5) * 1e-3, float(self.sampled.mus.max())) + 1.0
         grid = np.concatenate([[0.0], np.geomspace(1e-4, top, 255)])
@@ -648,14 +877,29 @@ _MIXTURE = "M2 mixture bound (SPEC §2; joint convexity over M)"
 
 
 def _mixture_inputs(mixture: _Mixture, sensitivity, sigma, singular_values, samples, seed, **query):
-    return dict(query, sensitivity=sensitivity, sigma=sigma, d=mixture.d, r=mixture.r,
-                singular_values=None if singular_values is None else [float(v) for v in np.ravel(singular_values)],
-                **(dict(samples=samples, seed=seed) if mixture.sampled is not None else {}))
+    return dict(
+        query,
+        sensitivity=sensitivity,
+        sigma=sigma,
+        d=mixture.d,
+        r=mixture.r,
+        singular_values=None if singular_values is None else [float(v) for v in np.ravel(singular_values)],
+        **(dict(samples=samples, seed=seed) if mixture.sampled is not None else {}),
+    )
 
 
-def m2_mixture_delta(epsilon: float, sensitivity: float, sigma: float, d: int, r: int,
-                     singular_values: Sequence[float] | None = None, *, samples: int = 20000, seed: int = 0,
-                     confidence: float = 0.99) -> Bound:
+def m2_mixture_delta(
+    epsilon: float,
+    sensitivity: float,
+    sigma: float,
+    d: int,
+    r: int,
+    singular_values: Sequence[float] | None = None,
+    *,
+    samples: int = 20000,
+    seed: int = 0,
+    confidence: float = 0.99,
+) -> Bound:
     """Mixture bound for M2: ``delta(eps) <= E_M[delta_Gauss(eps; |P_M Delta V|_F / sigma)]`` (SPEC §2).
 
     Conditioned on M the release is a Gaussian mechanism on col(M) with sensitivity ``|P_M Delta V|_F``;
@@ -667,21 +911,44 @@ def m2_mixture_delta(epsilon: float, sensitivity: float, sigma: float, d: int, r
     epsilon = check.non_negative("epsilon", epsilon)
     mixture = _mixture(sensitivity, sigma, d, r, singular_values, samples, seed, confidence)
     value, interval = mixture.delta(epsilon)
-    return Bound(epsilon=epsilon, delta=value, neighbouring=REPLACE_ONE, source=_MIXTURE,
-                 inputs=_mixture_inputs(mixture, sensitivity, sigma, singular_values, samples, seed, epsilon=epsilon),
-                 delta_interval=interval, confidence=confidence if interval else None)
+    return Bound(
+        epsilon=epsilon,
+        delta=value,
+        neighbouring=REPLACE_ONE,
+        source=_MIXTURE,
+        inputs=_mixture_inputs(mixture, sensitivity, sigma, singular_values, samples, seed, epsilon=epsilon),
+        delta_interval=interval,
+        confidence=confidence if interval else None,
+    )
 
 
-def m2_mixture_epsilon(delta: float, sensitivity: float, sigma: float, d: int, r: int,
-                       singular_values: Sequence[float] | None = None, *, samples: int = 20000, seed: int = 0,
-                       confidence: float = 0.99) -> Bound:
+def m2_mixture_epsilon(
+    delta: float,
+    sensitivity: float,
+    sigma: float,
+    d: int,
+    r: int,
+    singular_values: Sequence[float] | None = None,
+    *,
+    samples: int = 20000,
+    seed: int = 0,
+    confidence: float = 0.99,
+) -> Bound:
     """eps(delta) of the M2 mixture bound (see :func:`m2_mixture_delta`)."""
     delta = check.open_unit("delta", delta)
     mixture = _mixture(sensitivity, sigma, d, r, singular_values, samples, seed, confidence)
     value, interval = mixture.epsilon(delta)
     inputs = _mixture_inputs(mixture, sensitivity, sigma, singular_values, samples, seed, delta=delta)
     if not math.isfinite(value):
-        return inapplicable(_MIXTURE, REPLACE_ONE, "the sampled profile does not reach this delta", delta=delta,
-                            inputs=inputs)
-    return Bound(epsilon=value, delta=delta, neighbouring=REPLACE_ONE, source=_MIXTURE, inputs=inputs,
-                 epsilon_interval=interval, confidence=confidence if interval else None)
+        return inapplicable(
+            _MIXTURE, REPLACE_ONE, "the sampled profile does not reach this delta", delta=delta, inputs=inputs
+        )
+    return Bound(
+        epsilon=value,
+        delta=delta,
+        neighbouring=REPLACE_ONE,
+        source=_MIXTURE,
+        inputs=inputs,
+        epsilon_interval=interval,
+        confidence=confidence if interval else None,
+    )

@@ -24,15 +24,11 @@ def as_finite_array(values, name: str, *, ndim: int) -> np.ndarray:
     try:
         array = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError) as error:
-        raise ValueError(
-            f"{name} must be numeric; got {type(values).__name__} ({error})."
-        ) from None
+        raise ValueError(f"{name} must be numeric; got {type(values).__name__} ({error}).") from None
     if array.ndim != ndim:
         raise ValueError(f"{name} must be a {ndim}-D array; got shape {array.shape}.")
     if not np.all(np.isfinite(array)):
-        raise ValueError(
-            f"{name} contains {_describe_non_finite(array)}; remove or repair those entries."
-        )
+        raise ValueError(f"{name} contains {_describe_non_finite(array)}; remove or repair those entries.")
     return array
 
 
@@ -40,9 +36,7 @@ def as_score_vector(values, name: str) -> np.ndarray:
     """Returns a non-empty, finite, 1-D float64 score vector."""
     array = as_finite_array(values, name, ndim=1)
     if array.size == 0:
-        raise ValueError(
-            f"{name} is empty: the statistics need at least one score from each class (IN and OUT)."
-        )
+        raise ValueError(f"{name} is empty: the statistics need at least one score from each class (IN and OUT).")
     return array
 
 
@@ -53,9 +47,7 @@ def as_membership(membership, name: str, *, shape: tuple[int, ...]) -> np.ndarra
     """
     array = np.asarray(membership)
     if array.shape != shape:
-        raise ValueError(
-            f"{name} must have shape {shape} (one entry per model and example); got {array.shape}."
-        )
+        raise ValueError(f"{name} must have shape {shape} (one entry per model and example); got {array.shape}.")
     if array.dtype == np.bool_:
         return array
     if np.issubdtype(array.dtype, np.integer) and np.all((array == 0) | (array == 1)):

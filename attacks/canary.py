@@ -30,14 +30,11 @@ def draw_canary_input(shape, rng: np.random.Generator) -> np.ndarray:
     if isinstance(shape, numbers.Integral):
         shape = (shape,)
     shape = tuple(shape)
-    if not shape or any(
-        isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 1 for d in shape
-    ):
+    if not shape or any(isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 1 for d in shape):
         raise ValueError(f"shape must be a non-empty tuple of positive integers; got {shape!r}.")
     if not isinstance(rng, np.random.Generator):
         raise ValueError(
-            "rng must be a numpy.random.Generator, e.g. numpy.random.default_rng(seed); "
-            f"got {type(rng).__name__}."
+            f"rng must be a numpy.random.Generator, e.g. numpy.random.default_rng(seed); got {type(rng).__name__}."
         )
     return rng.standard_normal(shape)
 

@@ -21,9 +21,7 @@ from attacks import _validation
 def _check_even_models(n_models) -> int:
     n_models = _validation.check_positive_int(n_models, "n_models")
     if n_models % 2:
-        raise ValueError(
-            f"n_models must be even so that exactly half the models are IN; got {n_models}."
-        )
+        raise ValueError(f"n_models must be even so that exactly half the models are IN; got {n_models}.")
     return n_models
 
 

@@ -83,13 +83,8 @@ class SplitThreshold:
     seed: int = 0
 
     def __post_init__(self):
-        if (
-            not isinstance(self.selection_fraction, numbers.Real)
-            or not 0.0 < self.selection_fraction < 1.0
-        ):
-            raise ValueError(
-                f"selection_fraction must be in (0, 1), e.g. 0.5; got {self.selection_fraction!r}."
-            )
+        if not isinstance(self.selection_fraction, numbers.Real) or not 0.0 < self.selection_fraction < 1.0:
+            raise ValueError(f"selection_fraction must be in (0, 1), e.g. 0.5; got {self.selection_fraction!r}.")
         _validation.check_seed(self.seed)
 
 
@@ -264,9 +259,7 @@ def _lower_bound(method: Method, in_scores, out_scores, delta, confidence, strat
     delta = _validation.check_delta(delta)
     confidence = _validation.check_open_probability(confidence, "confidence")
     if method == "gaussian_dp" and delta == 0.0:
-        raise ValueError(
-            "delta must be > 0 for gdp_epsilon (μ-GDP is not (ε, 0)-DP); use e.g. 1e-5."
-        )
+        raise ValueError("delta must be > 0 for gdp_epsilon (μ-GDP is not (ε, 0)-DP); use e.g. 1e-5.")
     alpha = 1.0 - confidence
 
     if isinstance(strategy, SplitThreshold):
@@ -294,22 +287,17 @@ def _lower_bound(method: Method, in_scores, out_scores, delta, confidence, strat
         candidates = np.array([float(strategy.threshold)])
     else:
         raise ValueError(
-            "strategy must be SplitThreshold(...), BonferroniThresholds() or "
-            f"FixedThreshold(...); got {strategy!r}."
+            f"strategy must be SplitThreshold(...), BonferroniThresholds() or FixedThreshold(...); got {strategy!r}."
         )
 
     n_in, n_out = in_certify.size, out_certify.size
     true_positives = count_at_or_above(in_certify, candidates)
     false_positives = count_at_or_above(out_certify, candidates)
-    evaluation = _evaluate(
-        method, true_positives, false_positives, n_in, n_out, alpha_per_bound, delta
-    )
+    evaluation = _evaluate(method, true_positives, false_positives, n_in, n_out, alpha_per_bound, delta)
     best = int(np.argmax(evaluation.objective))
     objective = float(evaluation.objective[best])
     # What a perfect attack would certify: TP = n_in, FP = 0 on the same trials and level.
-    perfect = _evaluate(
-        method, np.array([n_in]), np.array([0]), n_in, n_out, alpha_per_bound, delta
-    )
+    perfect = _evaluate(method, np.array([n_in]), np.array([0]), n_in, n_out, alpha_per_bound, delta)
     return EpsilonLowerBound(
         epsilon=_epsilon_of(method, objective, delta),
         method=method,
@@ -317,9 +305,7 @@ def _lower_bound(method: Method, in_scores, out_scores, delta, confidence, strat
         confidence=confidence,
         strategy=strategy,
         threshold=float(candidates[best]),
-        direction=(
-            None if method == "gaussian_dp" else ("tpr/fpr", "tnr/fnr")[evaluation.direction[best]]
-        ),
+        direction=(None if method == "gaussian_dp" else ("tpr/fpr", "tnr/fnr")[evaluation.direction[best]]),
         true_positives=int(true_positives[best]),
         false_positives=int(false_positives[best]),
         n_in=n_in,

@@ -91,9 +91,7 @@ def _log_normal_pdf(x, mean, variance):
     return -0.5 * (np.log(2.0 * np.pi * variance) + (x - mean) ** 2 / variance)
 
 
-def lira_online_scores(
-    confidences, membership, *, fixed_variance: bool = False, min_std: float = 1e-8
-) -> np.ndarray:
+def lira_online_scores(confidences, membership, *, fixed_variance: bool = False, min_std: float = 1e-8) -> np.ndarray:
     """Online LiRA: log N(φ; μ_in, σ_in²) - log N(φ; μ_out, σ_out²), leave-one-out per target model.
 
     Args:
@@ -114,9 +112,7 @@ def lira_online_scores(
     min_std = _check_min_std(min_std)
     minimum = 1 if fixed_variance else 2
     count_in, mean_in, deviations_in = _leave_one_out_moments(centred, membership, "IN", minimum)
-    count_out, mean_out, deviations_out = _leave_one_out_moments(
-        centred, ~membership, "OUT", minimum
-    )
+    count_out, mean_out, deviations_out = _leave_one_out_moments(centred, ~membership, "OUT", minimum)
     if fixed_variance:
         variance_in = variance_out = _variance(
             deviations_in + deviations_out, (count_in - 1.0) + (count_out - 1.0), True, min_std
@@ -124,14 +120,10 @@ def lira_online_scores(
     else:
         variance_in = _variance(deviations_in, count_in - 1.0, False, min_std)
         variance_out = _variance(deviations_out, count_out - 1.0, False, min_std)
-    return _log_normal_pdf(centred, mean_in, variance_in) - _log_normal_pdf(
-        centred, mean_out, variance_out
-    )
+    return _log_normal_pdf(centred, mean_in, variance_in) - _log_normal_pdf(centred, mean_out, variance_out)
 
 
-def lira_offline_scores(
-    confidences, membership, *, fixed_variance: bool = False, min_std: float = 1e-8
-) -> np.ndarray:
+def lira_offline_scores(confidences, membership, *, fixed_variance: bool = False, min_std: float = 1e-8) -> np.ndarray:
     """Offline (one-sided) LiRA: z = (φ - μ_out)/σ_out from the other models' OUT outputs only.
 
     Args: as `lira_online_scores`; only OUT models are used, so the design needs ≥ 2 other OUT

@@ -180,7 +180,7 @@ def _balanced_accuracy(roc: RocCurve) -> float:
 
 
 def balanced_accuracy(in_scores, out_scores) -> float:
-    """max over thresholds t of ½(TPR(t) + 1 - FPR(t)); 0.5 when the scores carry no signal."""
+    """Max over thresholds t of ½(TPR(t) + 1 - FPR(t)); 0.5 when the scores carry no signal."""
     return _balanced_accuracy(roc_curve(in_scores, out_scores))
 
 

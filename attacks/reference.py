@@ -33,7 +33,5 @@ def reference_calibrated_scores(target_losses, reference_losses) -> np.ndarray:
             f"reference_losses must have shape {target_losses.shape[1:]} (one reference model) or "
             f"{target_losses.shape} (one per audited model); got {reference_losses.shape}."
         )
-    reference_losses = _validation.as_finite_array(
-        reference_losses, "reference_losses", ndim=reference_losses.ndim
-    )
+    reference_losses = _validation.as_finite_array(reference_losses, "reference_losses", ndim=reference_losses.ndim)
     return reference_losses - target_losses

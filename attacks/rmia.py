@@ -45,7 +45,7 @@ def _log_probabilities(values, name: str) -> np.ndarray:
 
 
 def _leave_one_out_log_mean(log_values: np.ndarray, included: np.ndarray, what: str) -> np.ndarray:
-    """log mean of exp(log_values[k, j]) over models k ≠ m with included[k, j], for each (m, j).
+    """Log mean of exp(log_values[k, j]) over models k ≠ m with included[k, j], for each (m, j).
 
     Prefix and suffix log-sum-exps over the model axis give each leave-one-out sum exactly,
     without the cancellation of subtracting the target's own term from the total.
@@ -67,9 +67,7 @@ def _leave_one_out_log_mean(log_values: np.ndarray, included: np.ndarray, what: 
 def _offline_correction(log_mean_out: np.ndarray, offline_a: float) -> np.ndarray:
     """log(½[(1 + a) p_OUT + (1 - a)]) from log p_OUT."""
     with np.errstate(divide="ignore"):  # a = 1 makes the constant term log 0 = -inf, harmless
-        return np.logaddexp(
-            math.log((1.0 + offline_a) / 2.0) + log_mean_out, np.log((1.0 - offline_a) / 2.0)
-        )
+        return np.logaddexp(math.log((1.0 + offline_a) / 2.0) + log_mean_out, np.log((1.0 - offline_a) / 2.0))
 
 
 def _fraction_at_or_below(population: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
@@ -126,18 +124,10 @@ def rmia_scores(
         log_p_x = _leave_one_out_log_mean(target, np.ones_like(membership), "IN or OUT")
         log_p_z = _leave_one_out_log_mean(population, every_model, "population")
     else:
-        if (
-            isinstance(offline_a, bool)
-            or not isinstance(offline_a, numbers.Real)
-            or not 0.0 <= offline_a <= 1.0
-        ):
+        if isinstance(offline_a, bool) or not isinstance(offline_a, numbers.Real) or not 0.0 <= offline_a <= 1.0:
             raise ValueError(f"offline_a must be None (online) or in [0, 1]; got {offline_a!r}.")
-        log_p_x = _offline_correction(
-            _leave_one_out_log_mean(target, ~membership, "OUT"), float(offline_a)
-        )
-        log_p_z = _offline_correction(
-            _leave_one_out_log_mean(population, every_model, "population"), float(offline_a)
-        )
+        log_p_x = _offline_correction(_leave_one_out_log_mean(target, ~membership, "OUT"), float(offline_a))
+        log_p_z = _offline_correction(_leave_one_out_log_mean(population, every_model, "population"), float(offline_a))
     log_ratio_x = target - log_p_x
     log_ratio_z = population - log_p_z
     # LR(x, z) ≥ γ  ⟺  log ratio_z ≤ log ratio_x - log γ.

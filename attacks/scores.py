@@ -36,9 +36,7 @@ _RUN_OUTPUTS_KEYS = frozenset({"format_version", "outputs", "membership"})
 def _logits_and_labels(logits, labels) -> tuple[np.ndarray, np.ndarray]:
     logits = np.asarray(logits, dtype=np.float64)
     if logits.ndim < 2:
-        raise ValueError(
-            f"logits must have shape (..., examples, classes); got shape {logits.shape}."
-        )
+        raise ValueError(f"logits must have shape (..., examples, classes); got shape {logits.shape}.")
     logits = _validation.as_finite_array(logits, "logits", ndim=logits.ndim)
     n_examples, n_classes = logits.shape[-2:]
     if n_classes < 2:
@@ -50,9 +48,7 @@ def _logits_and_labels(logits, labels) -> tuple[np.ndarray, np.ndarray]:
             f"got dtype {labels.dtype}, shape {labels.shape}."
         )
     if np.any(labels < 0) or np.any(labels >= n_classes):
-        raise ValueError(
-            f"labels must lie in [0, {n_classes}); got {labels.min()}..{labels.max()}."
-        )
+        raise ValueError(f"labels must lie in [0, {n_classes}); got {labels.min()}..{labels.max()}.")
     return logits, labels
 
 
@@ -92,7 +88,7 @@ def cross_entropy_loss(logits, labels) -> np.ndarray:
 
 
 def true_label_log_probability(logits, labels) -> np.ndarray:
-    """log p(label | x; θ) = -cross-entropy, the per-model signal RMIA uses."""
+    """Log p(label | x; θ) = -cross-entropy, the per-model signal RMIA uses."""
     return -cross_entropy_loss(logits, labels)
 
 
@@ -116,9 +112,7 @@ def _check_run_outputs(outputs, membership, source: str) -> RunOutputs:
             f"{source}: outputs must be a float array of shape (models, examples) or (models, "
             f"examples, classes); got dtype {outputs.dtype}, shape {outputs.shape}."
         )
-    membership = _validation.as_membership(
-        membership, f"{source}: membership", shape=outputs.shape[:2]
-    )
+    membership = _validation.as_membership(membership, f"{source}: membership", shape=outputs.shape[:2])
     return RunOutputs(outputs=outputs, membership=membership)
 
 
@@ -183,7 +177,5 @@ def load_run_outputs(path) -> RunOutputs:
         )
     missing = _RUN_OUTPUTS_KEYS - stored.keys()
     if missing:
-        raise ValueError(
-            f"{str(path)!r} lacks {sorted(missing)}; re-create it with save_run_outputs."
-        )
+        raise ValueError(f"{str(path)!r} lacks {sorted(missing)}; re-create it with save_run_outputs.")
     return _check_run_outputs(stored["outputs"], stored["membership"], str(path))

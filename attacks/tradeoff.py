@@ -37,13 +37,11 @@ def _as_profile(privacy_profile) -> tuple[np.ndarray, np.ndarray]:
         pairs = np.atleast_2d(np.asarray(privacy_profile, dtype=np.float64))
     except (TypeError, ValueError):
         raise ValueError(
-            "privacy_profile must be an (ε, δ) pair or a sequence of pairs; "
-            f"got {privacy_profile!r}."
+            f"privacy_profile must be an (ε, δ) pair or a sequence of pairs; got {privacy_profile!r}."
         ) from None
     if pairs.ndim != 2 or pairs.shape[1] != 2 or pairs.shape[0] == 0:
         raise ValueError(
-            "privacy_profile must be an (ε, δ) pair or an array of shape (P, 2) with P ≥ 1; "
-            f"got shape {pairs.shape}."
+            f"privacy_profile must be an (ε, δ) pair or an array of shape (P, 2) with P ≥ 1; got shape {pairs.shape}."
         )
     epsilons, deltas = pairs[:, 0], pairs[:, 1]
     if np.any(np.isnan(pairs)) or np.any(epsilons < 0.0):
@@ -201,12 +199,8 @@ def audit_verdict(
     for name, value in (("auc_lower", auc_lower), ("max_allowed_auc", max_allowed_auc)):
         if value is not None and not (isinstance(value, numbers.Real) and 0.0 <= value <= 1.0):
             raise ValueError(f"{name} must be in [0, 1]; got {value!r}.")
-    if analytic_epsilon is not None and (
-        not isinstance(analytic_epsilon, numbers.Real) or analytic_epsilon < 0.0
-    ):
-        raise ValueError(
-            f"analytic_epsilon must be ≥ 0, inf, NaN or None; got {analytic_epsilon!r}."
-        )
+    if analytic_epsilon is not None and (not isinstance(analytic_epsilon, numbers.Real) or analytic_epsilon < 0.0):
+        raise ValueError(f"analytic_epsilon must be ≥ 0, inf, NaN or None; got {analytic_epsilon!r}.")
 
     def verdict(outcome: Outcome, reason: str) -> AuditVerdict:
         return AuditVerdict(

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from accountants import dpsgd, gaussian, sketch, wishart
 
-TARGETS_S = {"[W] Thm 5, eps(delta) minimised over alpha": 0.05,
-             "exact vector profile, 10^6 samples, eps(delta)": 2.0,
-             "DP-SGD eps, T = 10^4 (q = 0.01, sigma = 1)": 2.0}
+TARGETS_S = {
+    "[W] Thm 5, eps(delta) minimised over alpha": 0.05,
+    "exact vector profile, 10^6 samples, eps(delta)": 2.0,
+    "DP-SGD eps, T = 10^4 (q = 0.01, sigma = 1)": 2.0,
+}
 
 
 def best_of(repeats: int, run: Callable[[], object]) -> tuple[float, object]:
@@ -30,13 +32,15 @@ def best_of(repeats: int, run: Callable[[], object]) -> tuple[float, object]:
 
 CASES: dict[str, Callable[[], object]] = {
     "[W] Thm 5, eps(delta) minimised over alpha": lambda: wishart.theorem5_epsilon(1e-5, 1.0, 1.0, 2000, 8, 1),
-    "exact vector profile, 10^6 samples, eps(delta)":
-        lambda: wishart.vector_profile_epsilon(0.01, 0.9999, 400, 16, samples=10**6, seed=0),
+    "exact vector profile, 10^6 samples, eps(delta)": lambda: wishart.vector_profile_epsilon(
+        0.01, 0.9999, 400, 16, samples=10**6, seed=0
+    ),
     "DP-SGD eps, T = 10^4 (q = 0.01, sigma = 1)": lambda: dpsgd.epsilon(1.0, 0.01, 10**4, 1e-5),
     "DP-SGD eps, T = 10^4 (q = 0.1, sigma = 0.6)": lambda: dpsgd.epsilon(0.6, 0.1, 10**4, 1e-5),
     "M2 mixture bound, rank 1, eps(delta)": lambda: wishart.m2_mixture_epsilon(1e-5, 1.0, 1.0, 2000, 8),
     "M2 mixture bound, rank 4, 20000 subspaces": lambda: wishart.m2_mixture_epsilon(
-        1e-2, 1.0, 1.0, 2000, 8, [1.0, 0.5, 0.25, 0.125]),
+        1e-2, 1.0, 1.0, 2000, 8, [1.0, 0.5, 0.25, 0.125]
+    ),
     "[W] Thm 1": lambda: wishart.theorem1(0.9999, 400, 16, 1e-3),
     "[W] Thm 4, delta split optimised": lambda: wishart.theorem4_epsilon(1e-5, 0.01, 1.0, 500, 64, 4, 0.999999),
     "Gaussian exact eps(delta)": lambda: gaussian.epsilon(1e-5, 1.0, 1.0),

@@ -35,13 +35,21 @@ from dpaudit import data, engine, models, seeding
 from dpaudit.mechanisms.dpsgd import dp_sgd
 from dpaudit.mechanisms.prism import PrismMechanism
 
-
 OPACUS_MODES = ("hooks", "ew", "ghost")
 
 
-def opacus_loop(base: nn.Module, x: np.ndarray, y: np.ndarray, membership: np.ndarray, randomness: list,
-                layout: engine.PoissonLayout, config: engine.TrainingConfig, noise: float, clip: float,
-                mode: str) -> None:
+def opacus_loop(
+    base: nn.Module,
+    x: np.ndarray,
+    y: np.ndarray,
+    membership: np.ndarray,
+    randomness: list,
+    layout: engine.PoissonLayout,
+    config: engine.TrainingConfig,
+    noise: float,
+    clip: float,
+    mode: str,
+) -> None:
     """DP-SGD of each model in turn with opacus, on the engine's Poisson batches (adapted weights trained).
 
     ``mode`` is opacus's per-sample gradient method: ``hooks`` (GradSampleModule, opacus's default), ``ew``
@@ -63,14 +71,18 @@ def opacus_loop(base: nn.Module, x: np.ndarray, y: np.ndarray, membership: np.nd
             sampled = GradSampleModuleFastGradientClipping(module, max_grad_norm=clip, use_ghost_clipping=True)
         else:
             sampled = GradSampleModule(module) if mode == "hooks" else GradSampleModuleExpandedWeights(module)
-        sgd = torch.optim.SGD([p for p in sampled.parameters() if p.requires_grad], lr=config.lr,
-                              momentum=config.momentum)
+        sgd = torch.optim.SGD(
+            [p for p in sampled.parameters() if p.requires_grad], lr=config.lr, momentum=config.momentum
+        )
         optimiser = (DPOptimizerFastGradientClipping if mode == "ghost" else DPOptimizer)(
-            sgd, noise_multiplier=noise, max_grad_norm=clip, expected_batch_size=layout.expected_batch_size)
+            sgd, noise_multiplier=noise, max_grad_norm=clip, expected_batch_size=layout.expected_batch_size
+        )
         criterion = nn.CrossEntropyLoss()
         if mode == "ghost":
             criterion = DPLossFastGradientClipping(sampled, optimiser, criterion, "mean")
-        for index, weight in engine.poisson_batches(membership[k:k + 1], randomness[k:k + 1], layout, config.epochs):
+        for index, weight in engine.poisson_batches(
+            membership[k : k + 1], randomness[k : k + 1], layout, config.epochs
+        ):
             batch = torch.from_numpy(index[0][weight[0] > 0])
             optimiser.zero_grad()
             criterion(sampled(inputs[batch]), labels[batch]).backward()
@@ -80,7 +92,8 @@ def opacus_loop(base: nn.Module, x: np.ndarray, y: np.ndarray, membership: np.nd
 def best_seconds(trainers: dict, count: int, repeats: int) -> dict[str, float]:
     """Per trainer, the fastest of ``repeats`` timed calls ``train(count)``, after one untimed call on two models
     (first-call costs: vmap tracing, opacus's hooks, allocator warm-up). Trainers take turns, so that a slow
-    spell of the (shared, virtual) machine slows all of them rather than one."""
+    spell of the (shared, virtual) machine slows all of them rather than one.
+    """
     for train in trainers.values():
         train(2)
     times = {name: [] for name in trainers}
@@ -113,18 +126,21 @@ def main() -> None:
     randomness = seeding.shadow_randomness(0, range(args.models))
     config = engine.TrainingConfig(epochs=args.epochs, schedule="constant")
     layout = engine.PoissonLayout.for_members(len(y), config.batch_size)
-    setting = (f"{args.models} models, {args.epochs} epoch(s) of {layout.steps} Poisson steps, b = "
-               f"{layout.expected_batch_size}, σ = {args.noise}, C = {args.clip}")
+    setting = (
+        f"{args.models} models, {args.epochs} epoch(s) of {layout.steps} Poisson steps, b = "
+        f"{layout.expected_batch_size}, σ = {args.noise}, C = {args.clip}"
+    )
 
     def batched_engine(count: int) -> None:
         shadow = engine.build(base, "full", None, randomness[:count], torch.device("cpu"))
-        engine.train(shadow, dp_sgd("dp-sgd", args.noise, args.clip), x, y, membership[:count],
-                     randomness[:count], config)
+        engine.train(
+            shadow, dp_sgd("dp-sgd", args.noise, args.clip), x, y, membership[:count], randomness[:count], config
+        )
 
     def per_model(mode: str):
         def train(count: int) -> None:
-            opacus_loop(base, x, y, membership[:count], randomness[:count], layout, config, args.noise, args.clip,
-                        mode)
+            opacus_loop(base, x, y, membership[:count], randomness[:count], layout, config, args.noise, args.clip, mode)
+
         return train
 
     print(f"DP-SGD ({setting}, MLP {'-'.join(map(str, (64, *args.hidden, 10)))} on digits), models/s")
@@ -135,25 +151,35 @@ def main() -> None:
         trainers = {"engine": batched_engine, **{mode: per_model(mode) for mode in OPACUS_MODES}}
         seconds = best_seconds(trainers, args.models, args.repeats)
         rates.update({(name, threads): args.models / value for name, value in seconds.items()})
-        print(f"  {threads:>7}  {rates['engine', threads]:14.2f}"
-              + "".join(f"  {rates[mode, threads]:13.2f}" for mode in OPACUS_MODES))
+        print(
+            f"  {threads:>7}  {rates['engine', threads]:14.2f}"
+            + "".join(f"  {rates[mode, threads]:13.2f}" for mode in OPACUS_MODES)
+        )
     engine_best = max((rate, threads) for (name, threads), rate in rates.items() if name == "engine")
     for label, modes in (("opacus's default (hooks)", ("hooks",)), ("opacus's fastest method", OPACUS_MODES)):
         rate, (mode, threads) = max((rate, key) for key, rate in rates.items() if key[0] in modes)
-        print(f"  ratio batched / {label}, each at its best setting (engine {engine_best[1]} thread(s), opacus "
-              f"{mode} {threads} thread(s)): {engine_best[0] / rate:.2f}x")
+        print(
+            f"  ratio batched / {label}, each at its best setting (engine {engine_best[1]} thread(s), opacus "
+            f"{mode} {threads} thread(s)): {engine_best[0] / rate:.2f}x"
+        )
 
     torch.set_num_threads(min(args.threads))
+
     def lora_engine(mechanism):
         def train(count: int) -> None:
             shadow = engine.build(base, "lora", models.LoraSpec(args.rank), randomness[:count], torch.device("cpu"))
             engine.train(shadow, mechanism, x, y, membership[:count], randomness[:count], config)
+
         return train
 
-    trainers = {"dp-lora": lora_engine(dp_sgd("dp-lora", args.noise, args.clip)),
-                "prism": lora_engine(PrismMechanism(args.noise, args.clip))}
-    seconds = {name: value / (args.epochs * layout.steps)
-               for name, value in best_seconds(trainers, args.models, args.repeats).items()}
+    trainers = {
+        "dp-lora": lora_engine(dp_sgd("dp-lora", args.noise, args.clip)),
+        "prism": lora_engine(PrismMechanism(args.noise, args.clip)),
+    }
+    seconds = {
+        name: value / (args.epochs * layout.steps)
+        for name, value in best_seconds(trainers, args.models, args.repeats).items()
+    }
     print(f"LoRA r = {args.rank} ({setting}, {min(args.threads)} thread(s))")
     for name, value in seconds.items():
         print(f"  {name:>8}: {1e3 * value:8.1f} ms per step ({1e3 * value / args.models:.2f} ms per model-step)")

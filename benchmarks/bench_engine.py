@@ -1,6 +1,6 @@
 """Batched engine vs a plain per-model loop: same models, same seeds, one run; prints models/s and the ratio.
 
-    .venv/bin/python benchmarks/bench_engine.py [--models 32] [--epochs 3] [--parameterization lora-fa]
+.venv/bin/python benchmarks/bench_engine.py [--models 32] [--epochs 3] [--parameterization lora-fa]
 """
 
 from __future__ import annotations
@@ -39,12 +39,18 @@ def main() -> None:
         start = time.perf_counter()
         results[name] = trainer(shadow, mechanism, x, y, membership, randomness, config)
         rates[name] = args.models / (time.perf_counter() - start)
-        print(f"{name:>15}: {rates[name]:8.2f} models/s  ({args.models} models, {args.epochs} epochs, "
-              f"{len(y)} examples, {args.parameterization} r={args.rank}, {args.threads} threads)")
-    gap = max((results["batched"].trainable[n] - results["per-model loop"].trainable[n]).abs().max().item()
-              for n in results["batched"].trainable)
-    print(f"ratio batched / per-model loop: {rates['batched'] / rates['per-model loop']:.2f}x  "
-          f"(max weight difference {gap:.1e})")
+        print(
+            f"{name:>15}: {rates[name]:8.2f} models/s  ({args.models} models, {args.epochs} epochs, "
+            f"{len(y)} examples, {args.parameterization} r={args.rank}, {args.threads} threads)"
+        )
+    gap = max(
+        (results["batched"].trainable[n] - results["per-model loop"].trainable[n]).abs().max().item()
+        for n in results["batched"].trainable
+    )
+    print(
+        f"ratio batched / per-model loop: {rates['batched'] / rates['per-model loop']:.2f}x  "
+        f"(max weight difference {gap:.1e})"
+    )
 
 
 if __name__ == "__main__":

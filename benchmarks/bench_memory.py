@@ -17,8 +17,23 @@ import time
 
 
 def peak_rss_mib(models: int, out: str) -> tuple[float, float]:
-    command = [sys.executable, "-m", "dpaudit", "audit", "--models", str(models), "--epochs", "1", "--workers", "1",
-               "--chunk-size", "128", "--quiet", "--out", out]
+    command = [
+        sys.executable,
+        "-m",
+        "dpaudit",
+        "audit",
+        "--models",
+        str(models),
+        "--epochs",
+        "1",
+        "--workers",
+        "1",
+        "--chunk-size",
+        "128",
+        "--quiet",
+        "--out",
+        out,
+    ]
     start = time.perf_counter()
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)

@@ -32,8 +32,10 @@ def main() -> None:
             print(f"{precision}: AUC {results[precision].metrics.auc:.4f}")
     fp32, bf16 = results["fp32"].scores[:, 0], results["bf16"].scores[:, 0]
     change = np.abs(bf16 - fp32)
-    print(f"canary score change bf16 vs fp32: median {np.median(change):.3g}, max {change.max():.3g} "
-          f"(scores span {np.ptp(fp32):.3g}); same ranking: {np.array_equal(np.argsort(fp32), np.argsort(bf16))}")
+    print(
+        f"canary score change bf16 vs fp32: median {np.median(change):.3g}, max {change.max():.3g} "
+        f"(scores span {np.ptp(fp32):.3g}); same ranking: {np.array_equal(np.argsort(fp32), np.argsort(bf16))}"
+    )
 
 
 if __name__ == "__main__":

@@ -1,3 +1,5 @@
-from dpaudit.cli import main
 import sys
+
+from dpaudit.cli import main
+
 sys.exit(main())

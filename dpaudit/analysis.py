@@ -10,7 +10,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from attacks import epsilon as epsilon_lib
-from attacks import lira, loss, metrics as metrics_lib, reference, rmia, scores as score_lib, tradeoff
+from attacks import lira, loss, reference, rmia, tradeoff
+from attacks import metrics as metrics_lib
+from attacks import scores as score_lib
 from dpaudit.bounds import AnalyticBound, LayerShape, analytic_bound
 from dpaudit.config import CampaignConfig
 from dpaudit.store import ChunkOutputs, Plan, RunStore
@@ -37,12 +39,14 @@ def attack_scores(attack: str, plan: Plan, outputs: ChunkOutputs) -> np.ndarray:
     if attack == "reference":
         return reference.reference_calibrated_scores(
             score_lib.cross_entropy_loss(outputs.target_logits, labels),
-            score_lib.cross_entropy_loss(plan.reference_logits, labels))
+            score_lib.cross_entropy_loss(plan.reference_logits, labels),
+        )
     if attack == "rmia":
-        return rmia.rmia_scores(score_lib.true_label_log_probability(outputs.target_logits, labels),
-                                plan.membership,
-                                score_lib.true_label_log_probability(outputs.population_logits,
-                                                                     plan.population_labels))
+        return rmia.rmia_scores(
+            score_lib.true_label_log_probability(outputs.target_logits, labels),
+            plan.membership,
+            score_lib.true_label_log_probability(outputs.population_logits, plan.population_labels),
+        )
     raise ValueError(f"unknown attack {attack!r}: use one of {', '.join(ATTACKS)}")
 
 
@@ -92,8 +96,19 @@ def analyse(store: RunStore, attack: str = "canary-loss") -> Analysis:
     member_accuracy = float(correct[membership].mean()) if membership.any() else float("nan")
     layers = [LayerShape(*map(int, row)) for row in plan.layer_shapes]
     analytic = analytic_bound(config, int(plan.max_members), layers)
-    return Analysis(config, attack, scores, membership, accuracy, member_accuracy, metrics, bound, gdp_bound,
-                    analytic, store.seconds())
+    return Analysis(
+        config,
+        attack,
+        scores,
+        membership,
+        accuracy,
+        member_accuracy,
+        metrics,
+        bound,
+        gdp_bound,
+        analytic,
+        store.seconds(),
+    )
 
 
 @dataclass(frozen=True)
@@ -110,9 +125,15 @@ def verdict(analysis: Analysis) -> Verdict:
     analytic_epsilon, delta = analysis.analytic.epsilon, analysis.config.delta
     allowed = None if analytic_epsilon is None else tradeoff.max_auc((analytic_epsilon, delta))
     if analysis.bound is None:
-        return Verdict("inconclusive", "this design's trials share models, so there is no valid empirical ε lower "
-                                       "bound to compare", allowed)
-    result = tradeoff.audit_verdict(analysis.bound, analytic_epsilon,
-                                    auc_lower=None if allowed is None else analysis.metrics.auc_ci[0],
-                                    max_allowed_auc=allowed)
+        return Verdict(
+            "inconclusive",
+            "this design's trials share models, so there is no valid empirical ε lower bound to compare",
+            allowed,
+        )
+    result = tradeoff.audit_verdict(
+        analysis.bound,
+        analytic_epsilon,
+        auc_lower=None if allowed is None else analysis.metrics.auc_ci[0],
+        max_allowed_auc=allowed,
+    )
     return Verdict(result.outcome, result.reason, allowed)

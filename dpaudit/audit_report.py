@@ -65,6 +65,7 @@ def load(root: Path) -> RunEntry:
 
 # -- figures ----------------------------------------------------------------------------------------------------
 
+
 def _figure_png(draw) -> bytes:
     import matplotlib
 
@@ -89,13 +90,22 @@ def roc_figure(entry: RunEntry) -> bytes:
         grid = np.logspace(np.log10(floor), 0, 400)
         if entry.analytic_epsilon is not None:
             allowed = tradeoff.max_tpr_at_fpr(grid, (entry.analytic_epsilon, entry.summary["delta"]))
-            ax.fill_between(grid, floor, np.maximum(allowed, floor), color="tab:green", alpha=0.15,
-                            label=f"allowed by ε={entry.analytic_epsilon:.3g}, δ={entry.summary['delta']:g}")
-        ax.plot(np.maximum(roc.fpr, floor), np.maximum(roc.tpr, floor), drawstyle="steps-post",
-                label=f"{entry.summary['attack']} (AUC {entry.summary['auc']:.3f})")
+            ax.fill_between(
+                grid,
+                floor,
+                np.maximum(allowed, floor),
+                color="tab:green",
+                alpha=0.15,
+                label=f"allowed by ε={entry.analytic_epsilon:.3g}, δ={entry.summary['delta']:g}",
+            )
+        ax.plot(
+            np.maximum(roc.fpr, floor),
+            np.maximum(roc.tpr, floor),
+            drawstyle="steps-post",
+            label=f"{entry.summary['attack']} (AUC {entry.summary['auc']:.3f})",
+        )
         ax.plot(grid, grid, ":", color="grey", label="chance")
-        ax.set(xscale="log", yscale="log", xlabel="false positive rate", ylabel="true positive rate",
-               title=entry.label)
+        ax.set(xscale="log", yscale="log", xlabel="false positive rate", ylabel="true positive rate", title=entry.label)
         ax.legend(loc="lower right", fontsize=7)
 
     return _figure_png(draw)
@@ -145,6 +155,7 @@ def sweep_figure(entries: list[RunEntry], parameter: str) -> bytes:
 
 # -- tables -----------------------------------------------------------------------------------------------------
 
+
 def _number(value, digits: int = 3) -> str:
     return "n/a" if value is None else ("∞" if value == float("inf") else f"{value:.{digits}f}")
 
@@ -166,22 +177,25 @@ def theory_vs_audit_rows(entries: list[RunEntry]) -> list[dict[str, str]]:
         if s.get("analytic_conditional_on"):
             bound += f" (conditional on {s['analytic_conditional_on']})"
         lo, hi = s["auc_ci95"]
-        rows.append({
-            "run": entry.label,
-            "mechanism": s["mechanism"],
-            "parameters": _parameters(s),
-            f"analytic ε": _number(s.get("analytic_epsilon")),
-            "bound": bound,
-            "empirical ε ≥ (95%)": f"{_number(s['epsilon_lower_bound'])} (GDP {_number(s['epsilon_lower_bound_gdp'])})",
-            "AUC (95% CI)": f"{s['auc']:.3f} ({lo:.3f}–{hi:.3f})",
-            "max AUC allowed": _number(entry.max_allowed_auc),
-            "verdict": outcome,
-            "why": reason,
-        })
+        rows.append(
+            {
+                "run": entry.label,
+                "mechanism": s["mechanism"],
+                "parameters": _parameters(s),
+                "analytic ε": _number(s.get("analytic_epsilon")),
+                "bound": bound,
+                "empirical ε ≥ (95%)": f"{_number(s['epsilon_lower_bound'])} (GDP {_number(s['epsilon_lower_bound_gdp'])})",
+                "AUC (95% CI)": f"{s['auc']:.3f} ({lo:.3f}–{hi:.3f})",
+                "max AUC allowed": _number(entry.max_allowed_auc),
+                "verdict": outcome,
+                "why": reason,
+            }
+        )
     return rows
 
 
 # -- writers ----------------------------------------------------------------------------------------------------
+
 
 def _figures(entries: list[RunEntry]) -> list[tuple[str, str, bytes]]:
     """(file name, caption, png) of every figure, in report order."""
@@ -199,11 +213,14 @@ def _html(entries: list[RunEntry], rows: list[dict[str, str]], figures) -> str:
     e = html.escape
     head = "".join(f"<th>{e(k)}</th>" for k in rows[0])
     body = "".join("<tr>" + "".join(f"<td>{e(v)}</td>" for v in row.values()) + "</tr>" for row in rows)
-    configs = "".join(f"<h3>{e(x.label)}</h3><pre>{e(json.dumps(x.summary['config'], indent=1))}</pre>"
-                      for x in entries)
-    images = "".join(f'<figure><img alt="{e(caption)}" src="data:image/png;base64,'
-                     f'{base64.b64encode(png).decode()}"><figcaption>{e(caption)}</figcaption></figure>'
-                     for _, caption, png in figures)
+    configs = "".join(
+        f"<h3>{e(x.label)}</h3><pre>{e(json.dumps(x.summary['config'], indent=1))}</pre>" for x in entries
+    )
+    images = "".join(
+        f'<figure><img alt="{e(caption)}" src="data:image/png;base64,'
+        f'{base64.b64encode(png).decode()}"><figcaption>{e(caption)}</figcaption></figure>'
+        for _, caption, png in figures
+    )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>dpaudit report</title>
 <style>body{{font-family:sans-serif;margin:2em;max-width:1200px}}table{{border-collapse:collapse}}
@@ -227,8 +244,14 @@ def _markdown(entries: list[RunEntry], rows: list[dict[str, str]], figures) -> s
     def cell(text: str) -> str:
         return text.replace("|", "\\|").replace("\n", " ")
 
-    lines = ["# dpaudit report", "", "## Theory vs audit", "",
-             "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+    lines = [
+        "# dpaudit report",
+        "",
+        "## Theory vs audit",
+        "",
+        "| " + " | ".join(rows[0]) + " |",
+        "|" + "---|" * len(rows[0]),
+    ]
     lines += ["| " + " | ".join(cell(v) for v in row.values()) + " |" for row in rows]
     lines += ["", "## Figures", ""] + [f"![{caption}]({name})" for name, caption, _ in figures]
     lines += ["", "## Run configuration", ""]

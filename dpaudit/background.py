@@ -8,8 +8,9 @@ step order, so drawing ahead never changes a number.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterable, Iterator, TypeVar
+from typing import TypeVar
 
 Item = TypeVar("Item")
 _END = object()

@@ -21,8 +21,8 @@ Sampling facts (Poisson rate q = b/N and T = epochs·⌈N/b⌉ steps) come from
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from dpaudit.config import CampaignConfig
 
@@ -33,7 +33,8 @@ _NOT_DP = "not DP at any ε ([W] Prop. 2)"
 @dataclass(frozen=True)
 class LayerShape:
     """An adapted layer's weight as the matrix a projection acts on: ``d_out × d_in`` ([W] Eq. 36), and the
-    largest rank of one example's gradient (1 for a Linear layer fed one vector per example)."""
+    largest rank of one example's gradient (1 for a Linear layer fed one vector per example).
+    """
 
     d_out: int
     d_in: int
@@ -75,30 +76,38 @@ def analytic_bound(config: CampaignConfig, members: int, layers: Sequence[LayerS
     if config.noise == 0:
         return _none(f"σ = 0: noise-free, {_NOT_DP}")
     if name == "m1":
-        return _none("[W] Thm 3/4 bound one release M V + Ξ with unit-norm columns and a data-dependent "
-                     "alignment ρ_⊥; no multi-step accountant for M1 training exists")
+        return _none(
+            "[W] Thm 3/4 bound one release M V + Ξ with unit-norm columns and a data-dependent "
+            "alignment ρ_⊥; no multi-step accountant for M1 training exists"
+        )
     if name == "sketch":
-        return _none("[S] Lemma 7.2 is conditional on the loss's smoothness β and a lower bound λ̄ on "
-                     "λ_min(G Gᵀ) of the cumulative gradient over all neighbouring datasets; neither can be "
-                     "measured from a run")
+        return _none(
+            "[S] Lemma 7.2 is conditional on the loss's smoothness β and a lower bound λ̄ on "
+            "λ_min(G Gᵀ) of the cumulative gradient over all neighbouring datasets; neither can be "
+            "measured from a run"
+        )
     from accountants import dpsgd
     from dpaudit.engine import PoissonLayout
 
     poisson = PoissonLayout.for_members(members, config.batch_size)
     steps = config.epochs * poisson.steps
     if name in DP_SGD_FAMILY:
-        source = ("Poisson-subsampled Gaussian, PLD accountant (accountants.dpsgd), add/remove"
-                  + ("; [P] Thm 3.4" if name == "prism" else ""))
+        source = "Poisson-subsampled Gaussian, PLD accountant (accountants.dpsgd), add/remove" + (
+            "; [P] Thm 3.4" if name == "prism" else ""
+        )
         return _from_accountant(dpsgd.epsilon(config.noise, poisson.sample_rate, steps, config.delta), source)
     if not config.resample_projection and steps > 1:
-        return _none("[W] Thm 5 needs M independent of ΔV; with M fixed for T > 1 steps later gradients depend "
-                     "on M through the trajectory, and [W] App. F.2 composes only with M resampled every step "
-                     "(--resample-projection)")
+        return _none(
+            "[W] Thm 5 needs M independent of ΔV; with M fixed for T > 1 steps later gradients depend "
+            "on M through the trajectory, and [W] App. F.2 composes only with M resampled every step "
+            "(--resample-projection)"
+        )
     return _m2_multistep(config, poisson.sample_rate, steps, layers)
 
 
-def _m2_multistep(config: CampaignConfig, sample_rate: float, steps: int,
-                  layers: Sequence[LayerShape]) -> AnalyticBound:
+def _m2_multistep(
+    config: CampaignConfig, sample_rate: float, steps: int, layers: Sequence[LayerShape]
+) -> AnalyticBound:
     """[W] Thm 5 + App. F.2 for all adapted layers at once.
 
     Per step every layer ℓ has its own M_ℓ (d_ℓ = d_in). The good event ``‖P_{M_ℓ} ΔV_ℓ‖² ≤ α‖ΔV_ℓ‖²`` for all ℓ
@@ -110,8 +119,7 @@ def _m2_multistep(config: CampaignConfig, sample_rate: float, steps: int,
 
     d = min(layer.d_in for layer in layers)
     s = sum(layer.example_rank for layer in layers)
-    source = (f"[W] Thm 5 + App. F.2 (M resampled every step), d = min d_in = {d}, s = Σ rank(ΔV_ℓ) = {s}, "
-              f"add/remove")
+    source = f"[W] Thm 5 + App. F.2 (M resampled every step), d = min d_in = {d}, s = Σ rank(ΔV_ℓ) = {s}, add/remove"
     if config.rank >= d:
         return AnalyticBound(None, source, f"[W] Lemma 17 needs r <= d - 1 = {d - 1}, got r = {config.rank}")
     if s > d:

@@ -14,10 +14,10 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import astuple, dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -25,8 +25,8 @@ from torch import nn
 
 from attacks import canary as canary_lib
 from attacks import designs
-from dpaudit import data as data_lib
 from dpaudit import bounds, engine, models
+from dpaudit import data as data_lib
 from dpaudit.config import CampaignConfig, Execution
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms import registry
@@ -69,14 +69,16 @@ def resolve_device(name: str) -> torch.device:
 
 
 def _training(config: CampaignConfig) -> engine.TrainingConfig:
-    return engine.TrainingConfig(epochs=config.epochs, batch_size=config.batch_size, lr=config.lr,
-                                 momentum=config.momentum)
+    return engine.TrainingConfig(
+        epochs=config.epochs, batch_size=config.batch_size, lr=config.lr, momentum=config.momentum
+    )
 
 
 @contextmanager
 def _one_thread_precision(config: CampaignConfig, device: torch.device) -> Iterator[None]:
     """One torch thread (thread count changes float results: bit-identity across worker counts needs a fixed
-    one) and the campaign's precision."""
+    one) and the campaign's precision.
+    """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -86,21 +88,49 @@ def _one_thread_precision(config: CampaignConfig, device: torch.device) -> Itera
         torch.set_num_threads(threads)
 
 
-def _train(setup: Setup, randomness: list[ModelRandomness], membership: np.ndarray, device: torch.device,
-           on_step: Callable[[int], None] | None = None) -> engine.ShadowModels:
+def _train(
+    setup: Setup,
+    randomness: list[ModelRandomness],
+    membership: np.ndarray,
+    device: torch.device,
+    on_step: Callable[[int], None] | None = None,
+) -> engine.ShadowModels:
     shadow = engine.build(setup.base, setup.mechanism.parameterization, setup.lora, randomness, device)
     with _one_thread_precision(setup.config, device):
-        engine.train(shadow, setup.mechanism, setup.pool_x, setup.pool_y, membership, randomness,
-                     _training(setup.config), setup.layout, on_step)
+        engine.train(
+            shadow,
+            setup.mechanism,
+            setup.pool_x,
+            setup.pool_y,
+            membership,
+            randomness,
+            _training(setup.config),
+            setup.layout,
+            on_step,
+        )
     return shadow
 
 
-def _canary_label(config: CampaignConfig, dataset: data_lib.Dataset, base: nn.Module, mechanism: Mechanism,
-                  x_q: np.ndarray, device: torch.device) -> int:
+def _canary_label(
+    config: CampaignConfig,
+    dataset: data_lib.Dataset,
+    base: nn.Module,
+    mechanism: Mechanism,
+    x_q: np.ndarray,
+    device: torch.device,
+) -> int:
     """y_q = argmin of a reference model's logits on x_q, that model trained on D by the same procedure."""
-    reference = Setup(config, dataset, base, mechanism, dataset.private.x, dataset.private.y,
-                      np.ones((1, len(dataset.private)), dtype=bool), np.zeros(0, dtype=np.int64),
-                      engine.BatchLayout.for_members(len(dataset.private), config.batch_size))
+    reference = Setup(
+        config,
+        dataset,
+        base,
+        mechanism,
+        dataset.private.x,
+        dataset.private.y,
+        np.ones((1, len(dataset.private)), dtype=bool),
+        np.zeros(0, dtype=np.int64),
+        engine.BatchLayout.for_members(len(dataset.private), config.batch_size),
+    )
     randomness = [ModelRandomness(config.seed, 0, role="reference")]
     shadow = _train(reference, randomness, reference.pool_membership, device)
     return canary_lib.least_likely_label(engine.logits(shadow, x_q)[0, 0].cpu().numpy())
@@ -150,20 +180,31 @@ def prepare(config: CampaignConfig, store: RunStore, device: torch.device) -> Se
         with torch.no_grad():
             reference_logits = base(torch.from_numpy(setup.targets_x)).numpy()
         shapes = np.array([astuple(shape) for shape in bounds.layer_shapes(base)], dtype=np.int64)
-        store.save_plan(Plan(pool_y[target_index], design_membership, reference_logits, dataset.test.y,
-                             np.array(layout.members), shapes))
+        store.save_plan(
+            Plan(
+                pool_y[target_index],
+                design_membership,
+                reference_logits,
+                dataset.test.y,
+                np.array(layout.members),
+                shapes,
+            )
+        )
         torch.save(base.state_dict(), store.base_path)  # last: its presence marks a complete setup
     return setup
 
 
-def train_chunk(setup: Setup, indices: np.ndarray, device: torch.device,
-                on_step: Callable[[int], None] | None = None) -> ChunkOutputs:
+def train_chunk(
+    setup: Setup, indices: np.ndarray, device: torch.device, on_step: Callable[[int], None] | None = None
+) -> ChunkOutputs:
     """Train shadow models ``indices`` and return their outputs on the targets and the population (test split)."""
     randomness = shadow_randomness(setup.config.seed, indices)
     shadow = _train(setup, randomness, setup.pool_membership[indices], device, on_step)
-    return ChunkOutputs(indices=np.asarray(indices, dtype=np.int64),
-                        target_logits=engine.logits(shadow, setup.targets_x).float().cpu().numpy(),
-                        population_logits=engine.logits(shadow, setup.dataset.test.x).float().cpu().numpy())
+    return ChunkOutputs(
+        indices=np.asarray(indices, dtype=np.int64),
+        target_logits=engine.logits(shadow, setup.targets_x).float().cpu().numpy(),
+        population_logits=engine.logits(shadow, setup.dataset.test.x).float().cpu().numpy(),
+    )
 
 
 def _auto_chunk_size(setup: Setup, device: torch.device, workers: int) -> int:
@@ -185,7 +226,7 @@ def _chunk_task(setup: Setup, indices: np.ndarray, device_name: str) -> ChunkOut
 
 @contextmanager
 def _dask_backend(execution: Execution, workers: int) -> Iterator[None]:
-    """joblib's dask backend on the given scheduler, or on a local cluster of ``workers`` one-thread processes."""
+    """Joblib's dask backend on the given scheduler, or on a local cluster of ``workers`` one-thread processes."""
     import joblib
     from dask.distributed import Client, LocalCluster
 
@@ -221,20 +262,27 @@ def run(config: CampaignConfig, execution: Execution, out: Path) -> RunStore:
     workers = execution.workers or gpus or os.cpu_count() or 1
     todo = np.flatnonzero(~store.finished(config.models))
     chunk_size = execution.chunk_size or _auto_chunk_size(setup, device, workers)
-    chunks = [todo[i:i + chunk_size] for i in range(0, len(todo), chunk_size)]
+    chunks = [todo[i : i + chunk_size] for i in range(0, len(todo), chunk_size)]
     devices = [f"cuda:{i % gpus}" if gpus else str(device) for i in range(len(chunks))]
-    bar = tqdm(total=config.models, initial=config.models - len(todo), unit="model",
-               disable=not execution.progress, desc=f"{config.mechanism} r={config.rank}",
-               bar_format="{l_bar}{bar}| {n:.0f}/{total} [{elapsed}<{remaining}, {rate_fmt}]")
+    bar = tqdm(
+        total=config.models,
+        initial=config.models - len(todo),
+        unit="model",
+        disable=not execution.progress,
+        desc=f"{config.mechanism} r={config.rank}",
+        bar_format="{l_bar}{bar}| {n:.0f}/{total} [{elapsed}<{remaining}, {rate_fmt}]",
+    )
     with bar:
         if workers == 1 or len(chunks) <= 1:
             for chunk, device_name in zip(chunks, devices):
                 per_step = len(chunk) / (config.epochs * setup.layout.steps)
-                store.write_chunk(train_chunk(setup, chunk, torch.device(device_name),
-                                              lambda _: bar.update(per_step)))
+                store.write_chunk(train_chunk(setup, chunk, torch.device(device_name), lambda _: bar.update(per_step)))
         else:
-            backend = _dask_backend(execution, workers) if execution.backend == "dask" else \
-                joblib.parallel_config(backend="loky")
+            backend = (
+                _dask_backend(execution, workers)
+                if execution.backend == "dask"
+                else joblib.parallel_config(backend="loky")
+            )
             with backend:
                 jobs = (joblib.delayed(_chunk_task)(setup, chunk, d) for chunk, d in zip(chunks, devices))
                 for outputs in joblib.Parallel(n_jobs=workers, return_as="generator_unordered")(jobs):

@@ -79,11 +79,15 @@ class CampaignConfig:
 
     def _check_mechanism_options(self) -> None:
         """Each mechanism option only where it applies; unset σ and C take their documented defaults, so that
-        the stored config (and its hash) says which values were used."""
+        the stored config (and its hash) says which values were used.
+        """
         name = self.mechanism
-        for option, value, applies in (("noise", self.noise, NOISY_MECHANISMS), ("clip", self.clip, CLIPPED_MECHANISMS),
-                                       ("denoise", self.denoise, DENOISABLE_MECHANISMS),
-                                       ("resample-projection", self.resample_projection, PROJECTION_MECHANISMS)):
+        for option, value, applies in (
+            ("noise", self.noise, NOISY_MECHANISMS),
+            ("clip", self.clip, CLIPPED_MECHANISMS),
+            ("denoise", self.denoise, DENOISABLE_MECHANISMS),
+            ("resample-projection", self.resample_projection, PROJECTION_MECHANISMS),
+        ):
             if value not in (None, False) and name not in applies:
                 raise UsageError(f"--{option} does not apply to mechanism {name!r}; it applies to {', '.join(applies)}")
         if name in NOISY_MECHANISMS and self.noise is None:
@@ -97,7 +101,7 @@ class CampaignConfig:
         """SHA-256 of the canonical JSON of every field."""
         return hashlib.sha256(json.dumps(dataclasses.asdict(self), sort_keys=True).encode()).hexdigest()
 
-    def differences(self, other: "CampaignConfig") -> list[str]:
+    def differences(self, other: CampaignConfig) -> list[str]:
         """``field: mine → other`` for each field that differs."""
         mine, theirs = dataclasses.asdict(self), dataclasses.asdict(other)
         return [f"{k}: {mine[k]!r} → {theirs[k]!r}" for k in mine if mine[k] != theirs[k]]
@@ -129,7 +133,8 @@ class Execution:
 
 def check_noise_and_clip(noise: float, clip: float | None, denoise: bool = False) -> None:
     """σ finite and >= 0; C (None: no clipping) > 0, and C = inf only with σ = 0 (σC would be infinite);
-    denoising only with noise."""
+    denoising only with noise.
+    """
     if denoise and noise == 0:
         raise UsageError("--denoise needs --noise > 0: without noise there is nothing to denoise")
     if isinstance(noise, bool) or not isinstance(noise, float | int) or not (math.isfinite(noise) and noise >= 0):
@@ -156,8 +161,7 @@ def _accepts(annotation: str, value) -> bool:
     for option in annotation.replace(" ", "").split("|"):
         if option == "None" and value is None:
             return True
-        if option in kinds and isinstance(value, kinds[option]) and not (
-                option != "bool" and isinstance(value, bool)):
+        if option in kinds and isinstance(value, kinds[option]) and not (option != "bool" and isinstance(value, bool)):
             return True
     return False
 

@@ -73,8 +73,9 @@ def _standardised_split(name: str, x: np.ndarray, y: np.ndarray, num_classes: in
     std[std == 0] = 1.0
     z = ((x - mean) / std).astype(np.float32)
     y = y.astype(np.int64)
-    return Dataset(name, Split(z[public], y[public]), Split(z[private], y[private]), Split(z[test], y[test]),
-                   num_classes)
+    return Dataset(
+        name, Split(z[public], y[public]), Split(z[private], y[private]), Split(z[test], y[test]), num_classes
+    )
 
 
 def digits() -> Dataset:
@@ -93,8 +94,7 @@ def breast_cancer() -> Dataset:
     return _standardised_split("breast-cancer", bunch.data, bunch.target, 2)
 
 
-def synthetic(n: int = 2000, dim: int = 32, num_classes: int = 4, separation: float = 3.0,
-              seed: int = 0) -> Dataset:
+def synthetic(n: int = 2000, dim: int = 32, num_classes: int = 4, separation: float = 3.0, seed: int = 0) -> Dataset:
     """Gaussian mixture: class c has mean ``separation · e_c``-like random centre, identity covariance."""
     if n < 10 or dim < 1 or num_classes < 2 or separation < 0:
         raise UsageError("synthetic data needs n >= 10, dim >= 1, num_classes >= 2 and separation >= 0")
@@ -103,15 +103,16 @@ def synthetic(n: int = 2000, dim: int = 32, num_classes: int = 4, separation: fl
     centres *= separation / np.linalg.norm(centres, axis=1, keepdims=True)
     y = rng.integers(num_classes, size=n)
     x = centres[y] + rng.normal(size=(n, dim))
-    return _standardised_split(f"synthetic-n{n}-d{dim}-c{num_classes}-s{separation:g}-seed{seed}", x, y,
-                               num_classes)
+    return _standardised_split(f"synthetic-n{n}-d{dim}-c{num_classes}-s{separation:g}-seed{seed}", x, y, num_classes)
 
 
 def _read_cifar10_file(path: Path) -> tuple[np.ndarray, np.ndarray]:
     raw = np.fromfile(path, dtype=np.uint8)
     if raw.size == 0 or raw.size % CIFAR10_RECORD_BYTES:
-        raise UsageError(f"{path} is not a CIFAR-10 binary batch: {raw.size} bytes is not a multiple of "
-                         f"{CIFAR10_RECORD_BYTES} (1 label byte + 3072 pixel bytes); re-download the binary version")
+        raise UsageError(
+            f"{path} is not a CIFAR-10 binary batch: {raw.size} bytes is not a multiple of "
+            f"{CIFAR10_RECORD_BYTES} (1 label byte + 3072 pixel bytes); re-download the binary version"
+        )
     records = raw.reshape(-1, CIFAR10_RECORD_BYTES)
     if records[:, 0].max() > 9:
         raise UsageError(f"{path} has labels above 9: not CIFAR-10's binary format")
@@ -128,8 +129,10 @@ def cifar10(folder: str | Path, limit: int | None = None) -> Dataset:
     files = [folder / name for name in (*_CIFAR10_TRAIN_FILES, _CIFAR10_TEST_FILE)]
     missing = [f.name for f in files if not f.is_file()]
     if missing:
-        raise UsageError(f"CIFAR-10 binary files missing in {folder}: {', '.join(missing)}; point "
-                         "--dataset cifar10:PATH at the extracted 'cifar-10-batches-bin' folder")
+        raise UsageError(
+            f"CIFAR-10 binary files missing in {folder}: {', '.join(missing)}; point "
+            "--dataset cifar10:PATH at the extracted 'cifar-10-batches-bin' folder"
+        )
     parts = [_read_cifar10_file(f) for f in files]
     x = np.concatenate([p[0] for p in parts])
     y = np.concatenate([p[1] for p in parts])

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -68,16 +68,22 @@ class ShadowModels:
         return next(iter(self.trainable.values())).shape[0]
 
 
-def build(base: nn.Module, parameterization: str, lora: model_lib.LoraSpec | None,
-          randomness: Sequence[ModelRandomness], device: torch.device) -> ShadowModels:
+def build(
+    base: nn.Module,
+    parameterization: str,
+    lora: model_lib.LoraSpec | None,
+    randomness: Sequence[ModelRandomness],
+    device: torch.device,
+) -> ShadowModels:
     """K = len(randomness) copies of the pretrained ``base`` ready to fine-tune with ``parameterization``.
 
     LoRA factors start as in [W] App. E: ``lora_A`` i.i.d. N(0, 1/r) from each model's "init" stream (frozen
     under ``lora-fa``, trained under ``lora``), ``lora_B = 0`` so every model starts at the base function.
     """
     if parameterization not in model_lib.PARAMETERIZATIONS:
-        raise UsageError(f"unknown parameterization {parameterization!r}: use one of "
-                         f"{', '.join(model_lib.PARAMETERIZATIONS)}")
+        raise UsageError(
+            f"unknown parameterization {parameterization!r}: use one of {', '.join(model_lib.PARAMETERIZATIONS)}"
+        )
     k = len(randomness)
     if parameterization == "full":
         module = base
@@ -92,13 +98,19 @@ def build(base: nn.Module, parameterization: str, lora: model_lib.LoraSpec | Non
     tensors = {name: p.detach() for name, p in module.named_parameters()}
     a_names = [name for name in tensors if ".lora_A." in name]
     generators = [model.torch("init") for model in randomness]
-    lora_a = {name: torch.stack([model_lib.draw_lora_a(tuple(tensors[name].shape), lora.rank, g)
-                                 for g in generators]).to(device, tensors[name].dtype)
-              for name in a_names}
+    lora_a = {
+        name: torch.stack([model_lib.draw_lora_a(tuple(tensors[name].shape), lora.rank, g) for g in generators]).to(
+            device, tensors[name].dtype
+        )
+        for name in a_names
+    }
     # Each model's stream yields its factors in layer order, as in WishartProjection.setup: both realisations of
     # LoRA-FA (SPEC §1.2) share A.
-    lora_b = {name: torch.zeros(k, *t.shape, device=device, dtype=t.dtype) for name, t in tensors.items()
-              if ".lora_B." in name}
+    lora_b = {
+        name: torch.zeros(k, *t.shape, device=device, dtype=t.dtype)
+        for name, t in tensors.items()
+        if ".lora_B." in name
+    }
     base_views = {name: _per_model_view(t.to(device), k) for name, t in tensors.items() if ".lora_" not in name}
     if parameterization == "lora-fa":
         return ShadowModels(module, {**base_views, **lora_a}, lora_b)
@@ -131,7 +143,7 @@ class BatchLayout:
     members: int | None = None
 
     @classmethod
-    def for_members(cls, max_members: int, batch_size: int) -> "BatchLayout":
+    def for_members(cls, max_members: int, batch_size: int) -> BatchLayout:
         steps = math.ceil(max_members / batch_size)
         return cls(steps, math.ceil(max_members / steps), max_members)
 
@@ -163,12 +175,14 @@ class PoissonLayout:
     overflow_width: int
 
     @classmethod
-    def for_members(cls, max_members: int, expected_batch_size: int) -> "PoissonLayout":
+    def for_members(cls, max_members: int, expected_batch_size: int) -> PoissonLayout:
         from scipy.stats import binom
 
         if expected_batch_size > max_members:
-            raise UsageError(f"--batch-size {expected_batch_size} exceeds the {max_members} training examples of a "
-                             f"shadow model: the Poisson rate q = batch size / examples must be <= 1")
+            raise UsageError(
+                f"--batch-size {expected_batch_size} exceeds the {max_members} training examples of a "
+                f"shadow model: the Poisson rate q = batch size / examples must be <= 1"
+            )
         rate = expected_batch_size / max_members
         width = max(1, int(binom.isf(_FIRST_BLOCK_OVERFLOW, max_members, rate)))  # P(batch > width) <= 1e-3
         overflow_width = max(1, math.ceil(math.sqrt(max_members * rate * (1 - rate))))
@@ -177,19 +191,23 @@ class PoissonLayout:
     def blocks(self, largest_batch: int) -> list[slice]:
         """The slots of each block of a step whose largest batch has ``largest_batch`` examples."""
         extra = math.ceil(max(0, largest_batch - self.width) / self.overflow_width)
-        return [slice(0, self.width)] + [slice(self.width + j * self.overflow_width,
-                                               self.width + (j + 1) * self.overflow_width) for j in range(extra)]
+        return [slice(0, self.width)] + [
+            slice(self.width + j * self.overflow_width, self.width + (j + 1) * self.overflow_width)
+            for j in range(extra)
+        ]
 
     @classmethod
-    def for_batch_layout(cls, layout: BatchLayout, expected_batch_size: int) -> "PoissonLayout":
+    def for_batch_layout(cls, layout: BatchLayout, expected_batch_size: int) -> PoissonLayout:
         if layout.members is None:
-            raise ValueError("Poisson sampling needs the campaign's member count: build the layout with "
-                             "BatchLayout.for_members")
+            raise ValueError(
+                "Poisson sampling needs the campaign's member count: build the layout with BatchLayout.for_members"
+            )
         return cls.for_members(layout.members, expected_batch_size)
 
 
-def shuffled_batches(membership: np.ndarray, randomness: Sequence[ModelRandomness], layout: BatchLayout,
-                     epochs: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def shuffled_batches(
+    membership: np.ndarray, randomness: Sequence[ModelRandomness], layout: BatchLayout, epochs: int
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Per step: pool indices (K, width) and example weights (K, width), each model in its own shuffled order.
 
     Model k visits each of its members (``membership[k]``) once per epoch, in an order from its "data" stream.
@@ -205,14 +223,15 @@ def shuffled_batches(membership: np.ndarray, randomness: Sequence[ModelRandomnes
         weight = np.zeros((len(members), layout.steps, layout.width), dtype=np.float32)
         for k, (rows, rng) in enumerate(zip(members, rngs)):
             for s, batch in enumerate(np.array_split(rng.permutation(rows), layout.steps)):
-                index[k, s, :len(batch)] = batch
-                weight[k, s, :len(batch)] = 1.0
+                index[k, s, : len(batch)] = batch
+                weight[k, s, : len(batch)] = 1.0
         for s in range(layout.steps):
             yield index[:, s], weight[:, s]
 
 
-def poisson_batches(membership: np.ndarray, randomness: Sequence[ModelRandomness], layout: PoissonLayout,
-                    epochs: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def poisson_batches(
+    membership: np.ndarray, randomness: Sequence[ModelRandomness], layout: PoissonLayout, epochs: int
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Per step: pool indices (K, w) and example weights (K, w) of Poisson-sampled batches (SPEC §1.5).
 
     Each member of model k is included independently with probability ``layout.sample_rate``, drawn from k's
@@ -298,8 +317,12 @@ class LinearExampleGradients:
     output_gradients: dict[str, torch.Tensor]
 
     def squared_norms(self) -> torch.Tensor:
-        return sum((torch.linalg.vector_norm(self.output_gradients[name], dim=-1)
-                    * torch.linalg.vector_norm(x, dim=-1)).square() for name, x in self.inputs.items())
+        return sum(
+            (
+                torch.linalg.vector_norm(self.output_gradients[name], dim=-1) * torch.linalg.vector_norm(x, dim=-1)
+            ).square()
+            for name, x in self.inputs.items()
+        )
 
     def weighted_sum(self, coefficients: torch.Tensor) -> dict[str, torch.Tensor]:
         return {name: torch.bmm(*self._sum_factors(name, coefficients)) for name in self.inputs}
@@ -310,7 +333,8 @@ class LinearExampleGradients:
 
     def _sum_factors(self, name: str, coefficients: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(L, R) with ``L @ R = (c δ)ᵀ x``: the coefficients scale the narrower factor (e.g. the inputs of LoRA's
-        B, which have r features)."""
+        B, which have r features).
+        """
         output_gradients, inputs = self.output_gradients[name], self.inputs[name]
         if output_gradients.shape[-1] <= inputs.shape[-1]:
             return (coefficients.unsqueeze(-1) * output_gradients).mT, inputs
@@ -330,8 +354,7 @@ class LinearExampleGradients:
         return output_gradients.square().sum(-1) * inputs.square().sum(-1)
 
     def materialise(self) -> dict[str, torch.Tensor]:
-        return {name: torch.einsum("kbo,kbi->kboi", self.output_gradients[name], x)
-                for name, x in self.inputs.items()}
+        return {name: torch.einsum("kbo,kbi->kboi", self.output_gradients[name], x) for name, x in self.inputs.items()}
 
 
 @dataclass(frozen=True)
@@ -409,9 +432,12 @@ def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callab
         def recorder(name):
             def hook(layer, args, output):
                 if args[0].ndim != 2:
-                    raise ValueError(f"layer {name!r} sees inputs of shape {tuple(args[0].shape)} per model; "
-                                     f"factored per-example gradients need one vector per example")
+                    raise ValueError(
+                        f"layer {name!r} sees inputs of shape {tuple(args[0].shape)} per model; "
+                        f"factored per-example gradients need one vector per example"
+                    )
                 inputs[name], outputs[name] = args[0], output
+
             return hook
 
         handles = [layer.register_forward_hook(recorder(name)) for name, layer in layers.items()]
@@ -434,17 +460,25 @@ def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callab
             versions = {name: output._version for name, output in outputs.items()}
             loss = _summed_cross_entropy(logits, y)
             if any(output._version != versions[name] for name, output in outputs.items()):
-                raise ValueError("a trained layer's output was modified in place (e.g. ReLU(inplace=True)): "
-                                 "per-example output gradients need it unchanged; use out-of-place modules")
+                raise ValueError(
+                    "a trained layer's output was modified in place (e.g. ReLU(inplace=True)): "
+                    "per-example output gradients need it unchanged; use out-of-place modules"
+                )
             output_gradients = torch.autograd.grad(loss, list(outputs.values()))
-        return LinearExampleGradients({name: value.detach() for name, value in inputs.items()},
-                                      dict(zip(outputs, output_gradients)))
+        return LinearExampleGradients(
+            {name: value.detach() for name, value in inputs.items()}, dict(zip(outputs, output_gradients))
+        )
 
     return gradients
 
 
-def _gathered(batches: Iterator[tuple[np.ndarray, np.ndarray]], x: np.ndarray, y: np.ndarray,
-              blocks: Callable[[int], list[slice]], device: torch.device):
+def _gathered(
+    batches: Iterator[tuple[np.ndarray, np.ndarray]],
+    x: np.ndarray,
+    y: np.ndarray,
+    blocks: Callable[[int], list[slice]],
+    device: torch.device,
+):
     """Per step of ``batches``: the example weights (K, w) as a tensor and, per block of the step, its slots and the
     gathered inputs (K, width, ...) and labels (K, width), each block contiguous.
 
@@ -452,14 +486,30 @@ def _gathered(batches: Iterator[tuple[np.ndarray, np.ndarray]], x: np.ndarray, y
     team that competes with the engine's own (:mod:`dpaudit.background`).
     """
     for index, weight in batches:
-        yield torch.from_numpy(weight).to(device), [
-            (block, torch.from_numpy(x[index[:, block]]).to(device), torch.from_numpy(y[index[:, block]]).to(device))
-            for block in blocks(index.shape[1])]
+        yield (
+            torch.from_numpy(weight).to(device),
+            [
+                (
+                    block,
+                    torch.from_numpy(x[index[:, block]]).to(device),
+                    torch.from_numpy(y[index[:, block]]).to(device),
+                )
+                for block in blocks(index.shape[1])
+            ],
+        )
 
 
-def train(shadow: ShadowModels, mechanism: Mechanism, x: np.ndarray, y: np.ndarray, membership: np.ndarray,
-          randomness: Sequence[ModelRandomness], config: TrainingConfig,
-          layout: BatchLayout | None = None, on_step: Callable[[int], None] | None = None) -> ShadowModels:
+def train(
+    shadow: ShadowModels,
+    mechanism: Mechanism,
+    x: np.ndarray,
+    y: np.ndarray,
+    membership: np.ndarray,
+    randomness: Sequence[ModelRandomness],
+    config: TrainingConfig,
+    layout: BatchLayout | None = None,
+    on_step: Callable[[int], None] | None = None,
+) -> ShadowModels:
     """Fine-tune the K models of ``shadow`` in place on their members of the pool (x, y) with ``mechanism``.
 
     ``membership`` is a (K, n_pool) boolean matrix; ``layout`` defaults to the one these K models need alone
@@ -473,13 +523,16 @@ def train(shadow: ShadowModels, mechanism: Mechanism, x: np.ndarray, y: np.ndarr
         raise ValueError(f"membership has shape {membership.shape}, expected ({shadow.n_models}, {len(y)})")
     device = next(iter(shadow.trainable.values())).device
     params = {name: t.clone() for name, t in shadow.trainable.items()}
-    optimiser = torch.optim.SGD(list(params.values()), lr=config.lr, momentum=config.momentum,
-                                fused=True)  # one pass over the weights per step instead of three
+    optimiser = torch.optim.SGD(
+        list(params.values()), lr=config.lr, momentum=config.momentum, fused=True
+    )  # one pass over the weights per step instead of three
     layout = layout or BatchLayout.for_members(int(membership.sum(axis=1).max()), config.batch_size)
     if getattr(mechanism, "sampling", "shuffle") == "poisson":
         if not mechanism.per_example:
-            raise ValueError(f"mechanism {mechanism.name!r} samples Poisson batches, which the engine computes "
-                             f"per example only (clipped sums divided by the expected batch size)")
+            raise ValueError(
+                f"mechanism {mechanism.name!r} samples Poisson batches, which the engine computes "
+                f"per example only (clipped sums divided by the expected batch size)"
+            )
         poisson = PoissonLayout.for_batch_layout(layout, config.batch_size)
         steps, expected_batch_size, blocks = poisson.steps, poisson.expected_batch_size, poisson.blocks
         batches = poisson_batches(membership, randomness, poisson, config.epochs)
@@ -487,22 +540,32 @@ def train(shadow: ShadowModels, mechanism: Mechanism, x: np.ndarray, y: np.ndarr
         steps, expected_batch_size = layout.steps, None
         blocks = lambda width: [slice(0, width)]  # noqa: E731 (a shuffled step is one block)
         batches = shuffled_batches(membership, randomness, layout, config.epochs)
-    schedule = (torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=config.epochs * steps,
-                                                           eta_min=config.min_lr)
-                if config.schedule == "cosine" else None)
+    schedule = (
+        torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=config.epochs * steps, eta_min=config.min_lr)
+        if config.schedule == "cosine"
+        else None
+    )
     state = mechanism.setup({name: t.shape[1:] for name, t in params.items()}, randomness)
     initialise, update = getattr(mechanism, "initialise", None), getattr(mechanism, "update", None)
     finish = getattr(mechanism, "finish", None)
     if initialise is not None:
         with torch.no_grad():
             initialise(params, state)
-    gradients = (example_gradient_function(shadow.module, list(params)) if mechanism.per_example
-                 else gradient_function(shadow.module, per_example=False))
+    gradients = (
+        example_gradient_function(shadow.module, list(params))
+        if mechanism.per_example
+        else gradient_function(shadow.module, per_example=False)
+    )
     for step, (weight_t, examples) in enumerate(background.ahead(_gathered(batches, x, y, blocks, device))):
-        parts = tuple(gradients(params, shadow.frozen, block_x, block_y, weight_t[:, block])
-                      for block, block_x, block_y in examples)
-        grads = parts[0] if len(parts) == 1 else BlockedExampleGradients(parts, tuple(
-            block.stop - block.start for block, _, _ in examples))
+        parts = tuple(
+            gradients(params, shadow.frozen, block_x, block_y, weight_t[:, block])
+            for block, block_x, block_y in examples
+        )
+        grads = (
+            parts[0]
+            if len(parts) == 1
+            else BlockedExampleGradients(parts, tuple(block.stop - block.start for block, _, _ in examples))
+        )
         current = Step(grads, weight_t, step, expected_batch_size, config.epochs * steps, params)
         if update is not None:
             with torch.no_grad():
@@ -527,19 +590,30 @@ def train(shadow: ShadowModels, mechanism: Mechanism, x: np.ndarray, y: np.ndarr
 @torch.no_grad()
 def logits(shadow: ShadowModels, x: np.ndarray, batch_size: int = 4096) -> torch.Tensor:
     """(K, n, classes) logits of every model on the same inputs ``x`` (n, ...)."""
-    forward = vmap(lambda trainable, frozen, inputs: functional_call(
-        shadow.module, {**frozen, **trainable}, (inputs,)), in_dims=(0, 0, 0))
+    forward = vmap(
+        lambda trainable, frozen, inputs: functional_call(shadow.module, {**frozen, **trainable}, (inputs,)),
+        in_dims=(0, 0, 0),
+    )
     device = next(iter(shadow.trainable.values())).device
     inputs = torch.from_numpy(x).to(device)
     # Inputs per model too (a view), so that no GEMM spans several models (see _per_model_view).
-    parts = [forward(shadow.trainable, shadow.frozen, _per_model_view(inputs[i:i + batch_size], shadow.n_models))
-             for i in range(0, len(inputs), batch_size)]
+    parts = [
+        forward(shadow.trainable, shadow.frozen, _per_model_view(inputs[i : i + batch_size], shadow.n_models))
+        for i in range(0, len(inputs), batch_size)
+    ]
     return torch.cat(parts, dim=1)
 
 
-def train_sequentially(shadow: ShadowModels, mechanism: Mechanism, x: np.ndarray, y: np.ndarray,
-                       membership: np.ndarray, randomness: Sequence[ModelRandomness], config: TrainingConfig,
-                       layout: BatchLayout | None = None) -> ShadowModels:
+def train_sequentially(
+    shadow: ShadowModels,
+    mechanism: Mechanism,
+    x: np.ndarray,
+    y: np.ndarray,
+    membership: np.ndarray,
+    randomness: Sequence[ModelRandomness],
+    config: TrainingConfig,
+    layout: BatchLayout | None = None,
+) -> ShadowModels:
     """The plain per-model loop the batched engine is checked and benchmarked against.
 
     Each model is a real ``nn.Module`` (a deep copy loaded with its tensors) trained with autograd and its own
@@ -560,11 +634,15 @@ def train_sequentially(shadow: ShadowModels, mechanism: Mechanism, x: np.ndarray
         for name, p in params.items():
             p.requires_grad_(name in shadow.trainable)
         optimiser = torch.optim.SGD([params[n] for n in shadow.trainable], lr=config.lr, momentum=config.momentum)
-        schedule = (torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=config.epochs * layout.steps,
-                                                                eta_min=config.min_lr)
-                    if config.schedule == "cosine" else None)
-        state = mechanism.setup({n: t.shape[1:] for n, t in shadow.trainable.items()}, randomness[k:k + 1])
-        batches = shuffled_batches(membership[k:k + 1], randomness[k:k + 1], layout, config.epochs)
+        schedule = (
+            torch.optim.lr_scheduler.CosineAnnealingLR(
+                optimiser, T_max=config.epochs * layout.steps, eta_min=config.min_lr
+            )
+            if config.schedule == "cosine"
+            else None
+        )
+        state = mechanism.setup({n: t.shape[1:] for n, t in shadow.trainable.items()}, randomness[k : k + 1])
+        batches = shuffled_batches(membership[k : k + 1], randomness[k : k + 1], layout, config.epochs)
         for step, (index, weight) in enumerate(batches):
             batch = torch.from_numpy(index[0][weight[0] > 0])
             optimiser.zero_grad()

@@ -44,8 +44,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 import numpy as np
 from scipy import stats
@@ -54,18 +55,36 @@ from accountants import gaussian, sketch, wishart
 from accountants._montecarlo import SortedLosses, invert
 from accountants._numeric import solve_decreasing
 from accountants.result import REPLACE_ONE, Bound, inapplicable
-from attacks.epsilon import (BonferroniThresholds, EpsilonLowerBound, SplitThreshold, clopper_pearson_epsilon,
-                             gdp_epsilon)
+from attacks.epsilon import (
+    BonferroniThresholds,
+    EpsilonLowerBound,
+    SplitThreshold,
+    clopper_pearson_epsilon,
+    gdp_epsilon,
+)
 from attacks.metrics import summarize
 from attacks.tradeoff import audit_verdict, max_auc
-from dpaudit.mechanisms.releases import (GaussianMechanism, GaussianSketch, MatrixProjection, NoisyProjectionM1,
-                                         NoisyProjectionM2, OneColumnChange, WishartVector)
+from dpaudit.mechanisms.releases import (
+    GaussianMechanism,
+    GaussianSketch,
+    MatrixProjection,
+    NoisyProjectionM1,
+    NoisyProjectionM2,
+    OneColumnChange,
+    WishartVector,
+)
 
 Outcome = Literal["consistent", "violated", "inconclusive", "not DP"]
 
 _EXACT_LIKELIHOOD = (GaussianMechanism, WishartVector, GaussianSketch)
-MECHANISMS = {GaussianMechanism: "gaussian", WishartVector: "wishart-vector", NoisyProjectionM1: "wishart-m1",
-              NoisyProjectionM2: "wishart-m2", GaussianSketch: "sketch", MatrixProjection: "projection"}
+MECHANISMS = {
+    GaussianMechanism: "gaussian",
+    WishartVector: "wishart-vector",
+    NoisyProjectionM1: "wishart-m1",
+    NoisyProjectionM2: "wishart-m2",
+    GaussianSketch: "sketch",
+    MatrixProjection: "projection",
+}
 
 # Stable stream ids under the audit seed; the pair constructors use stream 0.
 _STREAMS = {"V": 1, "V'": 2, "train V": 3, "train V'": 4, "classifier": 5, "exact profile": 6, "threshold": 7}
@@ -92,6 +111,7 @@ def _seed_int(seed: int, purpose: str) -> int:
 
 # ---------------------------------------------------------------------------------------------- scores
 
+
 def log_likelihood_ratio(mechanism, statistic: np.ndarray) -> np.ndarray:
     """Exact ``L = log p(y)/q(y)`` (p: release law under V, q: under V') from the release statistic T(y).
 
@@ -112,11 +132,13 @@ def log_likelihood_ratio(mechanism, statistic: np.ndarray) -> np.ndarray:
     if isinstance(mechanism, WishartVector):
         return _wishart_vector_loss(statistic, mechanism.pair.d, mechanism.r)
     if isinstance(mechanism, GaussianSketch):
-        log_det_ratio = (np.linalg.slogdet(mechanism.covariance("V"))[1]
-                         - np.linalg.slogdet(mechanism.covariance("V'"))[1])
+        log_det_ratio = (
+            np.linalg.slogdet(mechanism.covariance("V"))[1] - np.linalg.slogdet(mechanism.covariance("V'"))[1]
+        )
         return -statistic[:, 0] / 2 - mechanism.r / 2 * log_det_ratio
-    raise ValueError(f"no closed-form likelihood ratio for {type(mechanism).__name__}; "
-                     "audit it with a learned distinguisher")
+    raise ValueError(
+        f"no closed-form likelihood ratio for {type(mechanism).__name__}; audit it with a learned distinguisher"
+    )
 
 
 def _wishart_vector_loss(statistic: np.ndarray, d: int, r: int) -> np.ndarray:
@@ -136,14 +158,16 @@ def symmetry_defect(mechanism: MatrixProjection, statistic: np.ndarray) -> np.nd
     0 up to rounding for every ``Y = M V`` (``V^T M V`` is symmetric); for ``Y = M V'`` it is
     ``|V^T M V' - V'^T M V|_F / |V^T M V'|_F``, non-zero with probability 1 when n >= 2 ([W] Lemma 11).
     """
-    projected = np.einsum("kn,ckm->cnm", mechanism.pair.span_basis().T @ mechanism.pair.V,
-                          mechanism.projected_release(statistic))
+    projected = np.einsum(
+        "kn,ckm->cnm", mechanism.pair.span_basis().T @ mechanism.pair.V, mechanism.projected_release(statistic)
+    )
     defect = np.linalg.norm(projected - projected.transpose(0, 2, 1), axis=(1, 2))
     return defect / np.maximum(np.linalg.norm(projected, axis=(1, 2)), np.finfo(float).tiny)
 
 
-def learned_distinguisher_scores(mechanism, samples: int, training_samples: int,
-                                 seed: int) -> tuple[np.ndarray, np.ndarray]:
+def learned_distinguisher_scores(
+    mechanism, samples: int, training_samples: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Scores of a gradient-boosted classifier trained to tell V's releases from V''s, on its own draws.
 
     Training uses streams ``"train V"``/``"train V'"``, scoring ``"V"``/``"V'"``: the evaluation draws are
@@ -154,11 +178,14 @@ def learned_distinguisher_scores(mechanism, samples: int, training_samples: int,
     from sklearn.ensemble import HistGradientBoostingClassifier  # scikit-learn is slow to import
 
     train = [mechanism.sample_statistic(_rng(seed, f"train {side}"), training_samples, side) for side in ("V", "V'")]
-    classifier = HistGradientBoostingClassifier(max_iter=300, learning_rate=0.1, early_stopping=True,
-                                                random_state=_seed_int(seed, "classifier"))
+    classifier = HistGradientBoostingClassifier(
+        max_iter=300, learning_rate=0.1, early_stopping=True, random_state=_seed_int(seed, "classifier")
+    )
     classifier.fit(np.vstack(train), np.repeat([1, 0], training_samples))
-    return tuple(classifier.decision_function(mechanism.sample_statistic(_rng(seed, side), samples, side))
-                 for side in ("V", "V'"))
+    return tuple(
+        classifier.decision_function(mechanism.sample_statistic(_rng(seed, side), samples, side))
+        for side in ("V", "V'")
+    )
 
 
 def _finite(in_scores: np.ndarray, out_scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -169,6 +196,7 @@ def _finite(in_scores: np.ndarray, out_scores: np.ndarray) -> tuple[np.ndarray, 
 
 
 # ---------------------------------------------------------------------------------------------- profile
+
 
 @dataclass(frozen=True, eq=False)
 class ProfileEstimate:
@@ -250,6 +278,7 @@ def change_of_measure_check(in_losses: np.ndarray, out_losses: np.ndarray) -> Ch
 
 # ---------------------------------------------------------------------------------------------- bounds
 
+
 def _relabel(bound: Bound, source: str, **details) -> Bound:
     return dataclasses.replace(bound, source=source, details=dict(bound.details, **details))
 
@@ -264,20 +293,41 @@ def _sketch_lemma71(mechanism: GaussianSketch, delta: float) -> tuple[Bound, Bou
     the proof (Eq. 45 uses lambda_min(Sigma_1) only).
     """
     pair = mechanism.pair
-    stated = sketch.lemma71(delta, min(pair.lambda_min, pair.lambda_min_neighbour), mechanism.sigma_g,
-                            mechanism.sigma_a, pair.norm_bound, pair.sensitivity, mechanism.r, tau=1)
-    one_column = sketch.lemma71(delta, pair.lambda_min, mechanism.sigma_g, mechanism.sigma_a, pair.norm_bound,
-                                pair.sensitivity, mechanism.r, tau=1, gram_sensitivity=pair.gram_sensitivity)
-    return (stated, _relabel(one_column, "[S] Lemma 7.1, one-column form (App. D.1: B_C = B_S^2, tau = 1) "
-                                         "+ [S] Prop. 4.3"))
+    stated = sketch.lemma71(
+        delta,
+        min(pair.lambda_min, pair.lambda_min_neighbour),
+        mechanism.sigma_g,
+        mechanism.sigma_a,
+        pair.norm_bound,
+        pair.sensitivity,
+        mechanism.r,
+        tau=1,
+    )
+    one_column = sketch.lemma71(
+        delta,
+        pair.lambda_min,
+        mechanism.sigma_g,
+        mechanism.sigma_a,
+        pair.norm_bound,
+        pair.sensitivity,
+        mechanism.r,
+        tau=1,
+        gram_sensitivity=pair.gram_sensitivity,
+    )
+    return (
+        stated,
+        _relabel(one_column, "[S] Lemma 7.1, one-column form (App. D.1: B_C = B_S^2, tau = 1) + [S] Prop. 4.3"),
+    )
 
 
 def analytic_bounds(mechanism, delta: float, *, seed: int = 0) -> tuple[Bound, ...]:
     """The papers' (eps, delta) bounds for this mechanism and pair, at ``delta`` (replace-one neighbours)."""
     if isinstance(mechanism, GaussianMechanism):
         sensitivity = mechanism.pair.sensitivity
-        return (gaussian.classical_epsilon(delta, sensitivity, mechanism.sigma),
-                gaussian.rdp_epsilon(delta, sensitivity, mechanism.sigma))
+        return (
+            gaussian.classical_epsilon(delta, sensitivity, mechanism.sigma),
+            gaussian.rdp_epsilon(delta, sensitivity, mechanism.sigma),
+        )
     if isinstance(mechanism, WishartVector):
         return (wishart.theorem1_epsilon(delta, mechanism.pair.rho, mechanism.pair.d, mechanism.r),)
     if isinstance(mechanism, NoisyProjectionM1):
@@ -287,12 +337,19 @@ def analytic_bounds(mechanism, delta: float, *, seed: int = 0) -> tuple[Bound, .
         singular_values = pair.difference_singular_values
         rank_one = singular_values.size == 1
         baseline = gaussian.epsilon(delta, pair.frobenius_distance, sigma)
-        return (wishart.theorem5_epsilon(delta, pair.frobenius_distance, sigma, pair.d, mechanism.r,
-                                         pair.difference_rank),
-                wishart.m2_mixture_epsilon(delta, pair.frobenius_distance, sigma, pair.d, mechanism.r,
-                                           None if rank_one else singular_values,
-                                           seed=_seed_int(seed, "exact profile")),
-                _relabel(baseline, "Gaussian mechanism on V + Xi, M as post-processing (SPEC §2)"))
+        return (
+            wishart.theorem5_epsilon(delta, pair.frobenius_distance, sigma, pair.d, mechanism.r, pair.difference_rank),
+            wishart.m2_mixture_epsilon(
+                delta,
+                pair.frobenius_distance,
+                sigma,
+                pair.d,
+                mechanism.r,
+                None if rank_one else singular_values,
+                seed=_seed_int(seed, "exact profile"),
+            ),
+            _relabel(baseline, "Gaussian mechanism on V + Xi, M as post-processing (SPEC §2)"),
+        )
     if isinstance(mechanism, GaussianSketch):
         return _sketch_lemma71(mechanism, delta)
     if isinstance(mechanism, MatrixProjection):
@@ -305,18 +362,33 @@ def _m1_theorem3(mechanism: NoisyProjectionM1, delta: float, calibration: str) -
     pair = mechanism.pair
     source = f"[W] Thm 3 ({calibration} Gaussian calibration of Eq. 3)"
     if not isinstance(pair, OneColumnChange):
-        return inapplicable(source, REPLACE_ONE, "[W] Thm 3 needs a one-column adjacency chain ([W] Def. 4)",
-                            delta=delta)
-    bound = wishart.theorem3_epsilon(delta, len(pair.changed_columns), pair.column_sensitivity, mechanism.sigma,
-                                     pair.d, mechanism.r, pair.span_dimension, pair.rho_perp, pair.beta_perp,
-                                     calibration)
+        return inapplicable(
+            source, REPLACE_ONE, "[W] Thm 3 needs a one-column adjacency chain ([W] Def. 4)", delta=delta
+        )
+    bound = wishart.theorem3_epsilon(
+        delta,
+        len(pair.changed_columns),
+        pair.column_sensitivity,
+        mechanism.sigma,
+        pair.d,
+        mechanism.r,
+        pair.span_dimension,
+        pair.rho_perp,
+        pair.beta_perp,
+        calibration,
+    )
     return _relabel(bound, source)
 
 
 def _proposition2(mechanism: MatrixProjection, delta: float) -> Bound:
-    return inapplicable("[W] Prop. 2", REPLACE_ONE, "the noise-free matrix projection is not (eps, delta)-DP for any "
-                        "eps and delta < 1: M V and M V' have disjoint supports", delta=delta,
-                        inputs=dict(d=mechanism.pair.d, n=mechanism.pair.n, r=mechanism.r))
+    return inapplicable(
+        "[W] Prop. 2",
+        REPLACE_ONE,
+        "the noise-free matrix projection is not (eps, delta)-DP for any "
+        "eps and delta < 1: M V and M V' have disjoint supports",
+        delta=delta,
+        inputs=dict(d=mechanism.pair.d, n=mechanism.pair.n, r=mechanism.r),
+    )
 
 
 def _lora_claim(mechanism: MatrixProjection, delta: float) -> Bound:
@@ -332,10 +404,19 @@ def _lora_claim(mechanism: MatrixProjection, delta: float) -> Bound:
     tau = max(int(np.count_nonzero(np.abs(values) > 1e-10 * max(np.abs(values).max(), 1e-300))), 1)
     lambda_bar = min(np.linalg.eigvalsh(pair.V.T @ pair.V)[0], np.linalg.eigvalsh(pair.V_prime.T @ pair.V_prime)[0])
     norm_bound = max(np.linalg.norm(pair.V), np.linalg.norm(pair.V_prime))
-    claim = sketch.lemma71(delta, max(float(lambda_bar), 0.0), 0.0, 1 / math.sqrt(mechanism.r), float(norm_bound),
-                           pair.frobenius_distance, mechanism.r, tau)
-    return _relabel(claim, "[S] Lemma 7.1 as applied to LoRA-FA's release by [S] Lemma 7.2 (sigma_g = 0) "
-                           "+ [S] Prop. 4.3")
+    claim = sketch.lemma71(
+        delta,
+        max(float(lambda_bar), 0.0),
+        0.0,
+        1 / math.sqrt(mechanism.r),
+        float(norm_bound),
+        pair.frobenius_distance,
+        mechanism.r,
+        tau,
+    )
+    return _relabel(
+        claim, "[S] Lemma 7.1 as applied to LoRA-FA's release by [S] Lemma 7.2 (sigma_g = 0) + [S] Prop. 4.3"
+    )
 
 
 def _probability_above(weight: float, offset: float, epsilon: float, r: int) -> float:
@@ -352,15 +433,18 @@ def _sketch_profile_delta(epsilon: float, ratio: float, r: int) -> float:
     ``delta = max(P(L > eps) - e^eps Q(L > eps), Q(-L > eps) - e^eps P(-L > eps))``.
     """
     under_v, under_v_prime, offset = ratio - 1, 1 - 1 / ratio, r * math.log(ratio)
-    forward = (_probability_above(under_v, offset, epsilon, r)
-               - math.exp(epsilon) * _probability_above(under_v_prime, offset, epsilon, r))
-    backward = (_probability_above(-under_v_prime, -offset, epsilon, r)
-                - math.exp(epsilon) * _probability_above(-under_v, -offset, epsilon, r))
+    forward = _probability_above(under_v, offset, epsilon, r) - math.exp(epsilon) * _probability_above(
+        under_v_prime, offset, epsilon, r
+    )
+    backward = _probability_above(-under_v_prime, -offset, epsilon, r) - math.exp(epsilon) * _probability_above(
+        -under_v, -offset, epsilon, r
+    )
     return max(forward, backward, 0.0)
 
 
-def exact_profile(mechanism, delta: float, *, samples: int = 10**6, seed: int = 0,
-                  confidence: float = 0.99) -> Bound | None:
+def exact_profile(
+    mechanism, delta: float, *, samples: int = 10**6, seed: int = 0, confidence: float = 0.99
+) -> Bound | None:
     """The exact (or, for M2, the mixture) eps(delta), where one is available; None otherwise.
 
     Gaussian: Balle-Wang closed form. Vector Wishart: [W] Lemma 8 Monte Carlo (accountants, its own seed
@@ -371,22 +455,40 @@ def exact_profile(mechanism, delta: float, *, samples: int = 10**6, seed: int = 
     if isinstance(mechanism, GaussianMechanism):
         return gaussian.epsilon(delta, mechanism.pair.sensitivity, mechanism.sigma)
     if isinstance(mechanism, WishartVector):
-        return wishart.vector_profile_epsilon(delta, mechanism.pair.rho, mechanism.pair.d, mechanism.r, samples=samples,
-                                              seed=_seed_int(seed, "exact profile"), confidence=confidence)
+        return wishart.vector_profile_epsilon(
+            delta,
+            mechanism.pair.rho,
+            mechanism.pair.d,
+            mechanism.r,
+            samples=samples,
+            seed=_seed_int(seed, "exact profile"),
+            confidence=confidence,
+        )
     if isinstance(mechanism, GaussianSketch):
         ratios = np.linalg.eigvals(np.linalg.solve(mechanism.covariance("V'"), mechanism.covariance("V"))).real
         changed = ratios[np.abs(ratios - 1) > 1e-10]
         if changed.size != 1:
             return None
         source = "[S] Eq. 1 sketch, exact profile (rank-one covariance change, chi-square closed form)"
-        value = solve_decreasing(lambda e: math.log(max(_sketch_profile_delta(e, changed[0], mechanism.r), 1e-320)),
-                                 math.log(delta), 0.0, 1.0)
-        return Bound(epsilon=value, delta=delta, neighbouring=REPLACE_ONE, source=source,
-                     inputs=dict(delta=delta, r=mechanism.r), details=dict(variance_ratio=float(changed[0])))
+        value = solve_decreasing(
+            lambda e: math.log(max(_sketch_profile_delta(e, changed[0], mechanism.r), 1e-320)),
+            math.log(delta),
+            0.0,
+            1.0,
+        )
+        return Bound(
+            epsilon=value,
+            delta=delta,
+            neighbouring=REPLACE_ONE,
+            source=source,
+            inputs=dict(delta=delta, r=mechanism.r),
+            details=dict(variance_ratio=float(changed[0])),
+        )
     return None
 
 
 # ---------------------------------------------------------------------------------------------- comparison
+
 
 @dataclass(frozen=True)
 class SupportEvidence:
@@ -433,9 +535,15 @@ def _ratio(numerator: float, denominator: float | None) -> float | None:
     return numerator / denominator
 
 
-def compare(bound: Bound, empirical: EpsilonLowerBound, auc_lower: float, *,
-            profile_epsilon: tuple[float, float, float] | None = None, support: SupportEvidence | None = None,
-            exact_epsilon: float | None = None) -> BoundComparison:
+def compare(
+    bound: Bound,
+    empirical: EpsilonLowerBound,
+    auc_lower: float,
+    *,
+    profile_epsilon: tuple[float, float, float] | None = None,
+    support: SupportEvidence | None = None,
+    exact_epsilon: float | None = None,
+) -> BoundComparison:
     """Test one analytic bound with the audit's evidence (the rule of the module docstring).
 
     A Monte-Carlo bound is tested at the upper end of its own interval (conservative). Support evidence of
@@ -446,29 +554,40 @@ def compare(bound: Bound, empirical: EpsilonLowerBound, auc_lower: float, *,
     audited = profile_epsilon[0] if profile_epsilon is not None else empirical.epsilon
     ratios = dict(ratio_to_exact=_ratio(bound.epsilon, exact_epsilon), ratio_to_audit=_ratio(bound.epsilon, audited))
     if not bound.valid:
-        return BoundComparison(bound, "inconclusive", "none", f"{bound.source} gives no finite eps: {bound.reason}",
-                               **ratios)
+        return BoundComparison(
+            bound, "inconclusive", "none", f"{bound.source} gives no finite eps: {bound.reason}", **ratios
+        )
     tested = bound.epsilon_interval[1] if bound.epsilon_interval else bound.epsilon
     if support is not None and support.disjoint:
         return BoundComparison(
-            bound, "violated", "support",
+            bound,
+            "violated",
+            "support",
             f"{bound.source} allows eps = {tested:.4g} at delta = {bound.delta:g}, but an event has probability 1 "
-            f"under V and 0 under V' ({support.draws} draws each), so no eps works for delta < 1.", **ratios)
+            f"under V and 0 under V' ({support.draws} draws each), so no eps works for delta < 1.",
+            **ratios,
+        )
     verdict = audit_verdict(empirical, tested, auc_lower=auc_lower, max_allowed_auc=max_auc((tested, bound.delta)))
     if verdict.outcome != "violated" and profile_epsilon is not None and profile_epsilon[1] > tested:
         return BoundComparison(
-            bound, "violated", "profile",
+            bound,
+            "violated",
+            "profile",
             f"the estimated profile's eps({bound.delta:g}) >= {profile_epsilon[1]:.4g} (lower end of its band) "
-            f"exceeds {bound.source}'s eps = {tested:.4g}.", **ratios)
+            f"exceeds {bound.source}'s eps = {tested:.4g}.",
+            **ratios,
+        )
     return BoundComparison(bound, verdict.outcome, "clopper-pearson", f"{bound.source}: {verdict.reason}", **ratios)
 
 
 def _overall(comparisons: tuple[BoundComparison, ...], support: SupportEvidence | None) -> tuple[Outcome, str]:
     if support is not None and support.disjoint:
-        return "not DP", (f"{support.statistic}: every one of {support.draws} draws under V lies in the event "
-                          f"(largest defect {support.largest_under_v:.2g} <= {support.tolerance:g}) and none under V' "
-                          f"(smallest {support.smallest_under_v_prime:.2g}); the supports are disjoint ([W] Prop. 2), "
-                          "so the mechanism is not (eps, delta)-DP for any eps and delta < 1.")
+        return "not DP", (
+            f"{support.statistic}: every one of {support.draws} draws under V lies in the event "
+            f"(largest defect {support.largest_under_v:.2g} <= {support.tolerance:g}) and none under V' "
+            f"(smallest {support.smallest_under_v_prime:.2g}); the supports are disjoint ([W] Prop. 2), "
+            "so the mechanism is not (eps, delta)-DP for any eps and delta < 1."
+        )
     violated = [c for c in comparisons if c.outcome == "violated"]
     if violated:
         return "violated", " ".join(c.reason for c in violated)
@@ -479,6 +598,7 @@ def _overall(comparisons: tuple[BoundComparison, ...], support: SupportEvidence 
 
 
 # ---------------------------------------------------------------------------------------------- audit
+
 
 @dataclass(frozen=True)
 class ProfileSummary:
@@ -560,23 +680,51 @@ def describe(mechanism) -> dict[str, Any]:
         return dict(d=mechanism.pair.d, r=mechanism.r, rho=mechanism.pair.rho)
     if isinstance(mechanism, GaussianSketch):
         pair = mechanism.pair
-        return dict(n=pair.n, m=pair.m, r=mechanism.r, sigma_a=mechanism.sigma_a, sigma_g=mechanism.sigma_g,
-                    norm_bound=pair.norm_bound, sensitivity=pair.sensitivity, lambda_min=pair.lambda_min,
-                    lambda_min_neighbour=pair.lambda_min_neighbour, gram_sensitivity=pair.gram_sensitivity,
-                    direction=pair.direction)
+        return dict(
+            n=pair.n,
+            m=pair.m,
+            r=mechanism.r,
+            sigma_a=mechanism.sigma_a,
+            sigma_g=mechanism.sigma_g,
+            norm_bound=pair.norm_bound,
+            sensitivity=pair.sensitivity,
+            lambda_min=pair.lambda_min,
+            lambda_min_neighbour=pair.lambda_min_neighbour,
+            gram_sensitivity=pair.gram_sensitivity,
+            direction=pair.direction,
+        )
     pair = mechanism.pair
-    parameters = dict(d=pair.d, n=pair.n, r=mechanism.r, changed_columns=len(pair.changed_columns),
-                      difference_rank=pair.difference_rank, frobenius_distance=pair.frobenius_distance)
+    parameters = dict(
+        d=pair.d,
+        n=pair.n,
+        r=mechanism.r,
+        changed_columns=len(pair.changed_columns),
+        difference_rank=pair.difference_rank,
+        frobenius_distance=pair.frobenius_distance,
+    )
     if isinstance(mechanism, (NoisyProjectionM1, NoisyProjectionM2)):
         parameters["sigma"] = mechanism.sigma
     if isinstance(pair, OneColumnChange):
-        parameters.update(beta_perp=pair.beta_perp, rho_parallel=pair.rho_parallel, rho_perp=pair.rho_perp,
-                          span_dimension=pair.span_dimension, column_sensitivity=pair.column_sensitivity)
+        parameters.update(
+            beta_perp=pair.beta_perp,
+            rho_parallel=pair.rho_parallel,
+            rho_perp=pair.rho_perp,
+            span_dimension=pair.span_dimension,
+            column_sensitivity=pair.column_sensitivity,
+        )
     return parameters
 
 
-def audit(mechanism, *, delta: float = 1e-3, samples: int = 100_000, seed: int = 0, confidence: float = 0.95,
-          training_samples: int | None = None, full_releases: bool = False) -> MechanismAudit:
+def audit(
+    mechanism,
+    *,
+    delta: float = 1e-3,
+    samples: int = 100_000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    training_samples: int | None = None,
+    full_releases: bool = False,
+) -> MechanismAudit:
     """Audit ``mechanism`` (a :mod:`dpaudit.mechanisms.releases` mechanism holding its pair).
 
     Args:
@@ -606,38 +754,80 @@ def audit(mechanism, *, delta: float = 1e-3, samples: int = 100_000, seed: int =
     profile = support = None
     if isinstance(mechanism, _EXACT_LIKELIHOOD):
         attack = "exact likelihood ratio log p(y)/q(y)"
-        in_losses, out_losses = (log_likelihood_ratio(mechanism, mechanism.sample_statistic(
-            _rng(seed, side), samples, side, full_releases=full_releases)) for side in ("V", "V'"))
+        in_losses, out_losses = (
+            log_likelihood_ratio(
+                mechanism, mechanism.sample_statistic(_rng(seed, side), samples, side, full_releases=full_releases)
+            )
+            for side in ("V", "V'")
+        )
         estimate = estimate_profile(in_losses, out_losses, confidence)
         profile = ProfileSummary(
             epsilon=estimate.epsilon(delta),
             delta_at=tuple((b.source, b.epsilon, estimate.delta(b.epsilon)) for b in tested if b.valid),
-            change_of_measure=change_of_measure_check(in_losses, out_losses))
+            change_of_measure=change_of_measure_check(in_losses, out_losses),
+        )
         in_scores, out_scores = _finite(in_losses, out_losses)
     elif isinstance(mechanism, MatrixProjection):
         attack = "support certificate: symmetry defect of V^T Y ([W] Prop. 2, Lemma 11)"
-        defects = [symmetry_defect(mechanism, mechanism.sample_statistic(_rng(seed, side), samples, side))
-                   for side in ("V", "V'")]
-        support = SupportEvidence("symmetry of V^T Y", _SYMMETRY_TOLERANCE, float(defects[0].max()),
-                                  float(defects[1].min()), int(np.sum(defects[0] <= _SYMMETRY_TOLERANCE)),
-                                  int(np.sum(defects[1] <= _SYMMETRY_TOLERANCE)), samples)
+        defects = [
+            symmetry_defect(mechanism, mechanism.sample_statistic(_rng(seed, side), samples, side))
+            for side in ("V", "V'")
+        ]
+        support = SupportEvidence(
+            "symmetry of V^T Y",
+            _SYMMETRY_TOLERANCE,
+            float(defects[0].max()),
+            float(defects[1].min()),
+            int(np.sum(defects[0] <= _SYMMETRY_TOLERANCE)),
+            int(np.sum(defects[1] <= _SYMMETRY_TOLERANCE)),
+            samples,
+        )
         in_scores, out_scores = -defects[0], -defects[1]
     else:
         training_samples = int(training_samples)
-        attack = (f"learned distinguisher (gradient boosting on the release's maximal invariant, "
-                  f"{training_samples} independent training draws per side)")
+        attack = (
+            f"learned distinguisher (gradient boosting on the release's maximal invariant, "
+            f"{training_samples} independent training draws per side)"
+        )
         in_scores, out_scores = learned_distinguisher_scores(mechanism, samples, training_samples, seed)
-    strategy = (BonferroniThresholds() if samples <= _BONFERRONI_LIMIT
-                else SplitThreshold(_SELECTION_FRACTION, _seed_int(seed, "threshold")))
+    strategy = (
+        BonferroniThresholds()
+        if samples <= _BONFERRONI_LIMIT
+        else SplitThreshold(_SELECTION_FRACTION, _seed_int(seed, "threshold"))
+    )
     empirical = clopper_pearson_epsilon(in_scores, out_scores, delta, confidence, strategy)
     gdp = gdp_epsilon(in_scores, out_scores, delta, confidence, strategy)
     metrics = summarize(in_scores, out_scores, confidence=confidence)
     exact_epsilon = exact.epsilon if exact is not None and exact.valid else None
-    comparisons = tuple(compare(b, empirical, metrics.auc_ci[0], support=support, exact_epsilon=exact_epsilon,
-                                profile_epsilon=profile.epsilon if profile else None) for b in tested)
+    comparisons = tuple(
+        compare(
+            b,
+            empirical,
+            metrics.auc_ci[0],
+            support=support,
+            exact_epsilon=exact_epsilon,
+            profile_epsilon=profile.epsilon if profile else None,
+        )
+        for b in tested
+    )
     outcome, reason = _overall(comparisons, support)
-    return MechanismAudit(mechanism=MECHANISMS[type(mechanism)], parameters=describe(mechanism), delta=delta,
-                          confidence=confidence, samples=samples, seed=seed, attack=attack, bounds=bounds,
-                          exact_profile=exact, clopper_pearson=empirical, gaussian_dp=gdp, auc=metrics.auc,
-                          auc_interval=metrics.auc_ci, profile=profile, support=support, comparisons=comparisons,
-                          outcome=outcome, reason=reason)
+    return MechanismAudit(
+        mechanism=MECHANISMS[type(mechanism)],
+        parameters=describe(mechanism),
+        delta=delta,
+        confidence=confidence,
+        samples=samples,
+        seed=seed,
+        attack=attack,
+        bounds=bounds,
+        exact_profile=exact,
+        clopper_pearson=empirical,
+        gaussian_dp=gdp,
+        auc=metrics.auc,
+        auc_interval=metrics.auc_ci,
+        profile=profile,
+        support=support,
+        comparisons=comparisons,
+        outcome=outcome,
+        reason=reason,
+    )

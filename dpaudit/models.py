@@ -57,8 +57,17 @@ def for_input(input_shape: tuple[int, ...], num_classes: int) -> nn.Sequential:
     raise UsageError(f"no default model for inputs of shape {input_shape}: expected (features,) or (C, H, H)")
 
 
-def pretrain(model: nn.Module, x: np.ndarray, y: np.ndarray, *, epochs: int = 30, batch_size: int = 64,
-             lr: float = 0.05, momentum: float = 0.9, seed: int = 0) -> nn.Module:
+def pretrain(
+    model: nn.Module,
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    epochs: int = 30,
+    batch_size: int = 64,
+    lr: float = 0.05,
+    momentum: float = 0.9,
+    seed: int = 0,
+) -> nn.Module:
     """Train ``model`` on public data in place (plain SGD with momentum) and return it, frozen and in eval mode.
 
     Deterministic given ``seed`` (initialisation and data order both come from it).
@@ -101,8 +110,9 @@ def check_rank(model: nn.Module, rank: int) -> None:
     too_small = {name: d for name, d in dims.items() if d < rank}
     if too_small:
         name, d = min(too_small.items(), key=lambda item: item[1])
-        raise UsageError(f"--rank {rank} is larger than layer {name!r}'s input dimension {d}; "
-                         f"use --rank <= {min(dims.values())}")
+        raise UsageError(
+            f"--rank {rank} is larger than layer {name!r}'s input dimension {d}; use --rank <= {min(dims.values())}"
+        )
 
 
 @dataclass(frozen=True)
@@ -127,8 +137,13 @@ def attach_lora(model: nn.Module, spec: LoraSpec) -> nn.Module:
 
     check_rank(model, spec.rank)
     model = copy.deepcopy(model)  # peft wraps in place; the caller's base model stays a plain module
-    config = peft.LoraConfig(r=spec.rank, lora_alpha=spec.rank * spec.scale, lora_dropout=0.0,
-                             target_modules=list(adapted_layers(model)), init_lora_weights=False)
+    config = peft.LoraConfig(
+        r=spec.rank,
+        lora_alpha=spec.rank * spec.scale,
+        lora_dropout=0.0,
+        target_modules=list(adapted_layers(model)),
+        init_lora_weights=False,
+    )
     wrapped = peft.get_peft_model(model, config)
     wrapped.eval()
     return wrapped

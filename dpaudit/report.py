@@ -39,9 +39,11 @@ def summary(analysis: Analysis) -> dict:
         "tpr_at_fpr_ci95": {str(fpr): list(metrics.tpr_at_fpr_ci[fpr]) for fpr in FPRS},
         **_bound_fields("epsilon_lower_bound", analysis.bound),
         **_bound_fields("epsilon_lower_bound_gdp", analysis.gdp_bound),
-        "epsilon_method": (f"Clopper-Pearson {CONFIDENCE:.0%}, thresholds Bonferroni-corrected; GDP route of "
-                           "Nasr et al. 2023" if analysis.bound is not None else
-                           "none: the all-examples design's trials share models, so they are not independent"),
+        "epsilon_method": (
+            f"Clopper-Pearson {CONFIDENCE:.0%}, thresholds Bonferroni-corrected; GDP route of Nasr et al. 2023"
+            if analysis.bound is not None
+            else "none: the all-examples design's trials share models, so they are not independent"
+        ),
         "delta": config.delta,
         **analysis.analytic.summary_fields(),
         "test_accuracy": float(analysis.test_accuracy.mean()),
@@ -84,16 +86,22 @@ def write_run(analysis: Analysis, out: Path) -> dict:
     """Write the analysis files of the run directory ``out`` and return the summary."""
     numbers = summary(analysis)
     models, targets = np.indices(analysis.scores.shape)
-    columns = {"model_id": models.ravel(), "target": targets.ravel(),
-               "membership": np.where(analysis.membership.ravel(), "IN", "OUT"), "score": analysis.scores.ravel()}
+    columns = {
+        "model_id": models.ravel(),
+        "target": targets.ravel(),
+        "membership": np.where(analysis.membership.ravel(), "IN", "OUT"),
+        "score": analysis.scores.ravel(),
+    }
     if analysis.scores.shape[1] == 1:  # canary design: one row per model, with its test accuracy
         del columns["target"]
         columns["test_accuracy"] = analysis.test_accuracy
     table = pd.DataFrame(columns)
     replace_atomically(out / "scores.csv", lambda tmp: table.to_csv(tmp, index=False))
     write_json(out / "summary.json", numbers)
-    title = (f"{numbers['mechanism']} r={numbers['rank']} on {numbers['dataset']}, {numbers['attack']}: "
-             f"AUC {numbers['auc']:.3f}")
+    title = (
+        f"{numbers['mechanism']} r={numbers['rank']} on {numbers['dataset']}, {numbers['attack']}: "
+        f"AUC {numbers['auc']:.3f}"
+    )
     _plot_roc(analysis.in_scores, analysis.out_scores, title, out / "roc.png", loglog=False)
     _plot_roc(analysis.in_scores, analysis.out_scores, title, out / "roc_loglog.png", loglog=True)
     audit_report.write_entries([audit_report.RunEntry(out, numbers, analysis)], out)

@@ -121,31 +121,44 @@ class RunStore:
             stored = self.config()
             differences = stored.differences(config)
             if differences:
-                raise UsageError(f"{self.root} holds a campaign with a different config ({'; '.join(differences)}):"
-                                 f" use another --out, or `dpaudit resume {self.root}` to continue it")
+                raise UsageError(
+                    f"{self.root} holds a campaign with a different config ({'; '.join(differences)}):"
+                    f" use another --out, or `dpaudit resume {self.root}` to continue it"
+                )
             self.check_data(data_fingerprint)
             return True
         self.root.mkdir(parents=True, exist_ok=True)
         self.chunks.mkdir(exist_ok=True)
-        write_json(existing, {"format_version": FORMAT_VERSION, "dpaudit_version": __version__,
-                              "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                              "config": dataclasses.asdict(config), "config_hash": config.canonical_hash(),
-                              "data_fingerprint": data_fingerprint})
+        write_json(
+            existing,
+            {
+                "format_version": FORMAT_VERSION,
+                "dpaudit_version": __version__,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "config": dataclasses.asdict(config),
+                "config_hash": config.canonical_hash(),
+                "data_fingerprint": data_fingerprint,
+            },
+        )
         return False
 
     def _metadata(self) -> dict:
         path = self.root / "campaign.json"
         if not path.is_file():
-            raise UsageError(f"{self.root} is not a dpaudit run directory (no campaign.json); "
-                             "start one with `dpaudit audit --out DIR`")
+            raise UsageError(
+                f"{self.root} is not a dpaudit run directory (no campaign.json); "
+                "start one with `dpaudit audit --out DIR`"
+            )
         try:
             metadata = json.loads(path.read_text())
         except json.JSONDecodeError as exc:
             raise UsageError(f"{path} is corrupt ({exc}); the run cannot be resumed or analysed") from None
         if metadata.get("format_version") != FORMAT_VERSION:
-            raise UsageError(f"{self.root} was written by dpaudit {metadata.get('dpaudit_version', '< 0.1')} "
-                             f"(run format {metadata.get('format_version')}); this dpaudit {__version__} reads "
-                             f"format {FORMAT_VERSION}: re-run the campaign")
+            raise UsageError(
+                f"{self.root} was written by dpaudit {metadata.get('dpaudit_version', '< 0.1')} "
+                f"(run format {metadata.get('format_version')}); this dpaudit {__version__} reads "
+                f"format {FORMAT_VERSION}: re-run the campaign"
+            )
         return metadata
 
     def config(self) -> CampaignConfig:
@@ -155,15 +168,19 @@ class RunStore:
         except (TypeError, KeyError) as exc:
             raise UsageError(f"{self.root}/campaign.json has an unreadable config ({exc})") from None
         if config.canonical_hash() != metadata.get("config_hash"):
-            raise UsageError(f"{self.root}/campaign.json: the config does not match its recorded hash "
-                             "(edited by hand?); re-run the campaign")
+            raise UsageError(
+                f"{self.root}/campaign.json: the config does not match its recorded hash "
+                "(edited by hand?); re-run the campaign"
+            )
         return config
 
     def check_data(self, data_fingerprint: str) -> None:
         stored = self._metadata()["data_fingerprint"]
         if stored != data_fingerprint:
-            raise UsageError(f"the dataset differs from the one {self.root} was started with (fingerprint "
-                             f"{stored[:12]}… now {data_fingerprint[:12]}…): refusing to mix shadow models")
+            raise UsageError(
+                f"the dataset differs from the one {self.root} was started with (fingerprint "
+                f"{stored[:12]}… now {data_fingerprint[:12]}…): refusing to mix shadow models"
+            )
 
     # -- plan and base model ----------------------------------------------------------------------------------
 
@@ -195,8 +212,14 @@ class RunStore:
             if arrays is None or set(arrays) != set(_CHUNK_ARRAYS):
                 continue
             indices = arrays["indices"]
-            if indices.ndim != 1 or not len(indices) or indices.min() < 0 or indices.max() >= n_models or \
-                    len(arrays["target_logits"]) != len(indices) or len(arrays["population_logits"]) != len(indices):
+            if (
+                indices.ndim != 1
+                or not len(indices)
+                or indices.min() < 0
+                or indices.max() >= n_models
+                or len(arrays["target_logits"]) != len(indices)
+                or len(arrays["population_logits"]) != len(indices)
+            ):
                 continue
             valid.append(arrays)
         return valid
@@ -214,8 +237,10 @@ class RunStore:
         indices = np.concatenate([c["indices"] for c in chunks]) if chunks else np.zeros(0, dtype=np.int64)
         unique, first = np.unique(indices, return_index=True)
         if len(unique) != n_models:
-            raise UsageError(f"{self.root} has outputs for {len(unique)} of {n_models} models: "
-                             f"`dpaudit resume {self.root}` trains the rest")
+            raise UsageError(
+                f"{self.root} has outputs for {len(unique)} of {n_models} models: "
+                f"`dpaudit resume {self.root}` trains the rest"
+            )
         gathered = {name: np.concatenate([c[name] for c in chunks])[first] for name in _CHUNK_ARRAYS}
         return ChunkOutputs(**gathered)
 

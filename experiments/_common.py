@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import argparse
 import shutil
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import matplotlib
 
@@ -37,8 +37,11 @@ def parser(doc: str) -> argparse.ArgumentParser:
     """An argument parser described by the first line of the script's docstring, with the common flags."""
     parsed = argparse.ArgumentParser(description=doc.splitlines()[0])
     parsed.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (CSV, PNG, run directories)")
-    parsed.add_argument("--paper-scale", action="store_true",
-                        help="the paper's model counts, ranks and epochs (hours; a GPU is advisable)")
+    parsed.add_argument(
+        "--paper-scale",
+        action="store_true",
+        help="the paper's model counts, ranks and epochs (hours; a GPU is advisable)",
+    )
     parsed.add_argument("--dataset", default="digits", help="digits (default) or cifar10:PATH (CIFAR-10 binary)")
     parsed.add_argument("--seed", type=int, default=0)
     parsed.add_argument("--workers", type=int, default=2, help="campaign worker processes (one torch thread each)")
@@ -53,8 +56,7 @@ def scale(args: argparse.Namespace, cpu: tuple[int, int], paper: tuple[int, int]
     return args.models or models_count, args.epochs or epochs
 
 
-def audit(config: CampaignConfig, out: Path, tag: str, workers: int,
-          attacks: Sequence[str] = ("canary-loss",)) -> dict:
+def audit(config: CampaignConfig, out: Path, tag: str, workers: int, attacks: Sequence[str] = ("canary-loss",)) -> dict:
     """Run ``config`` into the fresh run directory ``out/runs/tag``; one flat row of its audit numbers.
 
     Columns per attack (prefixed by the attack name when several are asked for): AUC with its 95% CI, balanced
@@ -68,13 +70,19 @@ def audit(config: CampaignConfig, out: Path, tag: str, workers: int,
     for attack in attacks:
         numbers = report.summary(analysis.analyse(store, attack))
         prefix = f"{attack}_" if len(attacks) > 1 else ""
-        row.update({f"{prefix}auc": numbers["auc"], f"{prefix}auc_ci_low": numbers["auc_ci95"][0],
-                    f"{prefix}auc_ci_high": numbers["auc_ci95"][1],
-                    f"{prefix}balanced_accuracy": numbers["balanced_accuracy"],
-                    **{f"{prefix}tpr_at_fpr_{fpr}": tpr for fpr, tpr in numbers["tpr_at_fpr"].items()},
-                    f"{prefix}epsilon_lower_bound": numbers["epsilon_lower_bound"]})
-    row.update(test_accuracy=numbers["test_accuracy"], analytic_epsilon=numbers["analytic_epsilon"],
-               seconds=numbers["seconds"])
+        row.update(
+            {
+                f"{prefix}auc": numbers["auc"],
+                f"{prefix}auc_ci_low": numbers["auc_ci95"][0],
+                f"{prefix}auc_ci_high": numbers["auc_ci95"][1],
+                f"{prefix}balanced_accuracy": numbers["balanced_accuracy"],
+                **{f"{prefix}tpr_at_fpr_{fpr}": tpr for fpr, tpr in numbers["tpr_at_fpr"].items()},
+                f"{prefix}epsilon_lower_bound": numbers["epsilon_lower_bound"],
+            }
+        )
+    row.update(
+        test_accuracy=numbers["test_accuracy"], analytic_epsilon=numbers["analytic_epsilon"], seconds=numbers["seconds"]
+    )
     return row
 
 
@@ -96,14 +104,14 @@ class Task:
 def digits_task(seed: int, pretrain_epochs: int = 30) -> Task:
     """The campaign's task: the MLP 64-128-128-10 pretrained on digits' public split, fine-tuned on the private."""
     dataset = data.digits()
-    base = models.pretrain(models.mlp(64, 10), dataset.public.x, dataset.public.y, epochs=pretrain_epochs,
-                           seed=seed)
+    base = models.pretrain(models.mlp(64, 10), dataset.public.x, dataset.public.y, epochs=pretrain_epochs, seed=seed)
     return Task(base, dataset.private, dataset.test)
 
 
 def frozen_feature_head(seed: int) -> Task:
     """[W] Fig. 3's frozen-feature linear head on digits: features = the penultimate (128-d) activations of the
-    pretrained MLP, the fine-tuned model a fresh linear layer 128 → 10 (logistic regression on the features)."""
+    pretrained MLP, the fine-tuned model a fresh linear layer 128 → 10 (logistic regression on the features).
+    """
     dataset = data.digits()
     mlp = models.pretrain(models.mlp(64, 10), dataset.public.x, dataset.public.y, seed=seed)
     features = mlp[:-1]
@@ -117,7 +125,8 @@ def frozen_feature_head(seed: int) -> Task:
 
 def allowed_ranks(dataset: str, ranks: Sequence[int]) -> list[int]:
     """The ranks of ``ranks`` a LoRA adapter of the dataset's default model admits (r ≤ every adapted layer's
-    input dimension, :func:`dpaudit.models.check_rank`)."""
+    input dimension, :func:`dpaudit.models.check_rank`).
+    """
     loaded = data.load(dataset)
     model = models.for_input(loaded.input_shape, loaded.num_classes)
     largest = min(models.projection_dim(layer) for layer in models.adapted_layers(model).values())
@@ -130,12 +139,12 @@ def sampling(task: Task, batch_size: int, epochs: int) -> tuple[float, int]:
     return layout.sample_rate, epochs * layout.steps
 
 
-def train_utility(task: Task, mechanism, rank: int, models_count: int, training: engine.TrainingConfig,
-                  seed: int) -> np.ndarray:
+def train_utility(
+    task: Task, mechanism, rank: int, models_count: int, training: engine.TrainingConfig, seed: int
+) -> np.ndarray:
     """(models,) test accuracies of ``models_count`` models fine-tuned on the whole pool with ``mechanism``."""
     randomness = seeding.shadow_randomness(seed, range(models_count))
-    shadow = engine.build(task.base, mechanism.parameterization, models.LoraSpec(rank), randomness,
-                          torch.device("cpu"))
+    shadow = engine.build(task.base, mechanism.parameterization, models.LoraSpec(rank), randomness, torch.device("cpu"))
     membership = np.ones((models_count, len(task.train)), dtype=bool)
     engine.train(shadow, mechanism, task.train.x, task.train.y, membership, randomness, training)
     predictions = engine.logits(shadow, task.test.x).argmax(-1).numpy()

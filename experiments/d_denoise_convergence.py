@@ -15,6 +15,7 @@ Writes ``d_denoise_convergence.csv`` / ``.png``.
 from __future__ import annotations
 
 import _common
+
 from accountants import dpsgd
 from dpaudit import engine
 from dpaudit.mechanisms.dpsgd import dp_sgd
@@ -39,19 +40,39 @@ def main(argv: list[str] | None = None) -> None:
         q, steps = _common.sampling(task, training.batch_size, epochs)
         epsilon = dpsgd.epsilon(args.noise, q, steps, DELTA).epsilon
         for denoise in (False, True):
-            accuracy = _common.train_utility(task, dp_sgd(args.mechanism, args.noise, 1.0, denoise), args.rank,
-                                             models, training, args.seed)
-            rows.append(dict(mechanism=args.mechanism, denoise=denoise, epochs=epochs, steps=steps, epsilon=epsilon,
-                             noise_multiplier=args.noise, test_accuracy=accuracy.mean(),
-                             test_accuracy_std=accuracy.std(), models=models, base_accuracy=task.base_accuracy()))
+            accuracy = _common.train_utility(
+                task, dp_sgd(args.mechanism, args.noise, 1.0, denoise), args.rank, models, training, args.seed
+            )
+            rows.append(
+                dict(
+                    mechanism=args.mechanism,
+                    denoise=denoise,
+                    epochs=epochs,
+                    steps=steps,
+                    epsilon=epsilon,
+                    noise_multiplier=args.noise,
+                    test_accuracy=accuracy.mean(),
+                    test_accuracy_std=accuracy.std(),
+                    models=models,
+                    base_accuracy=task.base_accuracy(),
+                )
+            )
     table = _common.write_table(rows, args.out, NAME)
     with _common.figure(args.out, NAME) as (ax,):
         for denoise, group in table.groupby("denoise"):
-            ax.errorbar(group["epochs"], group["test_accuracy"], yerr=group["test_accuracy_std"], marker="o",
-                        label="denoised ([D] Alg. 1)" if denoise else "plain DP")
+            ax.errorbar(
+                group["epochs"],
+                group["test_accuracy"],
+                yerr=group["test_accuracy_std"],
+                marker="o",
+                label="denoised ([D] Alg. 1)" if denoise else "plain DP",
+            )
         ax.axhline(table["base_accuracy"].iloc[0], color="grey", linestyle=":", label="pretrained base")
-        ax.set(xlabel="epochs (ε grows with them; equal for both at each point)", ylabel="test accuracy",
-               title=f"{args.mechanism}, σ = {args.noise:g}, b = 256, digits")
+        ax.set(
+            xlabel="epochs (ε grows with them; equal for both at each point)",
+            ylabel="test accuracy",
+            title=f"{args.mechanism}, σ = {args.noise:g}, b = 256, digits",
+        )
         ax.legend(fontsize=8)
 
 

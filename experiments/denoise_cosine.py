@@ -43,8 +43,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rank", type=int, default=8, help="LoRA rank (dp-lora)")
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--follow", choices=("denoised", "noisy"), default="denoised")
-    parser.add_argument("--pretrain-epochs", type=int, default=1,
-                        help="public pretraining of the base; a weak base keeps the gradient signal above the noise")
+    parser.add_argument(
+        "--pretrain-epochs",
+        type=int,
+        default=1,
+        help="public pretraining of the base; a weak base keeps the gradient signal above the noise",
+    )
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
 
@@ -52,12 +56,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def cosine_trace(args: argparse.Namespace) -> np.ndarray:
     """(steps, models) cosine improvements of one training run (digits, MLP 64-128-128-10)."""
     dataset = data.digits()
-    base = models.pretrain(models.mlp(64, 10), dataset.public.x, dataset.public.y, epochs=args.pretrain_epochs,
-                           seed=args.seed)
+    base = models.pretrain(
+        models.mlp(64, 10), dataset.public.x, dataset.public.y, epochs=args.pretrain_epochs, seed=args.seed
+    )
     randomness = seeding.shadow_randomness(args.seed, range(args.models))
     recorder = DenoiseCosineRecorder(dp_sgd(args.mechanism, args.noise, args.clip, args.follow == "denoised"))
-    shadow = engine.build(base, recorder.parameterization, models.LoraSpec(args.rank), randomness,
-                          torch.device("cpu"))
+    shadow = engine.build(base, recorder.parameterization, models.LoraSpec(args.rank), randomness, torch.device("cpu"))
     membership = np.ones((args.models, len(dataset.private)), dtype=bool)
     config = engine.TrainingConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr)
     engine.train(shadow, recorder, dataset.private.x, dataset.private.y, membership, randomness, config)
@@ -83,9 +87,11 @@ def main(argv: list[str] | None = None) -> None:
     ax.legend()
     fig.tight_layout()
     fig.savefig(args.out / "denoise_cosine.png", dpi=120)
-    print(f"{args.mechanism}: {len(mean)} steps x {trace.shape[1]} models; mean improvement {trace.mean():+.4f}, "
-          f"positive at {np.mean(mean > 0):.0%} of steps, min step mean {mean.min():+.4f}; "
-          f"wrote {args.out}/denoise_cosine.csv, .png")
+    print(
+        f"{args.mechanism}: {len(mean)} steps x {trace.shape[1]} models; mean improvement {trace.mean():+.4f}, "
+        f"positive at {np.mean(mean > 0):.0%} of steps, min step mean {mean.min():+.4f}; "
+        f"wrote {args.out}/denoise_cosine.csv, .png"
+    )
 
 
 if __name__ == "__main__":

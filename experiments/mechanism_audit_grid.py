@@ -48,16 +48,38 @@ BOUND_COLUMNS = (
     ("[S] Lemma 7.1 as applied to LoRA-FA", "lemma71_lora_claim"),
     ("[W] Prop. 2", "prop2"),
 )
-COLUMNS = ("mechanism", "d", "n", "r", "sigma", "rho", "sensitivity", "delta", "samples",
-           *(column for _, column in BOUND_COLUMNS), "exact", "audit_profile", "audit_profile_low",
-           "audit_profile_high", "audit_cp", "audit_gdp", "auc", "outcome", "violated", "seconds")
+COLUMNS = (
+    "mechanism",
+    "d",
+    "n",
+    "r",
+    "sigma",
+    "rho",
+    "sensitivity",
+    "delta",
+    "samples",
+    *(column for _, column in BOUND_COLUMNS),
+    "exact",
+    "audit_profile",
+    "audit_profile_low",
+    "audit_profile_high",
+    "audit_cp",
+    "audit_gdp",
+    "auc",
+    "outcome",
+    "violated",
+    "seconds",
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("experiments/out"), help="output folder")
-    parser.add_argument("--paper-scale", action="store_true",
-                        help="10^6 draws for exact likelihood ratios, 10^5 for the others, a larger grid")
+    parser.add_argument(
+        "--paper-scale",
+        action="store_true",
+        help="10^6 draws for exact likelihood ratios, 10^5 for the others, a larger grid",
+    )
     parser.add_argument("--delta", type=float, default=1e-3, help="delta of every epsilon (default: 1e-3)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -68,18 +90,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def grid(paper_scale: bool):
     """(mechanism kind, parameters, release sampler, draws per side) for every grid point."""
-    exact_draws, learned_draws, projection_draws = ((10**6, 10**5, 10**5) if paper_scale
-                                                    else (2 * 10**5, 2 * 10**4, 10**4))
-    vector = (itertools.product((100, 400, 1000), (4, 16, 64, 256), (0.999, 0.9999, 0.99999)) if paper_scale
-              else itertools.product((100, 400), (16, 64), (0.999, 0.9999)))
+    exact_draws, learned_draws, projection_draws = (
+        (10**6, 10**5, 10**5) if paper_scale else (2 * 10**5, 2 * 10**4, 10**4)
+    )
+    vector = (
+        itertools.product((100, 400, 1000), (4, 16, 64, 256), (0.999, 0.9999, 0.99999))
+        if paper_scale
+        else itertools.product((100, 400), (16, 64), (0.999, 0.9999))
+    )
     for d, r, rho in vector:
         mechanism = releases.WishartVector(releases.aligned_unit_vectors(d, rho), r)
         yield "wishart-vector", dict(d=d, r=r, rho=rho), mechanism, exact_draws
     noisy = {
-        "wishart-m1": (itertools.product((32, 64), (8, 32), (0.5, 1.0), (0.9, 0.99)) if paper_scale
-                       else itertools.product((32,), (8, 32), (0.5, 1.0), (0.99,))),
-        "wishart-m2": (itertools.product((32, 64), (2, 8), (0.25, 0.5, 1.0), (0.9, 0.99)) if paper_scale
-                       else itertools.product((32,), (2, 8), (0.5, 1.0), (0.9, 0.99))),
+        "wishart-m1": (
+            itertools.product((32, 64), (8, 32), (0.5, 1.0), (0.9, 0.99))
+            if paper_scale
+            else itertools.product((32,), (8, 32), (0.5, 1.0), (0.99,))
+        ),
+        "wishart-m2": (
+            itertools.product((32, 64), (2, 8), (0.25, 0.5, 1.0), (0.9, 0.99))
+            if paper_scale
+            else itertools.product((32,), (2, 8), (0.5, 1.0), (0.9, 0.99))
+        ),
     }
     for kind, points in noisy.items():
         release = releases.NoisyProjectionM1 if kind == "wishart-m1" else releases.NoisyProjectionM2
@@ -87,8 +119,9 @@ def grid(paper_scale: bool):
             mechanism = release(releases.one_column_change(d, 2, 1.0, 1.0, rho), r, sigma)
             yield kind, dict(d=d, n=2, r=r, sigma=sigma, rho=rho), mechanism, learned_draws
     for r, sigma_g, sensitivity in itertools.product((8, 64), (0.0, 0.1), (0.1, 0.2)):
-        mechanism = releases.GaussianSketch(releases.sketch_pair(4, 32, 2.0, sensitivity, 1.0), r, 1 / math.sqrt(r),
-                                            sigma_g)
+        mechanism = releases.GaussianSketch(
+            releases.sketch_pair(4, 32, 2.0, sensitivity, 1.0), r, 1 / math.sqrt(r), sigma_g
+        )
         yield "sketch", dict(d=32, n=4, r=r, sigma=sigma_g, sensitivity=sensitivity), mechanism, exact_draws
     for r, rho in itertools.product((8, 16), (0.999, 0.9999)):
         mechanism = releases.MatrixProjection(releases.one_column_change(32, 2, 1.0, 1.0, rho), r)
@@ -107,9 +140,13 @@ def row(kind: str, parameters: dict, result, seconds: float) -> dict:
         values["exact"] = result.exact_profile.epsilon
     if result.profile is not None:
         values["audit_profile"], values["audit_profile_low"], values["audit_profile_high"] = result.profile.epsilon
-    values.update(audit_cp=result.clopper_pearson.epsilon, audit_gdp=result.gaussian_dp.epsilon, auc=result.auc,
-                  outcome=result.outcome,
-                  violated="; ".join(c.bound.source for c in result.comparisons if c.outcome == "violated"))
+    values.update(
+        audit_cp=result.clopper_pearson.epsilon,
+        audit_gdp=result.gaussian_dp.epsilon,
+        auc=result.auc,
+        outcome=result.outcome,
+        violated="; ".join(c.bound.source for c in result.comparisons if c.outcome == "violated"),
+    )
     return values
 
 
@@ -125,7 +162,7 @@ def _number(value) -> float:
 
 
 def _ratios(rows: list[dict], column: str, reference: str) -> np.ndarray:
-    """bound / reference eps over the rows where both are finite and the reference is > 0.
+    """Bound / reference eps over the rows where both are finite and the reference is > 0.
 
     ``reference``: ``"exact"`` (the exact profile), or ``"audited"`` (route b where available, else route a).
     """
@@ -165,14 +202,28 @@ def plot(path: Path, rows: list[dict], delta: float) -> None:
             low = profile - np.array([_number(r["audit_profile_low"]) for r in chosen])
             high = np.array([_number(r["audit_profile_high"]) for r in chosen]) - profile
             axis.errorbar(x, profile, yerr=[low, high], fmt="x", color="tab:red", label="audit (b): profile")
-        axis.scatter(x, [_number(r["audit_cp"]) for r in chosen], marker="_", s=200, color="tab:green",
-                     label="audit (a): Clopper-Pearson")
+        axis.scatter(
+            x,
+            [_number(r["audit_cp"]) for r in chosen],
+            marker="_",
+            s=200,
+            color="tab:green",
+            label="audit (a): Clopper-Pearson",
+        )
         axis.set_yscale("log")
-        labels = [", ".join(f"{k}={r[k]:.3g}" if k == "sensitivity" else f"{k}={r[k]:g}"
-                            for k in ("d", "r", "sigma", "rho", "sensitivity") if r[k] != "") for r in chosen]
+        labels = [
+            ", ".join(
+                f"{k}={r[k]:.3g}" if k == "sensitivity" else f"{k}={r[k]:g}"
+                for k in ("d", "r", "sigma", "rho", "sensitivity")
+                if r[k] != ""
+            )
+            for r in chosen
+        ]
         axis.set_xticks(x, labels, rotation=30, ha="right", fontsize=7)
-        axis.set_title(f"{kind}: epsilon at delta = {delta:g}" + ("  (not DP: every point)" if all(
-            r["outcome"] == "not DP" for r in chosen) else ""))
+        axis.set_title(
+            f"{kind}: epsilon at delta = {delta:g}"
+            + ("  (not DP: every point)" if all(r["outcome"] == "not DP" for r in chosen) else "")
+        )
         axis.legend(fontsize=7, ncol=3)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
@@ -185,16 +236,23 @@ def headline(rows: list[dict]) -> list[str]:
     for _, column in sorted(BOUND_COLUMNS, key=lambda item: -_median_ratio(rows, item[1], "exact")):
         exact, audited = (_ratios(rows, column, reference) for reference in ("exact", "audited"))
         if exact.size or audited.size:
-            versus_exact = (f"median {np.median(exact):7.3g}, max {exact.max():7.3g} ({exact.size} points)"
-                            if exact.size else "no exact profile")
+            versus_exact = (
+                f"median {np.median(exact):7.3g}, max {exact.max():7.3g} ({exact.size} points)"
+                if exact.size
+                else "no exact profile"
+            )
             versus_audit = f"median {np.median(audited):7.3g} ({audited.size} points)" if audited.size else "-"
             lines.append(f"  {column:<20} bound / exact eps: {versus_exact}; bound / audited eps: {versus_audit}")
-    infinite = {column: sum(1 for r in rows if r[column] != "" and not math.isfinite(_number(r[column])))
-                for _, column in BOUND_COLUMNS}
+    infinite = {
+        column: sum(1 for r in rows if r[column] != "" and not math.isfinite(_number(r[column])))
+        for _, column in BOUND_COLUMNS
+    }
     lines += [f"  {column}: inapplicable (eps = inf) at {count} points" for column, count in infinite.items() if count]
     violated = [r for r in rows if r["outcome"] in ("violated", "not DP")]
-    counts = {outcome: sum(r["outcome"] == outcome for r in rows)
-              for outcome in ("consistent", "inconclusive", "violated", "not DP")}
+    counts = {
+        outcome: sum(r["outcome"] == outcome for r in rows)
+        for outcome in ("consistent", "inconclusive", "violated", "not DP")
+    }
     lines.append("  outcomes: " + ", ".join(f"{outcome}: {count}" for outcome, count in counts.items()))
     for r in violated:
         lines.append(f"  {r['outcome']}: {r['mechanism']} d={r['d']} r={r['r']} rho={r['rho']}: {r['violated']}")
@@ -202,11 +260,18 @@ def headline(rows: list[dict]) -> list[str]:
         if r["mechanism"] == "sketch" and r["sigma"] == 0.0:
             lemma, stated = _number(r["lemma71_one_column"]), _number(r["lemma71"])
             audited, low, high = (_number(r[k]) for k in ("audit_profile", "audit_profile_low", "audit_profile_high"))
-            larger = ("Lemma 7.1 (one-column form) is larger" if lemma > high else
-                      "the audit is larger" if low > lemma else "neither is larger beyond the band")
-            lines.append(f"  sketch sigma_g = 0, r={r['r']}, B_S={r['sensitivity']}: Lemma 7.1 eps = {lemma:.4g} "
-                         f"(as stated: {stated:.4g}), exact {_number(r['exact']):.4g}, audited {audited:.4g} "
-                         f"[{low:.4g}, {high:.4g}], CP >= {_number(r['audit_cp']):.4g}: {larger}")
+            larger = (
+                "Lemma 7.1 (one-column form) is larger"
+                if lemma > high
+                else "the audit is larger"
+                if low > lemma
+                else "neither is larger beyond the band"
+            )
+            lines.append(
+                f"  sketch sigma_g = 0, r={r['r']}, B_S={r['sensitivity']}: Lemma 7.1 eps = {lemma:.4g} "
+                f"(as stated: {stated:.4g}), exact {_number(r['exact']):.4g}, audited {audited:.4g} "
+                f"[{low:.4g}, {high:.4g}], CP >= {_number(r['audit_cp']):.4g}: {larger}"
+            )
     return lines
 
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 
+import _common
 import numpy as np
 
-import _common
 from accountants import dpsgd
 from dpaudit import engine
 from dpaudit.mechanisms.dpsgd import dp_sgd
@@ -38,8 +38,12 @@ def main(argv: list[str] | None = None) -> None:
     parsed.add_argument("--rank", type=int, default=8)
     parsed.add_argument("--clip", type=float, default=1.0)
     parsed.add_argument("--lr", type=float, default=0.1, help="SGD learning rate of DP-LoRA and DP-LoRA-FA")
-    parsed.add_argument("--prism-lr", type=float, default=0.01,
-                        help="PRISM's learning rate (its adaptive direction is Adam-like: ~0.01, not SGD's 0.1)")
+    parsed.add_argument(
+        "--prism-lr",
+        type=float,
+        default=0.01,
+        help="PRISM's learning rate (its adaptive direction is Adam-like: ~0.01, not SGD's 0.1)",
+    )
     parsed.add_argument("--pretrain-epochs", type=int, default=1)
     args = parsed.parse_args(argv)
     models, epochs = _common.scale(args, cpu=(3, 4), paper=(16, 30))
@@ -52,18 +56,36 @@ def main(argv: list[str] | None = None) -> None:
         sigma = dpsgd.calibrate_noise_multiplier(target, q, steps, DELTA)
         for method in METHODS:
             schedule = dataclasses.replace(training, lr=args.prism_lr) if method == "prism" else training
-            accuracy = _common.train_utility(task, mechanism_for(method, sigma, args.clip), args.rank, models,
-                                             schedule, args.seed)
-            rows.append(dict(method=method, target_epsilon=target, noise_multiplier=sigma,
-                             epsilon=dpsgd.epsilon(sigma, q, steps, DELTA).epsilon, rank=args.rank, lr=schedule.lr,
-                             test_accuracy=accuracy.mean(), test_accuracy_std=accuracy.std(), models=models,
-                             base_accuracy=base_accuracy, sample_rate=q, steps=steps))
+            accuracy = _common.train_utility(
+                task, mechanism_for(method, sigma, args.clip), args.rank, models, schedule, args.seed
+            )
+            rows.append(
+                dict(
+                    method=method,
+                    target_epsilon=target,
+                    noise_multiplier=sigma,
+                    epsilon=dpsgd.epsilon(sigma, q, steps, DELTA).epsilon,
+                    rank=args.rank,
+                    lr=schedule.lr,
+                    test_accuracy=accuracy.mean(),
+                    test_accuracy_std=accuracy.std(),
+                    models=models,
+                    base_accuracy=base_accuracy,
+                    sample_rate=q,
+                    steps=steps,
+                )
+            )
     table = _common.write_table(rows, args.out, NAME)
     with _common.figure(args.out, NAME) as (ax,):
         width = 0.8 / len(METHODS)
         for offset, (method, group) in enumerate(table.groupby("method", sort=False)):
-            ax.bar(np.arange(len(group)) + offset * width, group["test_accuracy"], width,
-                   yerr=group["test_accuracy_std"], label=method)
+            ax.bar(
+                np.arange(len(group)) + offset * width,
+                group["test_accuracy"],
+                width,
+                yerr=group["test_accuracy_std"],
+                label=method,
+            )
         ax.axhline(base_accuracy, color="grey", linestyle=":", label="pretrained base")
         ax.set_xticks(np.arange(len(args.epsilons)) + width, [f"ε = {e:g}" for e in args.epsilons])
         ax.set(ylabel="test accuracy", title=f"digits MLP, LoRA r = {args.rank}, δ = {DELTA:g}")

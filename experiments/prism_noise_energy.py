@@ -27,8 +27,17 @@ import torch  # noqa: E402
 
 from dpaudit.mechanisms.prism import gauge_sweep_noise_energy, linear_fit  # noqa: E402
 
-COLUMNS = ("gauges", "factor_norm_statistic", "factor_first_order", "factor_first_order_predicted",
-           "factor_bilinear", "factor_bilinear_predicted", "factor_total", "prism", "prism_closed_form")
+COLUMNS = (
+    "gauges",
+    "factor_norm_statistic",
+    "factor_first_order",
+    "factor_first_order_predicted",
+    "factor_bilinear",
+    "factor_bilinear_predicted",
+    "factor_total",
+    "prism",
+    "prism_closed_form",
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -66,8 +75,12 @@ def plot(path: Path, sweep, fit: tuple[float, float, float], title: str) -> None
     by_statistic.set(xlabel="S_t = m‖B‖² + n‖A‖²", ylabel="E‖N_Z‖_F²", title="intrinsic noise energy vs S_t")
     by_statistic.legend(fontsize=8)
     by_gauge.loglog(sweep.gauges, sweep.factor_total, "o-", label="factor-space DP-LoRA (measured)")
-    by_gauge.loglog(sweep.gauges, sweep.factor_first_order_predicted + sweep.factor_bilinear_predicted, ":",
-                    label="τ² S_t + mnrτ⁴ (Prop. 2.2)")
+    by_gauge.loglog(
+        sweep.gauges,
+        sweep.factor_first_order_predicted + sweep.factor_bilinear_predicted,
+        ":",
+        label="τ² S_t + mnrτ⁴ (Prop. 2.2)",
+    )
     by_gauge.loglog(sweep.gauges, sweep.prism, "s-", label="PRISM (measured)")
     by_gauge.loglog(sweep.gauges, sweep.prism_closed_form, "--", label="PRISM closed form")
     by_gauge.set_xticks(sweep.gauges, [f"{c:g}" for c in sweep.gauges])
@@ -84,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     generator = torch.Generator().manual_seed(args.seed)
     # Gaussian factors at the scale of a LoRA module after some training: Z = A Bᵀ of full rank r.
-    A = torch.randn(args.m, args.rank, generator=generator, dtype=torch.float64) / args.rank ** 0.5
-    B = torch.randn(args.n, args.rank, generator=generator, dtype=torch.float64) / args.rank ** 0.5
+    A = torch.randn(args.m, args.rank, generator=generator, dtype=torch.float64) / args.rank**0.5
+    B = torch.randn(args.n, args.rank, generator=generator, dtype=torch.float64) / args.rank**0.5
     sweep = gauge_sweep_noise_energy(A, B, args.gauges, args.noise_std, args.draws, generator)
     fit = linear_fit(sweep.factor_norm_statistic, sweep.factor_total)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -93,8 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     title = f"m={args.m}, n={args.n}, r={args.rank}, τ={args.noise_std}, {args.draws} draws per point"
     plot(args.out / "prism_noise_energy.png", sweep, fit, title)
     deviation = np.abs(sweep.prism / sweep.prism_closed_form - 1).max()
-    print(f"factor-space energy vs S_t: slope {fit[0]:.4g} (τ² = {args.noise_std ** 2:.4g}), "
-          f"intercept {fit[1]:.4g}, R² {fit[2]:.5f}")
+    print(
+        f"factor-space energy vs S_t: slope {fit[0]:.4g} (τ² = {args.noise_std**2:.4g}), "
+        f"intercept {fit[1]:.4g}, R² {fit[2]:.5f}"
+    )
     print(f"PRISM energy: max relative deviation from τ²r(m+n−r) = {sweep.prism_closed_form[0]:.4g}: {deviation:.3%}")
     print(f"wrote {args.out / 'prism_noise_energy.csv'} and {args.out / 'prism_noise_energy.png'}")
     return 0

@@ -49,8 +49,12 @@ def main(argv: list[str] | None = None) -> int:
     for name, what in chosen:
         print(f"=== {name} ({what})", flush=True)
         began = time.perf_counter()
-        process = subprocess.run([sys.executable, str(HERE / f"{name}.py"), "--out", str(args.out)],
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        process = subprocess.run(
+            [sys.executable, str(HERE / f"{name}.py"), "--out", str(args.out)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         seconds = time.perf_counter() - began
         print(process.stdout, flush=True)
         timings.append((name, what, seconds, "ok" if process.returncode == 0 else f"FAILED ({process.returncode})"))

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import math
 
+import _common
 import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-import _common
 from accountants import sketch
 from dpaudit import data, models
 from dpaudit.config import CampaignConfig
@@ -46,8 +46,9 @@ def variants(paper_scale: bool) -> list[tuple[str, int, int]]:
     return [("dp-sgd", 16, 32), ("dp-lora", 16, 32), *[("dp-lora-fa", r, 32) for r in ranks], ("dp-lora-fa", 16, 128)]
 
 
-def measure_lemma72_inputs(base: nn.Module, dataset: data.Dataset, rank: int, lr: float, batch_size: int,
-                           epochs: int, seed: int) -> dict:
+def measure_lemma72_inputs(
+    base: nn.Module, dataset: data.Dataset, rank: int, lr: float, batch_size: int, epochs: int, seed: int
+) -> dict:
     """Train one LoRA-FA model by plain SGD on the private split and measure C, λ_min(G_ℓ G_ℓᵀ) and β̂."""
     names = [f"{name}.weight" for name in models.adapted_layers(base)]
     initial = {name: p.detach() for name, p in base.named_parameters() if name in names}
@@ -81,33 +82,77 @@ def measure_lemma72_inputs(base: nn.Module, dataset: data.Dataset, rank: int, lr
                 cumulative[name] += batch_gradient
                 factors_b[name] -= lr * batch_gradient @ factors_a[name].T  # ∂L/∂B = (∂L/∂W) Aᵀ (scale 1)
     gram_minimum = {name: float(torch.linalg.eigvalsh(g @ g.T)[0].clamp(min=0)) for name, g in cumulative.items()}
-    return dict(grad_bound=grad_bound, smoothness=smoothness, steps=epochs * steps_per_epoch,
-                gram_minimum=gram_minimum, shapes={name: tuple(w.shape) for name, w in initial.items()})
+    return dict(
+        grad_bound=grad_bound,
+        smoothness=smoothness,
+        steps=epochs * steps_per_epoch,
+        gram_minimum=gram_minimum,
+        shapes={name: tuple(w.shape) for name, w in initial.items()},
+    )
 
 
 def lemma72_rows(measured: dict, rank: int, lr: float, batch_size: int) -> list[dict]:
     """Lemma 7.2 over all layers, over the layers with m ≥ n only (n × m weights), and for the single layer with
-    the largest λ_min (the most favourable reading); ``lambda_bar_for_gamma_1``: the λ̄ that would make Γ = 1."""
+    the largest λ_min (the most favourable reading); ``lambda_bar_for_gamma_1``: the λ̄ that would make Γ = 1.
+    """
     shapes, gram = measured["shapes"], measured["gram_minimum"]
     rows = []
-    for scope, layers in (("all layers", list(shapes)),
-                          ("layers with m >= n", [n for n, (out, inp) in shapes.items() if inp >= out]),
-                          ("layer with the largest lambda_min", [max(gram, key=gram.get)])):
+    for scope, layers in (
+        ("all layers", list(shapes)),
+        ("layers with m >= n", [n for n, (out, inp) in shapes.items() if inp >= out]),
+        ("layer with the largest lambda_min", [max(gram, key=gram.get)]),
+    ):
         lambda_bar = min(gram[n] for n in layers)
         tau = max(shapes[n][0] for n in layers)
-        bound = sketch.lemma72(DELTA, lr, measured["smoothness"], batch_size, lambda_bar, 0.0,
-                               measured["grad_bound"], measured["steps"], rank, len(layers), tau)
+        bound = sketch.lemma72(
+            DELTA,
+            lr,
+            measured["smoothness"],
+            batch_size,
+            lambda_bar,
+            0.0,
+            measured["grad_bound"],
+            measured["steps"],
+            rank,
+            len(layers),
+            tau,
+        )
         lr_smooth = lr * measured["smoothness"]
         steps = measured["steps"]
-        needed = 4 * measured["grad_bound"] ** 2 * steps * math.expm1(steps * math.log1p(lr_smooth)) / (
-            lr_smooth * batch_size)
-        rows.append(dict(scope=scope, layers=len(layers), rank=rank, lr=lr, batch_size=batch_size,
-                         steps=measured["steps"], grad_bound_C=measured["grad_bound"],
-                         smoothness_beta=measured["smoothness"], lambda_bar=lambda_bar,
-                         lambda_bar_for_gamma_1=needed, tau=tau,
-                         gamma=sketch.gamma_lora(lr, measured["smoothness"], batch_size, lambda_bar, 0.0,
-                                                 measured["grad_bound"], measured["steps"], rank),
-                         lemma72_epsilon=bound.epsilon, lemma72_reason=bound.reason))
+        needed = (
+            4
+            * measured["grad_bound"] ** 2
+            * steps
+            * math.expm1(steps * math.log1p(lr_smooth))
+            / (lr_smooth * batch_size)
+        )
+        rows.append(
+            dict(
+                scope=scope,
+                layers=len(layers),
+                rank=rank,
+                lr=lr,
+                batch_size=batch_size,
+                steps=measured["steps"],
+                grad_bound_C=measured["grad_bound"],
+                smoothness_beta=measured["smoothness"],
+                lambda_bar=lambda_bar,
+                lambda_bar_for_gamma_1=needed,
+                tau=tau,
+                gamma=sketch.gamma_lora(
+                    lr,
+                    measured["smoothness"],
+                    batch_size,
+                    lambda_bar,
+                    0.0,
+                    measured["grad_bound"],
+                    measured["steps"],
+                    rank,
+                ),
+                lemma72_epsilon=bound.epsilon,
+                lemma72_reason=bound.reason,
+            )
+        )
     return rows
 
 
@@ -119,33 +164,63 @@ def main(argv: list[str] | None = None) -> None:
     out = args.out / NAME
     rows = []
     for mechanism, rank, batch_size in variants(args.paper_scale):
-        config = CampaignConfig(mechanism=mechanism, dataset=args.dataset, rank=rank, models=models_count,
-                                epochs=epochs, batch_size=batch_size, noise=0.0, clip=math.inf,
-                                design="all-examples", seed=args.seed)
+        config = CampaignConfig(
+            mechanism=mechanism,
+            dataset=args.dataset,
+            rank=rank,
+            models=models_count,
+            epochs=epochs,
+            batch_size=batch_size,
+            noise=0.0,
+            clip=math.inf,
+            design="all-examples",
+            seed=args.seed,
+        )
         numbers = _common.audit(config, out, f"{mechanism}_r{rank}_b{batch_size}", args.workers, ATTACKS)
-        rows.append({"mechanism": mechanism, "rank": rank if mechanism != "dp-sgd" else None,
-                     "batch_size": batch_size, **numbers})
+        rows.append(
+            {
+                "mechanism": mechanism,
+                "rank": rank if mechanism != "dp-sgd" else None,
+                "batch_size": batch_size,
+                **numbers,
+            }
+        )
     table = _common.write_table(rows, args.out, NAME)
     with _common.figure(args.out, NAME) as (ax,):
-        labels = [m if m == "dp-sgd" else f"{m}\nr={r:g} b={b}" for m, r, b in
-                  zip(table["mechanism"], table["rank"], table["batch_size"])]
+        labels = [
+            m if m == "dp-sgd" else f"{m}\nr={r:g} b={b}"
+            for m, r, b in zip(table["mechanism"], table["rank"], table["batch_size"])
+        ]
         for shift, attack in zip((-0.2, 0.2), ATTACKS):
             ax.bar(np.arange(len(table)) + shift, table[f"{attack}_auc"], width=0.4, label=attack)
         ax.set_xticks(np.arange(len(table)), labels, fontsize=6)
         ax.set(ylabel="MIA AUC (all examples)", ylim=(0.45, None), title="non-private fine-tuning, digits")
         ax.legend()
 
-    config = CampaignConfig(mechanism="lora-fa", dataset=args.dataset, rank=args.lemma_rank,
-                            models=2 * models_count, epochs=epochs, seed=args.seed)
+    config = CampaignConfig(
+        mechanism="lora-fa",
+        dataset=args.dataset,
+        rank=args.lemma_rank,
+        models=2 * models_count,
+        epochs=epochs,
+        seed=args.seed,
+    )
     audited = _common.audit(config, out, f"lemma_audit_r{args.lemma_rank}", args.workers)
     dataset = data.load(args.dataset)
-    base = models.pretrain(models.for_input(dataset.input_shape, dataset.num_classes), dataset.public.x,
-                           dataset.public.y, seed=args.seed)
+    base = models.pretrain(
+        models.for_input(dataset.input_shape, dataset.num_classes), dataset.public.x, dataset.public.y, seed=args.seed
+    )
     measured = measure_lemma72_inputs(base, dataset, args.lemma_rank, config.lr, config.batch_size, epochs, args.seed)
     print("λ_min(G Gᵀ) per layer:", measured["gram_minimum"])
-    rows = [dict(row, audit_auc=audited["auc"], audit_epsilon_lower_bound=audited["epsilon_lower_bound"],
-                 audit_models=config.models)
-            for row in lemma72_rows(measured, args.lemma_rank, config.lr, config.batch_size)]
+    rows = [
+        dict(
+            row,
+            audit_auc=audited["auc"],
+            audit_epsilon_lower_bound=audited["epsilon_lower_bound"],
+            audit_models=config.models,
+        )
+        for row in lemma72_rows(measured, args.lemma_rank, config.lr, config.batch_size)
+    ]
     _common.write_table(rows, args.out, "s_table1_lemma72")
 
 

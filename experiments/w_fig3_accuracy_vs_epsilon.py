@@ -21,9 +21,9 @@ Writes ``w_fig3_accuracy_vs_epsilon.csv`` / ``.png``.
 
 from __future__ import annotations
 
+import _common
 import numpy as np
 
-import _common
 from accountants import dpsgd, wishart
 from dpaudit import engine
 from dpaudit.mechanisms.dpsgd import dp_sgd
@@ -67,19 +67,34 @@ def main(argv: list[str] | None = None) -> None:
                 epsilon = wishart.m2_multistep_epsilon(DELTA, 1.0, sigma, d, rank, 1, q, steps).epsilon
                 mechanism = NoisyProjection(rank, sigma, clip, "m2", resample=True)
             accuracy = _common.train_utility(task, mechanism, rank, models, training, args.seed)
-            rows.append(dict(method=method, rank=rank if method != "dp-sgd" else None, target_epsilon=target,
-                             noise_multiplier=sigma, epsilon=epsilon,
-                             gaussian_epsilon_same_sigma=dpsgd.epsilon(sigma, q, steps, DELTA).epsilon,
-                             test_accuracy=accuracy.mean(), test_accuracy_std=accuracy.std(), models=models,
-                             sample_rate=q, steps=steps))
+            rows.append(
+                dict(
+                    method=method,
+                    rank=rank if method != "dp-sgd" else None,
+                    target_epsilon=target,
+                    noise_multiplier=sigma,
+                    epsilon=epsilon,
+                    gaussian_epsilon_same_sigma=dpsgd.epsilon(sigma, q, steps, DELTA).epsilon,
+                    test_accuracy=accuracy.mean(),
+                    test_accuracy_std=accuracy.std(),
+                    models=models,
+                    sample_rate=q,
+                    steps=steps,
+                )
+            )
     table = _common.write_table(rows, args.out, NAME)
     with _common.figure(args.out, NAME) as (ax,):
         for (method, rank), group in table.groupby(["method", "rank"], dropna=False):
             label = method if method == "dp-sgd" else f"{method}, r={rank:g}"
-            ax.errorbar(group["epsilon"], group["test_accuracy"], yerr=group["test_accuracy_std"], marker="o",
-                        label=label)
-        ax.set(xscale="log", xlabel=f"ε (δ = {DELTA:g})", ylabel="test accuracy",
-               title="frozen-feature linear head, digits")
+            ax.errorbar(
+                group["epsilon"], group["test_accuracy"], yerr=group["test_accuracy_std"], marker="o", label=label
+            )
+        ax.set(
+            xscale="log",
+            xlabel=f"ε (δ = {DELTA:g})",
+            ylabel="test accuracy",
+            title="frozen-feature linear head, digits",
+        )
         ax.legend(fontsize=8)
 
 

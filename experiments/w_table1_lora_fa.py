@@ -13,6 +13,7 @@ input: ≤ 64 for the digits MLP 64-128-128-10). Writes ``w_table1_lora_fa.csv``
 from __future__ import annotations
 
 import _common
+
 from dpaudit.config import CampaignConfig
 
 NAME = "w_table1_lora_fa"
@@ -26,16 +27,26 @@ def main(argv: list[str] | None = None) -> None:
     models, epochs = _common.scale(args, cpu=(128, 3), paper=(2000, 30))
     rows = []
     for rank in _common.allowed_ranks(args.dataset, ranks):
-        config = CampaignConfig(mechanism="lora-fa", dataset=args.dataset, rank=rank, models=models,
-                                epochs=epochs, seed=args.seed)
+        config = CampaignConfig(
+            mechanism="lora-fa", dataset=args.dataset, rank=rank, models=models, epochs=epochs, seed=args.seed
+        )
         rows.append({"rank": rank, **_common.audit(config, args.out / NAME, f"r{rank}", args.workers)})
     table = _common.write_table(rows, args.out, NAME)
     with _common.figure(args.out, NAME) as (ax,):
-        ax.errorbar(table["rank"], table["auc"], yerr=[table["auc"] - table["auc_ci_low"],
-                                                       table["auc_ci_high"] - table["auc"]], marker="o")
+        ax.errorbar(
+            table["rank"],
+            table["auc"],
+            yerr=[table["auc"] - table["auc_ci_low"], table["auc_ci_high"] - table["auc"]],
+            marker="o",
+        )
         ax.axhline(0.996, color="grey", linestyle=":", label="[W] Table 1: AUC ≥ 0.996")
-        ax.set(xscale="log", xlabel="rank r", ylabel="canary MIA AUC", ylim=(0.45, 1.02),
-               title=f"noise-free LoRA-FA, {args.dataset}, {models} models")
+        ax.set(
+            xscale="log",
+            xlabel="rank r",
+            ylabel="canary MIA AUC",
+            ylim=(0.45, 1.02),
+            title=f"noise-free LoRA-FA, {args.dataset}, {models} models",
+        )
         ax.legend()
 
 

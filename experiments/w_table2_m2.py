@@ -14,14 +14,16 @@ noise. With M fixed for T > 1 steps no analytic bound applies (``analytic_epsilo
 from __future__ import annotations
 
 import _common
+
 from dpaudit.config import CampaignConfig
 
 CPU_RANKS = (4, 8, 16, 32, 64)
 PAPER_RANKS = (16, 32, 64, 128, 256, 512)
 
 
-def projection_table(doc: str, variant: str, noises: tuple[float, ...], paper_ranks: tuple[int, ...],
-                     argv: list[str] | None) -> None:
+def projection_table(
+    doc: str, variant: str, noises: tuple[float, ...], paper_ranks: tuple[int, ...], argv: list[str] | None
+) -> None:
     """AUC vs r at each σ for noisy-projection training ``variant`` (m1 or m2); CSV and PNG named after it."""
     parsed = _common.parser(doc)
     parsed.add_argument("--noises", type=float, nargs="+", default=list(noises), help="noise multipliers σ")
@@ -32,18 +34,36 @@ def projection_table(doc: str, variant: str, noises: tuple[float, ...], paper_ra
     rows = []
     for noise in args.noises:
         for rank in _common.allowed_ranks(args.dataset, ranks):
-            config = CampaignConfig(mechanism=variant, dataset=args.dataset, rank=rank, noise=noise, models=models,
-                                    epochs=epochs, seed=args.seed)
-            rows.append({"noise": noise, "rank": rank,
-                         **_common.audit(config, args.out / name, f"s{noise}_r{rank}", args.workers)})
+            config = CampaignConfig(
+                mechanism=variant,
+                dataset=args.dataset,
+                rank=rank,
+                noise=noise,
+                models=models,
+                epochs=epochs,
+                seed=args.seed,
+            )
+            rows.append(
+                {
+                    "noise": noise,
+                    "rank": rank,
+                    **_common.audit(config, args.out / name, f"s{noise}_r{rank}", args.workers),
+                }
+            )
     table = _common.write_table(rows, args.out, name)
     with _common.figure(args.out, name, columns=2) as (auc_axis, accuracy_axis):
         for noise, group in table.groupby("noise"):
-            auc_axis.errorbar(group["rank"], group["auc"], marker="o", label=f"σ = {noise:g}",
-                              yerr=[group["auc"] - group["auc_ci_low"], group["auc_ci_high"] - group["auc"]])
+            auc_axis.errorbar(
+                group["rank"],
+                group["auc"],
+                marker="o",
+                label=f"σ = {noise:g}",
+                yerr=[group["auc"] - group["auc_ci_low"], group["auc_ci_high"] - group["auc"]],
+            )
             accuracy_axis.plot(group["rank"], group["test_accuracy"], marker="o", label=f"σ = {noise:g}")
-        auc_axis.set(xscale="log", xlabel="rank r", ylabel="canary MIA AUC",
-                     title=f"{variant.upper()}, {models} models")
+        auc_axis.set(
+            xscale="log", xlabel="rank r", ylabel="canary MIA AUC", title=f"{variant.upper()}, {models} models"
+        )
         accuracy_axis.set(xscale="log", xlabel="rank r", ylabel="test accuracy")
         auc_axis.legend()
 

@@ -18,11 +18,10 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
+import _common  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 
-import _common  # noqa: E402
 from accountants import wishart  # noqa: E402
-
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -42,16 +41,23 @@ def compute(args: argparse.Namespace) -> list[dict]:
     for rho in args.rho:
         for r in args.ranks:
             theorem1 = wishart.theorem1_epsilon(args.delta, rho, args.d, r)
-            exact = wishart.vector_profile_epsilon(args.delta, rho, args.d, r, samples=args.samples,
-                                                   seed=args.seed + r)
+            exact = wishart.vector_profile_epsilon(args.delta, rho, args.d, r, samples=args.samples, seed=args.seed + r)
             lo, hi = exact.epsilon_interval or (math.inf, math.inf)
-            rows.append(dict(rho=rho, r=r, theorem1_epsilon=theorem1.epsilon, exact_epsilon=exact.epsilon,
-                             exact_epsilon_lo=lo, exact_epsilon_hi=hi))
+            rows.append(
+                dict(
+                    rho=rho,
+                    r=r,
+                    theorem1_epsilon=theorem1.epsilon,
+                    exact_epsilon=exact.epsilon,
+                    exact_epsilon_lo=lo,
+                    exact_epsilon_hi=hi,
+                )
+            )
     return rows
 
 
 def _visible(values: list[float]) -> list[float]:
-    """eps = 0 (delta(0) already below delta) and inf (bound does not apply) have no place on a log axis."""
+    """Eps = 0 (delta(0) already below delta) and inf (bound does not apply) have no place on a log axis."""
     return [v if 0 < v < math.inf else math.nan for v in values]
 
 
@@ -66,8 +72,9 @@ def plot(rows: list[dict], args: argparse.Namespace, ax) -> None:
         ax.plot(ranks, column("theorem1_epsilon"), "--o", color=color, label=f"Thm 1, ρ={rho}")
         ax.plot(ranks, column("exact_epsilon"), "-s", color=color, label=f"exact (MC), ρ={rho}")
         ax.fill_between(ranks, column("exact_epsilon_lo"), column("exact_epsilon_hi"), color=color, alpha=0.2)
-    ax.set(xscale="log", yscale="log", xlabel="rank r", ylabel="ε",
-           title=f"Vector projection, d={args.d}, δ={args.delta}")
+    ax.set(
+        xscale="log", yscale="log", xlabel="rank r", ylabel="ε", title=f"Vector projection, d={args.d}, δ={args.delta}"
+    )
     ax.legend(fontsize=7)
 
 

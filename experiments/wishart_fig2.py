@@ -17,12 +17,11 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
+import _common  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-import _common  # noqa: E402
 from accountants import gaussian, wishart  # noqa: E402
-
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -46,9 +45,17 @@ def compute(args: argparse.Namespace) -> list[dict]:
         for r in args.ranks:
             theorem5 = wishart.theorem5_epsilon(args.delta, 1.0, sigma, args.d, r, 1)
             mixture = wishart.m2_mixture_epsilon(args.delta, 1.0, sigma, args.d, r)
-            rows.append(dict(sigma=sigma, r=r, theorem5_epsilon=theorem5.epsilon,
-                             theorem5_alpha=theorem5.details.get("alpha"), mixture_epsilon=mixture.epsilon,
-                             gaussian_exact_epsilon=exact, gaussian_eq10_epsilon=eq10))
+            rows.append(
+                dict(
+                    sigma=sigma,
+                    r=r,
+                    theorem5_epsilon=theorem5.epsilon,
+                    theorem5_alpha=theorem5.details.get("alpha"),
+                    mixture_epsilon=mixture.epsilon,
+                    gaussian_exact_epsilon=exact,
+                    gaussian_eq10_epsilon=eq10,
+                )
+            )
     return rows
 
 
@@ -61,8 +68,13 @@ def plot(rows: list[dict], args: argparse.Namespace, ax) -> None:
         mine = [row for row in rows if row["r"] == r]
         ax.plot(sigmas, [row["theorem5_epsilon"] for row in mine], "--", color=color, label=f"Thm 5, r={r}")
         ax.plot(sigmas, [row["mixture_epsilon"] for row in mine], "-", color=color, label=f"mixture, r={r}")
-    ax.set(xscale="log", yscale="log", xlabel="σ (noise std, |ΔV|_F = 1)", ylabel="ε",
-           title=f"M2, d={args.d}, δ={args.delta:g}")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="σ (noise std, |ΔV|_F = 1)",
+        ylabel="ε",
+        title=f"M2, d={args.d}, δ={args.delta:g}",
+    )
     ax.legend(fontsize=7)
 
 

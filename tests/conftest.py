@@ -6,7 +6,8 @@ import pytest
 @pytest.fixture(scope="module")
 def single_torch_thread():
     """Batched LAPACK (svd/qr/eigh) with 2 OpenMP threads slows down up to ~80x when other processes share the
-    cores; one thread keeps a module's runtime stable."""
+    cores; one thread keeps a module's runtime stable.
+    """
     import torch
 
     previous = torch.get_num_threads()

@@ -77,15 +77,18 @@ def test_replace_one_is_looser_than_add_remove():
     assert replace_one > add_remove
 
 
-@pytest.mark.parametrize("call, name", [
-    (lambda: dpsgd.epsilon(0.0, 0.01, 10, 1e-5), "noise_multiplier"),
-    (lambda: dpsgd.epsilon(1.0, 0.0, 10, 1e-5), "sample_rate"),
-    (lambda: dpsgd.epsilon(1.0, 1.5, 10, 1e-5), "sample_rate"),
-    (lambda: dpsgd.epsilon(1.0, 0.01, 0, 1e-5), "steps"),
-    (lambda: dpsgd.epsilon(1.0, 0.01, 10, 1.0), "delta"),
-    (lambda: dpsgd.delta(1.0, 0.01, 10, -1.0), "epsilon"),
-    (lambda: dpsgd.calibrate_noise_multiplier(-1.0, 0.01, 10, 1e-5), "target_epsilon"),
-])
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: dpsgd.epsilon(0.0, 0.01, 10, 1e-5), "noise_multiplier"),
+        (lambda: dpsgd.epsilon(1.0, 0.0, 10, 1e-5), "sample_rate"),
+        (lambda: dpsgd.epsilon(1.0, 1.5, 10, 1e-5), "sample_rate"),
+        (lambda: dpsgd.epsilon(1.0, 0.01, 0, 1e-5), "steps"),
+        (lambda: dpsgd.epsilon(1.0, 0.01, 10, 1.0), "delta"),
+        (lambda: dpsgd.delta(1.0, 0.01, 10, -1.0), "epsilon"),
+        (lambda: dpsgd.calibrate_noise_multiplier(-1.0, 0.01, 10, 1e-5), "target_epsilon"),
+    ],
+)
 def test_impossible_inputs_raise_value_error_naming_the_parameter(call, name):
     with pytest.raises(ValueError, match=name):
         call()

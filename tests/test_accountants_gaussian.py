@@ -117,17 +117,20 @@ def test_monotonicity_properties_over_random_points():
         assert gaussian.epsilon(delta_a, 1.0, sigma).epsilon >= gaussian.epsilon(delta_a, 1.0, 1.1 * sigma).epsilon
 
 
-@pytest.mark.parametrize("call, name", [
-    (lambda: gaussian.epsilon(0.0, 1.0, 1.0), "delta"),
-    (lambda: gaussian.epsilon(1.0, 1.0, 1.0), "delta"),
-    (lambda: gaussian.epsilon(1e-5, 1.0, 0.0), "sigma"),
-    (lambda: gaussian.epsilon(1e-5, 1.0, -1.0), "sigma"),
-    (lambda: gaussian.epsilon(1e-5, 0.0, 1.0), "sensitivity"),
-    (lambda: gaussian.delta(-1.0, 1.0, 1.0), "epsilon"),
-    (lambda: gaussian.delta(math.nan, 1.0, 1.0), "epsilon"),
-    (lambda: gaussian.calibrate_sigma(1.0, 2.0, 1.0), "delta"),
-    (lambda: gaussian.rdp_epsilon(1e-5, 1.0, 0.0), "sigma"),
-])
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: gaussian.epsilon(0.0, 1.0, 1.0), "delta"),
+        (lambda: gaussian.epsilon(1.0, 1.0, 1.0), "delta"),
+        (lambda: gaussian.epsilon(1e-5, 1.0, 0.0), "sigma"),
+        (lambda: gaussian.epsilon(1e-5, 1.0, -1.0), "sigma"),
+        (lambda: gaussian.epsilon(1e-5, 0.0, 1.0), "sensitivity"),
+        (lambda: gaussian.delta(-1.0, 1.0, 1.0), "epsilon"),
+        (lambda: gaussian.delta(math.nan, 1.0, 1.0), "epsilon"),
+        (lambda: gaussian.calibrate_sigma(1.0, 2.0, 1.0), "delta"),
+        (lambda: gaussian.rdp_epsilon(1e-5, 1.0, 0.0), "sigma"),
+    ],
+)
 def test_impossible_inputs_raise_value_error_naming_the_parameter(call, name):
     with pytest.raises(ValueError, match=name):
         call()

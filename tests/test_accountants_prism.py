@@ -51,13 +51,16 @@ def test_factor_energy_is_unbounded_along_the_gauge_but_prism_is_not():
     assert energies[0] > 1e4 * energies[1] and energies[2] > 1e4 * energies[1]
 
 
-@pytest.mark.parametrize("call, name", [
-    (lambda: prism.intrinsic_noise_energy(0.0, 1.0, 64, 10, 10, 2), "noise_multiplier"),
-    (lambda: prism.intrinsic_noise_energy(1.0, 1.0, 0.0, 10, 10, 2), "batch_size"),
-    (lambda: prism.intrinsic_noise_energy(1.0, 1.0, 64, 10, 10, 11), "r"),
-    (lambda: prism.factor_noise_energy(0.0, 10, 10, 2, 1.0, 1.0), "tau"),
-    (lambda: prism.factor_noise_energy(1.0, 10, 10, 2, -1.0, 1.0), "a_frobenius"),
-])
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: prism.intrinsic_noise_energy(0.0, 1.0, 64, 10, 10, 2), "noise_multiplier"),
+        (lambda: prism.intrinsic_noise_energy(1.0, 1.0, 0.0, 10, 10, 2), "batch_size"),
+        (lambda: prism.intrinsic_noise_energy(1.0, 1.0, 64, 10, 10, 11), "r"),
+        (lambda: prism.factor_noise_energy(0.0, 10, 10, 2, 1.0, 1.0), "tau"),
+        (lambda: prism.factor_noise_energy(1.0, 10, 10, 2, -1.0, 1.0), "a_frobenius"),
+    ],
+)
 def test_impossible_inputs_raise_value_error_naming_the_parameter(call, name):
     with pytest.raises(ValueError, match=name):
         call()

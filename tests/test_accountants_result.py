@@ -9,8 +9,15 @@ from accountants.result import ADD_REMOVE, REPLACE_ONE, Bound, inapplicable
 
 
 def test_valid_bound_round_trips_to_json():
-    bound = Bound(epsilon=1.5, delta=1e-5, neighbouring=REPLACE_ONE, source="test", inputs={"sigma": 2.0},
-                  epsilon_interval=(1.4, 1.6), confidence=0.99)
+    bound = Bound(
+        epsilon=1.5,
+        delta=1e-5,
+        neighbouring=REPLACE_ONE,
+        source="test",
+        inputs={"sigma": 2.0},
+        epsilon_interval=(1.4, 1.6),
+        confidence=0.99,
+    )
     data = json.loads(json.dumps(bound.to_dict()))
     assert data["epsilon"] == 1.5 and data["epsilon_interval"] == [1.4, 1.6] and data["inputs"] == {"sigma": 2.0}
 
@@ -21,16 +28,19 @@ def test_inapplicable_bound_has_infinite_epsilon_and_reason():
     assert json.loads(json.dumps(bound.to_dict()))["epsilon"] == "inf"
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(epsilon=math.nan, delta=0.1), "epsilon"),
-    (dict(epsilon=-1.0, delta=0.1), "epsilon"),
-    (dict(epsilon=1.0, delta=math.nan), "delta"),
-    (dict(epsilon=1.0, delta=1.5), "delta"),
-    (dict(epsilon=math.inf, delta=0.1), "valid"),
-    (dict(epsilon=1.0, delta=0.1, valid=False, reason="x"), "valid"),
-    (dict(epsilon=math.inf, delta=0.1, valid=False), "reason"),
-    (dict(epsilon=1.0, delta=0.1, neighbouring="swap"), "neighbouring"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(epsilon=math.nan, delta=0.1), "epsilon"),
+        (dict(epsilon=-1.0, delta=0.1), "epsilon"),
+        (dict(epsilon=1.0, delta=math.nan), "delta"),
+        (dict(epsilon=1.0, delta=1.5), "delta"),
+        (dict(epsilon=math.inf, delta=0.1), "valid"),
+        (dict(epsilon=1.0, delta=0.1, valid=False, reason="x"), "valid"),
+        (dict(epsilon=math.inf, delta=0.1, valid=False), "reason"),
+        (dict(epsilon=1.0, delta=0.1, neighbouring="swap"), "neighbouring"),
+    ],
+)
 def test_construction_rejects_broken_bounds(kwargs, message):
     kwargs = dict(dict(neighbouring=REPLACE_ONE, source="test"), **kwargs)
     with pytest.raises(ValueError, match=message):

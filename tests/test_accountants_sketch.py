@@ -7,8 +7,18 @@ import pytest
 
 from accountants import gaussian, sketch
 
-LORA = dict(lr=1e-3, smoothness=1.0, batch_size=64, lambda_min=1e4, sigma_g=1.0, grad_bound=1.0, steps=100,
-            rank=16, layers=12, tau=768)
+LORA = dict(
+    lr=1e-3,
+    smoothness=1.0,
+    batch_size=64,
+    lambda_min=1e4,
+    sigma_g=1.0,
+    grad_bound=1.0,
+    steps=100,
+    rank=16,
+    layers=12,
+    tau=768,
+)
 
 
 def test_rdp_curve_matches_equation_12():
@@ -52,8 +62,12 @@ def test_tcdp_line_dominates_rdp_curve_on_its_range_over_random_points():
 def test_rdp_conversion_is_at_most_tcdp_conversion_and_monotone_over_random_points():
     rng = np.random.default_rng(22)
     for _ in range(250):
-        params = dict(LORA, lambda_min=float(10 ** rng.uniform(3, 6)), sigma_g=float(rng.uniform(0, 3)),
-                      steps=int(rng.integers(10, 300)))
+        params = dict(
+            LORA,
+            lambda_min=float(10 ** rng.uniform(3, 6)),
+            sigma_g=float(rng.uniform(0, 3)),
+            steps=int(rng.integers(10, 300)),
+        )
         delta_small, delta_large = np.sort(10 ** rng.uniform(-10, -2, 2))
         rdp = sketch.lemma72(delta_small, **params)
         tcdp = sketch.corollary73(delta_small, **params)
@@ -66,8 +80,11 @@ def test_rdp_conversion_is_at_most_tcdp_conversion_and_monotone_over_random_poin
 
 
 def test_bounds_are_flagged_conditional():
-    for bound in (sketch.lemma72(1e-5, **LORA), sketch.corollary73(1e-5, **LORA),
-                  sketch.lemma71(1e-5, 1.0, 1.0, 1.0, 1.0, 0.01, 8, 4)):
+    for bound in (
+        sketch.lemma72(1e-5, **LORA),
+        sketch.corollary73(1e-5, **LORA),
+        sketch.lemma71(1e-5, 1.0, 1.0, 1.0, 1.0, 0.01, 8, 4),
+    ):
         assert bound.valid and bound.is_conditional and bound.neighbouring == "replace-one"
     assert any("lambda_min" in c for c in sketch.lemma72(1e-5, **LORA).conditional_on)
 
@@ -87,14 +104,17 @@ def test_lemma71_single_sketch_rdp_conversion_matches_generic_conversion():
     assert bound.epsilon == pytest.approx(value, rel=1e-9)
 
 
-@pytest.mark.parametrize("call, name", [
-    (lambda: sketch.lemma72(0.0, **LORA), "delta"),
-    (lambda: sketch.lemma72(1e-5, **dict(LORA, lr=0.0)), "lr"),
-    (lambda: sketch.lemma72(1e-5, **dict(LORA, sigma_g=-1.0)), "sigma_g"),
-    (lambda: sketch.lemma72(1e-5, **dict(LORA, grad_bound=0.0)), "grad_bound"),
-    (lambda: sketch.corollary73(1e-5, **dict(LORA, rank=0)), "rank"),
-    (lambda: sketch.lemma71(1e-5, 1.0, 1.0, 0.0, 1.0, 0.01, 8, 4), "sigma_a"),
-])
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: sketch.lemma72(0.0, **LORA), "delta"),
+        (lambda: sketch.lemma72(1e-5, **dict(LORA, lr=0.0)), "lr"),
+        (lambda: sketch.lemma72(1e-5, **dict(LORA, sigma_g=-1.0)), "sigma_g"),
+        (lambda: sketch.lemma72(1e-5, **dict(LORA, grad_bound=0.0)), "grad_bound"),
+        (lambda: sketch.corollary73(1e-5, **dict(LORA, rank=0)), "rank"),
+        (lambda: sketch.lemma71(1e-5, 1.0, 1.0, 0.0, 1.0, 0.01, 8, 4), "sigma_a"),
+    ],
+)
 def test_impossible_inputs_raise_value_error_naming_the_parameter(call, name):
     with pytest.raises(ValueError, match=name):
         call()

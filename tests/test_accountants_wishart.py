@@ -20,6 +20,7 @@ STRICT = 1 - 1e-4
 
 # ------------------------------------------------------------------------------------------ paper values
 
+
 def test_theorem1_reproduces_paper_example():
     bound = wishart.theorem1(rho=0.9999, d=400, r=16, delta_prime=1e-3)
     assert bound.epsilon == pytest.approx(5.87, rel=0.02)
@@ -34,6 +35,7 @@ def test_m2_bounds_reproduce_spec_values(r, theorem5, mixture):
 
 
 # ------------------------------------------------------------------------------------------ Theorem 1
+
 
 def test_support_escape_closed_form_equals_paper_expectation():
     # [W] Eq. 17: E_{x ~ chi2_r}[Phi(-rho sqrt x / sqrt(1-rho^2))] equals the Student-t CDF we use.
@@ -57,6 +59,7 @@ def test_theorem1_epsilon_and_delta_are_inverse():
 
 
 # ------------------------------------------------------------------------------------------ exact vector profile
+
 
 def _direct_losses(rho, d, r, samples, rng):
     """Privacy losses from explicit y = M v and the density of [W] Lemma 9 with exponent (r-d-1)/2."""
@@ -150,6 +153,7 @@ def test_vector_bounds_monotone_over_random_points():
 
 # ------------------------------------------------------------------------------------------ M2: Thm 5 and mixture
 
+
 def _revealed_projection_profile(mu, d, r, samples, rng):
     """Exact profile of the release (M, M(V + Xi)) by explicit Haar subspaces (QR of Gaussian matrices)."""
     q, _ = np.linalg.qr(rng.standard_normal((samples, d, r)))
@@ -194,15 +198,21 @@ def test_m2_monotonicity_over_random_points():
         sigma = float(10 ** rng.uniform(-0.5, 1))
         delta_a, delta_b = np.sort(10 ** rng.uniform(-9, -2, 2))
         eps_a, eps_b = np.sort(rng.uniform(0, 5, 2))
-        for bound_epsilon in (lambda dl, sg: wishart.theorem5_epsilon(dl, 1.0, sg, d, r, s).epsilon,
-                              lambda dl, sg: wishart.m2_mixture_epsilon(dl, 1.0, sg, d, r).epsilon):
+        for bound_epsilon in (
+            lambda dl, sg: wishart.theorem5_epsilon(dl, 1.0, sg, d, r, s).epsilon,
+            lambda dl, sg: wishart.m2_mixture_epsilon(dl, 1.0, sg, d, r).epsilon,
+        ):
             base = bound_epsilon(delta_a, sigma)
             assert bound_epsilon(delta_b, sigma) <= base + 1e-9
             assert bound_epsilon(delta_a, 1.1 * sigma) <= base + 1e-9
-        assert (wishart.theorem5_delta(eps_a, 1.0, sigma, d, r, s).delta
-                >= wishart.theorem5_delta(eps_b, 1.0, sigma, d, r, s).delta - 1e-12)
-        assert (wishart.m2_mixture_delta(eps_a, 1.0, sigma, d, r).delta
-                >= wishart.m2_mixture_delta(eps_b, 1.0, sigma, d, r).delta - 1e-12)
+        assert (
+            wishart.theorem5_delta(eps_a, 1.0, sigma, d, r, s).delta
+            >= wishart.theorem5_delta(eps_b, 1.0, sigma, d, r, s).delta - 1e-12
+        )
+        assert (
+            wishart.m2_mixture_delta(eps_a, 1.0, sigma, d, r).delta
+            >= wishart.m2_mixture_delta(eps_b, 1.0, sigma, d, r).delta - 1e-12
+        )
 
 
 def test_theorem5_delta_at_optimal_alpha_matches_epsilon_search():
@@ -270,6 +280,7 @@ def test_multistep_reduces_to_gaussian_for_one_full_batch_step():
 
 # ------------------------------------------------------------------------------------------ M1
 
+
 def test_lemma14_gamma_formula_and_coverage():
     d, r, s, beta = 30, 10, 3, 0.2
     g = math.sqrt(2 * math.log(2 / beta))
@@ -334,35 +345,39 @@ def test_theorem3_composition():
 
 # ------------------------------------------------------------------------------------------ validation
 
-@pytest.mark.parametrize("call, name", [
-    (lambda: wishart.theorem1(0.9, 10, 11, 1e-3), "r"),
-    (lambda: wishart.theorem1(1.5, 10, 2, 1e-3), "rho"),
-    (lambda: wishart.theorem1(-1.0, 10, 2, 1e-3), "rho"),
-    (lambda: wishart.theorem1(0.9, 10, 2, 0.0), "delta_prime"),
-    (lambda: wishart.theorem1_epsilon(1.0, 0.9, 10, 2), "delta"),
-    (lambda: wishart.vector_profile_epsilon(0.01, 0.9, 10, 20), "r"),
-    (lambda: wishart.vector_profile_epsilon(0.01, 2.0, 10, 2), "rho"),
-    (lambda: wishart.vector_profile_delta(-1.0, 0.9, 10, 2), "epsilon"),
-    (lambda: wishart.theorem5_epsilon(1e-5, 1.0, 0.0, 100, 8, 1), "sigma"),
-    (lambda: wishart.theorem5_epsilon(1e-5, 1.0, -1.0, 100, 8, 1), "sigma"),
-    (lambda: wishart.theorem5_epsilon(1e-5, 1.0, 1.0, 100, 200, 1), "r"),
-    (lambda: wishart.theorem5_epsilon(0.0, 1.0, 1.0, 100, 8, 1), "delta"),
-    (lambda: wishart.theorem5_delta(1.0, 1.0, 1.0, 100, 8, 1, alpha=1.5), "alpha"),
-    (lambda: wishart.theorem5_delta(1.0, 1.0, 1.0, 100, 8, 101), "s"),
-    (lambda: wishart.m2_mixture_epsilon(1e-5, 1.0, 0.0, 100, 8), "sigma"),
-    (lambda: wishart.m2_mixture_epsilon(1.5, 1.0, 1.0, 100, 8), "delta"),
-    (lambda: wishart.m2_mixture_epsilon(1e-5, 1.0, 1.0, 10, 80), "r"),
-    (lambda: wishart.m2_mixture_epsilon(1e-5, 1.0, 1.0, 10, 8, [1.0, -1.0]), "singular_values"),
-    (lambda: wishart.m2_multistep_epsilon(1e-5, 1.0, 0.0, 100, 8, 1, 0.01, 10), "sigma"),
-    (lambda: wishart.m2_multistep_epsilon(1e-5, 1.0, 1.0, 100, 8, 1, 0.0, 10), "sample_rate"),
-    (lambda: wishart.theorem4(0.1, 0.0, 100, 8, 2, 0.9, 1e-6, 1e-6, 1e-6), "sigma"),
-    (lambda: wishart.theorem4(0.1, 1.0, 100, 108, 2, 0.9, 1e-6, 1e-6, 1e-6), "r"),
-    (lambda: wishart.theorem4(0.1, 1.0, 100, 8, 2, 1.9, 1e-6, 1e-6, 1e-6), "rho"),
-    (lambda: wishart.theorem4(0.1, 1.0, 100, 8, 2, 0.9, 0.0, 1e-6, 1e-6), "delta_parallel"),
-    (lambda: wishart.theorem4(3.0, 1.0, 100, 8, 2, 0.9, 1e-6, 1e-6, 1e-6), "sensitivity"),
-    (lambda: wishart.theorem4_epsilon(2.0, 0.1, 1.0, 100, 8, 2, 0.9), "delta"),
-    (lambda: wishart.lemma14_gamma(0.1, 10, 2, 11), "s"),
-])
+
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: wishart.theorem1(0.9, 10, 11, 1e-3), "r"),
+        (lambda: wishart.theorem1(1.5, 10, 2, 1e-3), "rho"),
+        (lambda: wishart.theorem1(-1.0, 10, 2, 1e-3), "rho"),
+        (lambda: wishart.theorem1(0.9, 10, 2, 0.0), "delta_prime"),
+        (lambda: wishart.theorem1_epsilon(1.0, 0.9, 10, 2), "delta"),
+        (lambda: wishart.vector_profile_epsilon(0.01, 0.9, 10, 20), "r"),
+        (lambda: wishart.vector_profile_epsilon(0.01, 2.0, 10, 2), "rho"),
+        (lambda: wishart.vector_profile_delta(-1.0, 0.9, 10, 2), "epsilon"),
+        (lambda: wishart.theorem5_epsilon(1e-5, 1.0, 0.0, 100, 8, 1), "sigma"),
+        (lambda: wishart.theorem5_epsilon(1e-5, 1.0, -1.0, 100, 8, 1), "sigma"),
+        (lambda: wishart.theorem5_epsilon(1e-5, 1.0, 1.0, 100, 200, 1), "r"),
+        (lambda: wishart.theorem5_epsilon(0.0, 1.0, 1.0, 100, 8, 1), "delta"),
+        (lambda: wishart.theorem5_delta(1.0, 1.0, 1.0, 100, 8, 1, alpha=1.5), "alpha"),
+        (lambda: wishart.theorem5_delta(1.0, 1.0, 1.0, 100, 8, 101), "s"),
+        (lambda: wishart.m2_mixture_epsilon(1e-5, 1.0, 0.0, 100, 8), "sigma"),
+        (lambda: wishart.m2_mixture_epsilon(1.5, 1.0, 1.0, 100, 8), "delta"),
+        (lambda: wishart.m2_mixture_epsilon(1e-5, 1.0, 1.0, 10, 80), "r"),
+        (lambda: wishart.m2_mixture_epsilon(1e-5, 1.0, 1.0, 10, 8, [1.0, -1.0]), "singular_values"),
+        (lambda: wishart.m2_multistep_epsilon(1e-5, 1.0, 0.0, 100, 8, 1, 0.01, 10), "sigma"),
+        (lambda: wishart.m2_multistep_epsilon(1e-5, 1.0, 1.0, 100, 8, 1, 0.0, 10), "sample_rate"),
+        (lambda: wishart.theorem4(0.1, 0.0, 100, 8, 2, 0.9, 1e-6, 1e-6, 1e-6), "sigma"),
+        (lambda: wishart.theorem4(0.1, 1.0, 100, 108, 2, 0.9, 1e-6, 1e-6, 1e-6), "r"),
+        (lambda: wishart.theorem4(0.1, 1.0, 100, 8, 2, 1.9, 1e-6, 1e-6, 1e-6), "rho"),
+        (lambda: wishart.theorem4(0.1, 1.0, 100, 8, 2, 0.9, 0.0, 1e-6, 1e-6), "delta_parallel"),
+        (lambda: wishart.theorem4(3.0, 1.0, 100, 8, 2, 0.9, 1e-6, 1e-6, 1e-6), "sensitivity"),
+        (lambda: wishart.theorem4_epsilon(2.0, 0.1, 1.0, 100, 8, 2, 0.9), "delta"),
+        (lambda: wishart.lemma14_gamma(0.1, 10, 2, 11), "s"),
+    ],
+)
 def test_impossible_inputs_raise_value_error_naming_the_parameter(call, name):
     with pytest.raises(ValueError, match=name):
         call()

@@ -20,11 +20,7 @@ def _true_epsilon(mu, delta):
     """ε(δ) of μ-GDP computed here, independently of attacks.epsilon."""
 
     def gap(eps):
-        return (
-            scipy.stats.norm.cdf(-eps / mu + mu / 2)
-            - np.exp(eps) * scipy.stats.norm.cdf(-eps / mu - mu / 2)
-            - delta
-        )
+        return scipy.stats.norm.cdf(-eps / mu + mu / 2) - np.exp(eps) * scipy.stats.norm.cdf(-eps / mu - mu / 2) - delta
 
     # At ε = μ²/2 + μ Φ⁻¹(1 - δ) the first term alone equals δ, so the root lies below it.
     upper = mu * (mu / 2 + scipy.stats.norm.isf(delta))
@@ -73,8 +69,7 @@ def test_null_distributions_give_zero_in_at_least_95_percent_of_runs(method, str
 
 def test_null_campaign_of_64_plus_64_gives_zero_in_at_least_19_of_20():
     zeros = sum(
-        epsilon.clopper_pearson_epsilon(*_audit_scores(0.0, 64, seed), DELTA).epsilon == 0.0
-        for seed in range(20)
+        epsilon.clopper_pearson_epsilon(*_audit_scores(0.0, 64, seed), DELTA).epsilon == 0.0 for seed in range(20)
     )
     assert zeros >= 19
 
@@ -124,9 +119,7 @@ def _hand_clopper_pearson_epsilon(tp, fp, n_in, n_out, alpha, delta):
 
 def test_fixed_threshold_bound_matches_hand_computation():
     in_scores, out_scores = _audit_scores(1.5, 500, seed=1)
-    bound = epsilon.clopper_pearson_epsilon(
-        in_scores, out_scores, 1e-3, 0.9, epsilon.FixedThreshold(1.0)
-    )
+    bound = epsilon.clopper_pearson_epsilon(in_scores, out_scores, 1e-3, 0.9, epsilon.FixedThreshold(1.0))
     tp, fp = int(np.sum(in_scores >= 1.0)), int(np.sum(out_scores >= 1.0))
     expected, tpr_lo, fpr_hi = _hand_clopper_pearson_epsilon(tp, fp, 500, 500, 0.05, 1e-3)
     assert (bound.true_positives, bound.false_positives, bound.threshold) == (tp, fp, 1.0)

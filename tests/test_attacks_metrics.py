@@ -19,19 +19,13 @@ def _sklearn_inputs(in_scores, out_scores):
     return labels, np.r_[in_scores, out_scores]
 
 
-@pytest.mark.parametrize(
-    "seed, n_in, n_out", [(0, 1, 1), (1, 7, 3), (2, 300, 200), (3, 1000, 1500)]
-)
+@pytest.mark.parametrize("seed, n_in, n_out", [(0, 1, 1), (1, 7, 3), (2, 300, 200), (3, 1000, 1500)])
 def test_auc_and_roc_match_sklearn_with_ties(seed, n_in, n_out):
     in_scores, out_scores = _tied_scores(seed, n_in, n_out)
     labels, scores = _sklearn_inputs(in_scores, out_scores)
 
-    assert metrics.auc(in_scores, out_scores) == pytest.approx(
-        sklearn.metrics.roc_auc_score(labels, scores), abs=1e-12
-    )
-    expected_fpr, expected_tpr, expected_thresholds = sklearn.metrics.roc_curve(
-        labels, scores, drop_intermediate=False
-    )
+    assert metrics.auc(in_scores, out_scores) == pytest.approx(sklearn.metrics.roc_auc_score(labels, scores), abs=1e-12)
+    expected_fpr, expected_tpr, expected_thresholds = sklearn.metrics.roc_curve(labels, scores, drop_intermediate=False)
     roc = metrics.roc_curve(in_scores, out_scores)
     np.testing.assert_allclose(roc.fpr, expected_fpr, rtol=0, atol=1e-12)
     np.testing.assert_allclose(roc.tpr, expected_tpr, rtol=0, atol=1e-12)
@@ -48,9 +42,7 @@ def test_auc_equals_trapezoidal_area_of_roc():
 def test_balanced_accuracy_is_best_threshold_by_brute_force():
     in_scores, out_scores = _tied_scores(5, 40, 60)
     candidates = np.r_[np.inf, np.unique(np.r_[in_scores, out_scores])]
-    brute_force = max(
-        0.5 * (np.mean(in_scores >= t) + np.mean(out_scores < t)) for t in candidates
-    )
+    brute_force = max(0.5 * (np.mean(in_scores >= t) + np.mean(out_scores < t)) for t in candidates)
     assert metrics.balanced_accuracy(in_scores, out_scores) == pytest.approx(brute_force, abs=1e-15)
 
 
@@ -77,13 +69,19 @@ def test_clopper_pearson_matches_textbook_values_and_edges():
     assert clopper_pearson.clopper_pearson_upper(0, 10**6, 0.05) == pytest.approx(
         -np.expm1(np.log(0.05) / 1e6), rel=1e-12
     )
-    assert clopper_pearson.clopper_pearson_lower(10, 10, 0.05) == pytest.approx(0.05 ** 0.1)
+    assert clopper_pearson.clopper_pearson_lower(10, 10, 0.05) == pytest.approx(0.05**0.1)
 
 
 @pytest.mark.parametrize(
     "successes, trials, alpha, message",
-    [(5, 3, 0.05, "successes"), (-1, 3, 0.05, "successes"), (1, 0, 0.05, "trials"),
-     (1.5, 3, 0.05, "integer"), (1, 3, 0.0, "alpha"), (1, 3, 1.0, "alpha")],
+    [
+        (5, 3, 0.05, "successes"),
+        (-1, 3, 0.05, "successes"),
+        (1, 0, 0.05, "trials"),
+        (1.5, 3, 0.05, "integer"),
+        (1, 3, 0.0, "alpha"),
+        (1, 3, 1.0, "alpha"),
+    ],
 )
 def test_clopper_pearson_rejects_bad_counts(successes, trials, alpha, message):
     with pytest.raises(ValueError, match=message):
@@ -97,9 +95,7 @@ def test_auc_interval_solves_newcombe_score_equation_on_a_grid():
     z = scipy.stats.norm.isf(0.05)
     grid = np.linspace(0.0, 1.0, 2_000_001)
     n_star = (30 + 45) / 2 - 1
-    variance = grid * (1 - grid) / (30 * 45) * (
-        1 + n_star * (1 - grid) / (2 - grid) + n_star * grid / (1 + grid)
-    )
+    variance = grid * (1 - grid) / (30 * 45) * (1 + n_star * (1 - grid) / (2 - grid) + n_star * grid / (1 + grid))
     inside = grid[(estimate - grid) ** 2 <= z**2 * variance]
     lower, upper = metrics.auc_confidence_interval(in_scores, out_scores, confidence=0.9)
     assert lower == pytest.approx(inside.min(), abs=1e-6)
@@ -108,7 +104,8 @@ def test_auc_interval_solves_newcombe_score_equation_on_a_grid():
 
 def test_auc_interval_lower_limit_is_valid_near_one():
     """Binormal AUC Φ(2.5/√2) = 0.96 with 20 + 20 scores: the 95% lower limit may exceed the true
-    AUC in at most 2.5% of runs; the count over 400 runs must not be improbably high for that."""
+    AUC in at most 2.5% of runs; the count over 400 runs must not be improbably high for that.
+    """
     true_auc = scipy.stats.norm.cdf(2.5 / np.sqrt(2))
     runs, too_high, covered = 400, 0, 0
     for seed in range(runs):
@@ -155,9 +152,7 @@ def test_summarize_reports_every_field():
         ([0.0, 1.0], [2.0, 3.0], 0.0, 0.5),  # reversed attack: AUC 0, best threshold is "all"
     ],
 )
-def test_edge_cases_give_defined_results(
-    in_scores, out_scores, expected_auc, expected_balanced_accuracy
-):
+def test_edge_cases_give_defined_results(in_scores, out_scores, expected_auc, expected_balanced_accuracy):
     summary = metrics.summarize(in_scores, out_scores)
     assert summary.auc == pytest.approx(expected_auc)
     assert summary.balanced_accuracy == pytest.approx(expected_balanced_accuracy)
@@ -183,8 +178,13 @@ def test_bad_scores_raise_value_error_naming_the_problem(in_scores, out_scores, 
 
 @pytest.mark.parametrize(
     "kwargs, message",
-    [({"fprs": (0.0,)}, "fprs"), ({"fprs": ()}, "fprs"), ({"fprs": (1.5,)}, "fprs"),
-     ({"confidence": 1.0}, "confidence"), ({"confidence": 0}, "confidence")],
+    [
+        ({"fprs": (0.0,)}, "fprs"),
+        ({"fprs": ()}, "fprs"),
+        ({"fprs": (1.5,)}, "fprs"),
+        ({"confidence": 1.0}, "confidence"),
+        ({"confidence": 0}, "confidence"),
+    ],
 )
 def test_bad_options_raise_value_error(kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -58,10 +58,7 @@ def test_lira_leave_one_out_matches_brute_force(online, fixed_variance):
     attack = lira.lira_online_scores if online else lira.lira_offline_scores
     scores = attack(phi, keep, fixed_variance=fixed_variance)
     expected = np.array(
-        [
-            [_brute_force_lira(phi, keep, m, j, online, fixed_variance) for j in range(6)]
-            for m in range(10)
-        ]
+        [[_brute_force_lira(phi, keep, m, j, online, fixed_variance) for j in range(6)] for m in range(10)]
     )
     np.testing.assert_allclose(scores, expected, rtol=1e-9, atol=1e-12)
 
@@ -116,9 +113,7 @@ def test_reference_calibration_removes_example_difficulty():
     reference_losses = difficulty + rng.normal(0.0, 0.3, N_EXAMPLES)
     calibrated = reference.reference_calibrated_scores(target_losses, reference_losses)
     np.testing.assert_array_equal(calibrated, reference_losses - target_losses)
-    per_model = reference.reference_calibrated_scores(
-        target_losses, np.tile(reference_losses, (N_MODELS, 1))
-    )
+    per_model = reference.reference_calibrated_scores(target_losses, np.tile(reference_losses, (N_MODELS, 1)))
     np.testing.assert_array_equal(per_model, calibrated)
     # Measured: raw loss AUC 0.564, calibrated 0.693 (optimum with both noises: Φ(0.5) = 0.691).
     assert _auc(loss.loss_scores(target_losses), keep) < 0.6
@@ -141,9 +136,7 @@ def _rmia_inputs(seed=6, n_models=16, n_examples=300, n_population=200):
     return targets, keep, population
 
 
-@pytest.mark.parametrize(
-    "offline_a, gamma", [(None, 1.0), (None, 2.0), (0.3, 1.0), (1.0, 1.0), (0.0, 1.5)]
-)
+@pytest.mark.parametrize("offline_a, gamma", [(None, 1.0), (None, 2.0), (0.3, 1.0), (1.0, 1.0), (0.0, 1.5)])
 def test_rmia_matches_brute_force_pairwise_ratios(offline_a, gamma):
     targets, keep, population = _rmia_inputs()
     scores = rmia.rmia_scores(targets, keep, population, gamma=gamma, offline_a=offline_a)

@@ -103,13 +103,19 @@ def _write_npz(path, **arrays):
         (b"not a zip file", "not a readable .npz"),
         ("npy", "holds a single array"),
         ({"outputs": np.zeros((2, 3)), "membership": np.zeros((2, 3), bool)}, "no format_version"),
-        ({"format_version": np.array(0), "outputs": np.zeros((2, 3)),
-          "membership": np.zeros((2, 3), bool)}, "format_version 0"),
+        (
+            {"format_version": np.array(0), "outputs": np.zeros((2, 3)), "membership": np.zeros((2, 3), bool)},
+            "format_version 0",
+        ),
         ({"format_version": np.array(1), "outputs": np.zeros((2, 3))}, r"lacks \['membership'\]"),
-        ({"format_version": np.array(1), "outputs": np.zeros((2, 3)),
-          "membership": np.zeros((3, 2), bool)}, r"membership must have shape \(2, 3\)"),
-        ({"format_version": np.array(1), "outputs": np.zeros((2, 3)),
-          "membership": np.full((2, 3), 2)}, "membership must be boolean"),
+        (
+            {"format_version": np.array(1), "outputs": np.zeros((2, 3)), "membership": np.zeros((3, 2), bool)},
+            r"membership must have shape \(2, 3\)",
+        ),
+        (
+            {"format_version": np.array(1), "outputs": np.zeros((2, 3)), "membership": np.full((2, 3), 2)},
+            "membership must be boolean",
+        ),
     ],
 )
 def test_load_rejects_missing_old_or_mismatched_files(tmp_path, contents, message):
@@ -149,8 +155,12 @@ def test_canary_input_is_seeded_standard_normal():
 
 @pytest.mark.parametrize(
     "shape, rng, message",
-    [((3, 0), np.random.default_rng(0), "shape"), ((), np.random.default_rng(0), "shape"),
-     ((2.5,), np.random.default_rng(0), "shape"), ((3,), 42, "numpy.random.Generator")],
+    [
+        ((3, 0), np.random.default_rng(0), "shape"),
+        ((), np.random.default_rng(0), "shape"),
+        ((2.5,), np.random.default_rng(0), "shape"),
+        ((3,), 42, "numpy.random.Generator"),
+    ],
 )
 def test_canary_input_rejects_bad_arguments(shape, rng, message):
     with pytest.raises(ValueError, match=message):
@@ -160,7 +170,6 @@ def test_canary_input_rejects_bad_arguments(shape, rng, message):
 def test_least_likely_label_is_argmin_with_smallest_index_on_ties():
     assert canary.least_likely_label([0.3, -2.0, 1.0, 5.0]) == 1
     assert canary.least_likely_label([1.0, -4.0, -4.0]) == 1
-    for logits, message in [([1.0], "at least 2 classes"), ([[1.0, 2.0]], "1-D"),
-                            ([0.0, np.nan], "non-finite")]:
+    for logits, message in [([1.0], "at least 2 classes"), ([[1.0, 2.0]], "1-D"), ([0.0, np.nan], "non-finite")]:
         with pytest.raises(ValueError, match=message):
             canary.least_likely_label(logits)

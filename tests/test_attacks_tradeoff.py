@@ -43,9 +43,7 @@ def test_single_pair_of_gaussian_profile_bounds_the_gaussian_auc_from_above(eps)
     assert tradeoff.max_auc(pair) >= scipy.stats.norm.cdf(mu / np.sqrt(2)) - 1e-12
 
 
-@pytest.mark.parametrize(
-    "eps, delta", [(0.0, 0.0), (0.5, 0.1), (1.0, 1e-5), (3.0, 0.2), (50.0, 1e-9)]
-)
+@pytest.mark.parametrize("eps, delta", [(0.0, 0.0), (0.5, 0.1), (1.0, 1e-5), (3.0, 0.2), (50.0, 1e-9)])
 def test_max_auc_of_single_pair_matches_closed_form(eps, delta):
     assert tradeoff.max_auc((eps, delta)) == pytest.approx(_single_pair_auc(eps, delta), abs=1e-12)
 
@@ -63,14 +61,10 @@ def test_max_tpr_of_full_gaussian_profile_is_the_gaussian_tradeoff_curve():
 def test_max_tpr_formula_and_minimum_over_pairs():
     fpr = np.array([0.0, 0.01, 0.2, 0.6, 1.0])
     one = tradeoff.max_tpr_at_fpr(fpr, (1.0, 0.01))
-    expected = np.clip(
-        np.minimum(np.e * fpr + 0.01, 1 - np.exp(-1.0) * (1 - 0.01 - fpr)), 0, 1
-    )
+    expected = np.clip(np.minimum(np.e * fpr + 0.01, 1 - np.exp(-1.0) * (1 - 0.01 - fpr)), 0, 1)
     np.testing.assert_allclose(one, expected, atol=1e-15)
     two = tradeoff.max_tpr_at_fpr(fpr, [(1.0, 0.01), (0.5, 0.1)])
-    np.testing.assert_allclose(
-        two, np.minimum(one, tradeoff.max_tpr_at_fpr(fpr, (0.5, 0.1))), atol=1e-15
-    )
+    np.testing.assert_allclose(two, np.minimum(one, tradeoff.max_tpr_at_fpr(fpr, (0.5, 0.1))), atol=1e-15)
     assert tradeoff.max_tpr_at_fpr(0.0, (2.0, 1e-5)) == pytest.approx(1e-5)
 
 
@@ -86,8 +80,14 @@ def test_inapplicable_and_huge_epsilon_constrain_nothing_or_only_at_zero():
 
 @pytest.mark.parametrize(
     "profile, message",
-    [((-1.0, 0.1), "ε values"), ((1.0, 1.5), "δ values"), ((np.nan, 0.1), "ε values"),
-     ([(1.0, 0.1, 3.0)], "shape"), (np.empty((0, 2)), "shape"), ("eps", "privacy_profile")],
+    [
+        ((-1.0, 0.1), "ε values"),
+        ((1.0, 1.5), "δ values"),
+        ((np.nan, 0.1), "ε values"),
+        ([(1.0, 0.1, 3.0)], "shape"),
+        (np.empty((0, 2)), "shape"),
+        ("eps", "privacy_profile"),
+    ],
 )
 def test_bad_profiles_raise_value_error(profile, message):
     with pytest.raises(ValueError, match=message):
@@ -148,9 +148,7 @@ def test_verdict_inconclusive_without_a_finite_analytic_bound(analytic):
 
 def test_verdict_violated_by_auc_alone():
     bound = epsilon.clopper_pearson_epsilon(*_scores(1.0, 200), 1e-5)
-    verdict = tradeoff.audit_verdict(
-        bound, analytic_epsilon=3.0, auc_lower=0.8, max_allowed_auc=0.75
-    )
+    verdict = tradeoff.audit_verdict(bound, analytic_epsilon=3.0, auc_lower=0.8, max_allowed_auc=0.75)
     assert verdict.outcome == "violated"
     assert "AUC" in verdict.reason
 

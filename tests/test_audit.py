@@ -40,6 +40,8 @@ def test_null_campaign_bound_is_zero_for_19_of_20_seeds(tmp_path):
 
 def test_same_config_and_seed_give_the_same_scores(tmp_path):
     config = CampaignConfig(models=8, epochs=1)
-    first, second = (analysis.analyse(campaign.run(config, Execution(chunk_size=3, workers=1, progress=False),
-                                                   tmp_path / name)) for name in ("first", "second"))
+    first, second = (
+        analysis.analyse(campaign.run(config, Execution(chunk_size=3, workers=1, progress=False), tmp_path / name))
+        for name in ("first", "second")
+    )
     assert np.array_equal(first.scores, second.scores)

@@ -1,7 +1,6 @@
 """Campaigns that survive and scale: kill -9 and resume, chunking/worker invariance, corrupt chunks, configs."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -26,8 +25,7 @@ def _logits(store: RunStore) -> np.ndarray:
 @pytest.fixture(scope="module")
 def reference_run(tmp_path_factory) -> RunStore:
     """One uninterrupted in-process run: chunks of 4, one worker."""
-    return campaign.run(SMALL, Execution(chunk_size=4, workers=1, progress=False),
-                        tmp_path_factory.mktemp("reference"))
+    return campaign.run(SMALL, Execution(chunk_size=4, workers=1, progress=False), tmp_path_factory.mktemp("reference"))
 
 
 def _chunk_files(root: Path) -> dict[str, tuple[int, int]]:
@@ -36,8 +34,27 @@ def _chunk_files(root: Path) -> dict[str, tuple[int, int]]:
 
 def test_kill_9_then_resume_is_bit_identical_and_trains_no_chunk_twice(reference_run, tmp_path):
     out = tmp_path / "killed"
-    command = [sys.executable, "-m", "dpaudit", "audit", "--models", "24", "--epochs", "1", "--batch-size", "64",
-               "--seed", "3", "--chunk-size", "4", "--workers", "1", "--quiet", "--out", str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "dpaudit",
+        "audit",
+        "--models",
+        "24",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "64",
+        "--seed",
+        "3",
+        "--chunk-size",
+        "4",
+        "--workers",
+        "1",
+        "--quiet",
+        "--out",
+        str(out),
+    ]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     rng = np.random.default_rng(11)  # a seeded random point: after k of 6 chunks, somewhere inside the next
     k, delay = rng.integers(1, 4), rng.uniform(0.0, 0.05)
@@ -65,8 +82,9 @@ def test_chunk_size_and_worker_count_leave_scores_bit_identical(reference_run, t
 
 def test_dask_local_cluster_backend_gives_the_same_scores(reference_run, tmp_path):
     pytest.importorskip("distributed")
-    on_dask = campaign.run(SMALL, Execution(chunk_size=12, workers=2, backend="dask", progress=False),
-                           tmp_path / "dask")
+    on_dask = campaign.run(
+        SMALL, Execution(chunk_size=12, workers=2, backend="dask", progress=False), tmp_path / "dask"
+    )
     assert np.array_equal(_logits(on_dask), _logits(reference_run))
 
 
@@ -88,8 +106,22 @@ def test_truncated_and_corrupted_chunks_are_detected_and_recomputed(reference_ru
 
 
 def test_resuming_with_a_changed_config_is_refused_naming_the_field(reference_run, capsys):
-    rc = main(["audit", "--models", "24", "--epochs", "2", "--batch-size", "64", "--seed", "3", "--quiet",
-               "--out", str(reference_run.root)])
+    rc = main(
+        [
+            "audit",
+            "--models",
+            "24",
+            "--epochs",
+            "2",
+            "--batch-size",
+            "64",
+            "--seed",
+            "3",
+            "--quiet",
+            "--out",
+            str(reference_run.root),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "epochs: 1 → 2" in err and len(err.strip().splitlines()) == 1
 
@@ -104,16 +136,19 @@ def test_resuming_on_different_data_is_refused(reference_run, tmp_path):
         RunStore(copy).check_data("f" * 64)
 
 
-@pytest.mark.parametrize("toml,expected", [
-    ("rnk = 4\n", "unknown key 'rnk'"),
-    ("rank = \"four\"\n", "key 'rank' must be of type int"),
-    ("models = -8\n", "--models must be an even number"),
-    ("epochs = 0\n", "--epochs must be a positive integer"),
-    ("delta = true\n", "key 'delta' must be of type float"),
-    ("workers = 1.5\n", "key 'workers' must be of type int"),
-    ("[training]\nlr = 0.1\n", "tables are not supported"),
-    ("rank = \n", "is not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "toml,expected",
+    [
+        ("rnk = 4\n", "unknown key 'rnk'"),
+        ('rank = "four"\n', "key 'rank' must be of type int"),
+        ("models = -8\n", "--models must be an even number"),
+        ("epochs = 0\n", "--epochs must be a positive integer"),
+        ("delta = true\n", "key 'delta' must be of type float"),
+        ("workers = 1.5\n", "key 'workers' must be of type int"),
+        ("[training]\nlr = 0.1\n", "tables are not supported"),
+        ("rank = \n", "is not valid TOML"),
+    ],
+)
 def test_bad_config_files_give_one_line_naming_the_key(toml, expected, tmp_path, capsys):
     path = tmp_path / "campaign.toml"
     path.write_text(toml)
@@ -133,8 +168,9 @@ def test_out_directory_that_cannot_be_created_is_a_one_line_error(tmp_path, caps
 def test_config_file_and_flags_merge_with_flags_winning(tmp_path, capsys):
     path = tmp_path / "campaign.toml"
     path.write_text("models = 8\nepochs = 1\nrank = 4\nworkers = 1\nchunk_size = 4\n")
-    assert main(["audit", "--config", str(path), "--rank", "8", "--quiet", "--json",
-                 "--out", str(tmp_path / "run")]) == 0
+    assert (
+        main(["audit", "--config", str(path), "--rank", "8", "--quiet", "--json", "--out", str(tmp_path / "run")]) == 0
+    )
     numbers = json.loads(capsys.readouterr().out)
     assert numbers["rank"] == 8 and numbers["n_in"] == 4 and numbers["config"]["epochs"] == 1
 

@@ -20,10 +20,12 @@ def gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def low_rank_plus_noise(draws: int, n: int, m: int, rank: int, sigma: float, strength: tuple[float, float],
-                        seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def low_rank_plus_noise(
+    draws: int, n: int, m: int, rank: int, sigma: float, strength: tuple[float, float], seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Clean rank-k signals with singular values uniform in ``strength`` × the BBP threshold σ(nm)^{1/4}
-    ([D] Eq. 3), and their noisy versions with i.i.d. N(0, σ²) entries."""
+    ([D] Eq. 3), and their noisy versions with i.i.d. N(0, σ²) entries.
+    """
     generator = gen(seed)
     left, _ = torch.linalg.qr(torch.randn(draws, n, rank, generator=generator, dtype=DTYPE))
     right, _ = torch.linalg.qr(torch.randn(draws, m, rank, generator=generator, dtype=DTYPE))
@@ -38,14 +40,17 @@ def test_closed_form_shrinker_equals_the_papers_eq9_route():
     n, m, sigma = 30, 70, 0.3
     edge = bulk_edge(sigma, n, m)
     y = torch.linspace(1.001 * edge, 6 * edge, 200, dtype=DTYPE)
-    excess = y ** 2 - sigma ** 2 * (m + n)
-    signal = ((excess + (excess ** 2 - 4 * sigma ** 4 * m * n).sqrt()) / 2).sqrt()  # larger root of F(λ)² = y²
-    forward = ((signal + sigma ** 2 * n / signal) * (signal + sigma ** 2 * m / signal)).sqrt()
+    excess = y**2 - sigma**2 * (m + n)
+    signal = ((excess + (excess**2 - 4 * sigma**4 * m * n).sqrt()) / 2).sqrt()  # larger root of F(λ)² = y²
+    forward = ((signal + sigma**2 * n / signal) * (signal + sigma**2 * m / signal)).sqrt()
     assert (forward - y).abs().max().item() < 1e-10
     assert bool((signal > sigma * (m * n) ** 0.25).all())  # above the BBP transition
-    quartic = signal ** 4 - m * n * sigma ** 4
-    eq9 = signal * (quartic / (signal ** 4 + m * signal ** 2 * sigma ** 2)).sqrt() \
-        * (quartic / (signal ** 4 + n * signal ** 2 * sigma ** 2)).sqrt()
+    quartic = signal**4 - m * n * sigma**4
+    eq9 = (
+        signal
+        * (quartic / (signal**4 + m * signal**2 * sigma**2)).sqrt()
+        * (quartic / (signal**4 + n * signal**2 * sigma**2)).sqrt()
+    )
     shrunk = optimal_shrinkage(y, sigma, n, m)
     assert (shrunk - eq9).abs().max().item() < 1e-10
     assert bool((shrunk < y).all()) and bool((shrunk.diff() > 0).all())

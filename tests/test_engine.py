@@ -39,10 +39,24 @@ def test_batched_engine_matches_per_model_loop(setting, parameterization, mechan
     randomness = seeding.shadow_randomness(3, range(len(membership)))
     config = engine.TrainingConfig(epochs=2, batch_size=16, lr=0.05)
     spec = models.LoraSpec(8)
-    batched = engine.train(engine.build(base, parameterization, spec, randomness, torch.device("cpu")),
-                           mechanism, x, y, membership, randomness, config)
-    looped = engine.train_sequentially(engine.build(base, parameterization, spec, randomness, torch.device("cpu")),
-                                       mechanism, x, y, membership, randomness, config)
+    batched = engine.train(
+        engine.build(base, parameterization, spec, randomness, torch.device("cpu")),
+        mechanism,
+        x,
+        y,
+        membership,
+        randomness,
+        config,
+    )
+    looped = engine.train_sequentially(
+        engine.build(base, parameterization, spec, randomness, torch.device("cpu")),
+        mechanism,
+        x,
+        y,
+        membership,
+        randomness,
+        config,
+    )
     for name, value in batched.trainable.items():
         assert value.abs().max() > 0
         torch.testing.assert_close(value, looped.trainable[name], atol=1e-5, rtol=0)
@@ -57,10 +71,26 @@ def test_lora_fa_realisations_agree_after_20_sgd_steps(setting):
     layout = engine.BatchLayout.for_members(int(membership.sum(1).max()), config.batch_size)
     assert 2 * layout.steps == 20
     spec = models.LoraSpec(8)
-    factor = engine.train(engine.build(base, "lora-fa", spec, randomness, torch.device("cpu")),
-                          lora_fa(), x, y, membership, randomness, config, layout)
-    full = engine.train(engine.build(base, "full", None, randomness, torch.device("cpu")),
-                        WishartProjection(rank=8), x, y, membership, randomness, config, layout)
+    factor = engine.train(
+        engine.build(base, "lora-fa", spec, randomness, torch.device("cpu")),
+        lora_fa(),
+        x,
+        y,
+        membership,
+        randomness,
+        config,
+        layout,
+    )
+    full = engine.train(
+        engine.build(base, "full", None, randomness, torch.device("cpu")),
+        WishartProjection(rank=8),
+        x,
+        y,
+        membership,
+        randomness,
+        config,
+        layout,
+    )
     w_factor, w_full = _effective_weights(factor), _effective_weights(full)
     assert w_factor.keys() == w_full.keys()
     for layer in w_full:
@@ -76,9 +106,25 @@ def test_models_do_not_depend_on_their_batch_companions(setting):
     config = engine.TrainingConfig(epochs=1, batch_size=16, lr=0.05)
     layout = engine.BatchLayout.for_members(int(membership.sum(1).max()), config.batch_size)
     spec = models.LoraSpec(4)
-    together = engine.train(engine.build(base, "lora-fa", spec, randomness, torch.device("cpu")), lora_fa(),
-                            x, y, membership, randomness, config, layout)
-    alone = engine.train(engine.build(base, "lora-fa", spec, randomness[2:4], torch.device("cpu")), lora_fa(),
-                         x, y, membership[2:4], randomness[2:4], config, layout)
+    together = engine.train(
+        engine.build(base, "lora-fa", spec, randomness, torch.device("cpu")),
+        lora_fa(),
+        x,
+        y,
+        membership,
+        randomness,
+        config,
+        layout,
+    )
+    alone = engine.train(
+        engine.build(base, "lora-fa", spec, randomness[2:4], torch.device("cpu")),
+        lora_fa(),
+        x,
+        y,
+        membership[2:4],
+        randomness[2:4],
+        config,
+        layout,
+    )
     for name in together.trainable:
         assert torch.equal(together.trainable[name][2:4], alone.trainable[name])

@@ -13,17 +13,29 @@ EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
 
 def run_script(name: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(EXPERIMENTS / f"{name}.py"), *args], capture_output=True, text=True,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, str(EXPERIMENTS / f"{name}.py"), *args], capture_output=True, text=True, check=False
+    )
 
 
 def test_table1_script_writes_finite_audit_numbers(tmp_path):
-    done = run_script("w_table1_lora_fa", "--out", str(tmp_path), "--ranks", "4", "--models", "8", "--epochs", "1",
-                      "--workers", "1")
+    done = run_script(
+        "w_table1_lora_fa", "--out", str(tmp_path), "--ranks", "4", "--models", "8", "--epochs", "1", "--workers", "1"
+    )
     assert done.returncode == 0, done.stderr
     table = pd.read_csv(tmp_path / "w_table1_lora_fa.csv")
-    expected = {"rank", "models", "epochs", "auc", "auc_ci_low", "auc_ci_high", "balanced_accuracy",
-                "epsilon_lower_bound", "test_accuracy", "seconds"}
+    expected = {
+        "rank",
+        "models",
+        "epochs",
+        "auc",
+        "auc_ci_low",
+        "auc_ci_high",
+        "balanced_accuracy",
+        "epsilon_lower_bound",
+        "test_accuracy",
+        "seconds",
+    }
     assert expected <= set(table.columns)
     assert list(table["rank"]) == [4] and list(table["models"]) == [8]
     assert np.isfinite(table[sorted(expected)].to_numpy(float)).all()

@@ -15,16 +15,26 @@ import pytest
 from accountants import gaussian
 from accountants.result import REPLACE_ONE, Bound
 from dpaudit.cli import main
-from dpaudit.mechanism_audit import (SupportEvidence, audit, change_of_measure_check, compare, estimate_profile,
-                                     log_likelihood_ratio)
+from dpaudit.mechanism_audit import (
+    SupportEvidence,
+    audit,
+    change_of_measure_check,
+    compare,
+    estimate_profile,
+    log_likelihood_ratio,
+)
 from dpaudit.mechanisms import releases
 
 
 @pytest.mark.parametrize("mu", [0.5, 1.0, 2.0])
 def test_gaussian_audit_recovers_the_exact_epsilon(mu):
     """Acceptance 1 (route b) at 2 * 10^5 draws: within 10% of the exact eps at delta = 1e-3, band covers it."""
-    result = audit(releases.GaussianMechanism(releases.vectors_at_distance(8, mu, seed=1), 1.0), delta=1e-3,
-                   samples=200_000, seed=3)
+    result = audit(
+        releases.GaussianMechanism(releases.vectors_at_distance(8, mu, seed=1), 1.0),
+        delta=1e-3,
+        samples=200_000,
+        seed=3,
+    )
     exact = gaussian.epsilon_for_mu(1e-3, mu)
     estimate, low, high = result.profile.epsilon
     assert result.exact_profile.epsilon == pytest.approx(exact)
@@ -37,8 +47,12 @@ def test_gaussian_audit_recovers_the_exact_epsilon(mu):
 @pytest.mark.parametrize("r", [16, 64])
 def test_vector_wishart_audit_sits_between_half_the_exact_profile_and_theorem_1(r):
     """Acceptance 2 at 3 * 10^5 draws (d = 400, rho = 0.9999, delta = 0.01): CP <= Thm 1 and >= 50% of exact."""
-    result = audit(releases.WishartVector(releases.aligned_unit_vectors(400, 0.9999, seed=0), r), delta=0.01,
-                   samples=300_000, seed=1)
+    result = audit(
+        releases.WishartVector(releases.aligned_unit_vectors(400, 0.9999, seed=0), r),
+        delta=0.01,
+        samples=300_000,
+        seed=1,
+    )
     theorem1 = result.bounds[0]
     exact = result.exact_profile
     assert theorem1.source == "[W] Thm 1" and theorem1.valid
@@ -62,8 +76,9 @@ def test_vector_audit_from_full_releases_agrees_with_the_statistic_sampler():
 
 def test_noise_free_matrix_projection_is_not_dp_and_refutes_the_lora_claim():
     """Acceptance 3 (first half): every pair separated, AUC = 1, verdict "not DP"; [S]'s finite eps refuted."""
-    result = audit(releases.MatrixProjection(releases.one_column_change(32, 2, 1.0, 1.0, 0.999, seed=0), 8),
-                   samples=5_000, seed=0)
+    result = audit(
+        releases.MatrixProjection(releases.one_column_change(32, 2, 1.0, 1.0, 0.999, seed=0), 8), samples=5_000, seed=0
+    )
     assert result.outcome == "not DP"
     assert result.auc == 1.0
     assert result.support.disjoint and result.support.largest_under_v < 1e-13
@@ -138,8 +153,9 @@ def test_profile_estimator_covers_the_gaussian_profile_and_counts_atoms():
 def test_change_of_measure_check_catches_a_wrong_likelihood_ratio():
     """The printed exponent of [W] Eq. 22 shifts L by -ln A; the check sees it (|z| > 20), the correct L passes."""
     mechanism = releases.WishartVector(releases.aligned_unit_vectors(12, 0.9, seed=1), 4)
-    statistics = [mechanism.sample_statistic(np.random.default_rng([9, i]), 200_000, side)
-                  for i, side in enumerate(("V", "V'"))]
+    statistics = [
+        mechanism.sample_statistic(np.random.default_rng([9, i]), 200_000, side) for i, side in enumerate(("V", "V'"))
+    ]
     losses = [log_likelihood_ratio(mechanism, x) for x in statistics]
     good = change_of_measure_check(*losses)
     assert abs(good.forward_z) < 4 and abs(good.backward_z) < 4
@@ -155,12 +171,21 @@ def test_change_of_measure_check_catches_a_wrong_likelihood_ratio():
 
 def test_compare_flags_a_bound_below_the_truth():
     """A made-up bound at 70% of the exact Gaussian eps is refuted by route (b) and by Clopper-Pearson."""
-    result = audit(releases.GaussianMechanism(releases.vectors_at_distance(4, 1.0, seed=0), 1.0), delta=1e-3,
-                   samples=100_000, seed=4)
+    result = audit(
+        releases.GaussianMechanism(releases.vectors_at_distance(4, 1.0, seed=0), 1.0),
+        delta=1e-3,
+        samples=100_000,
+        seed=4,
+    )
     exact = result.exact_profile.epsilon
     wrong = Bound(epsilon=0.7 * exact, delta=1e-3, neighbouring=REPLACE_ONE, source="wrong bound")
-    verdict = compare(wrong, result.clopper_pearson, result.auc_interval[0], profile_epsilon=result.profile.epsilon,
-                      exact_epsilon=exact)
+    verdict = compare(
+        wrong,
+        result.clopper_pearson,
+        result.auc_interval[0],
+        profile_epsilon=result.profile.epsilon,
+        exact_epsilon=exact,
+    )
     assert verdict.outcome == "violated"
     assert verdict.ratio_to_exact == pytest.approx(0.7)
     disjoint = SupportEvidence("test", 1e-11, 0.0, 1.0, 10, 0, 10)
@@ -185,12 +210,15 @@ def test_cli_prints_json_and_text(capsys):
     assert "verdict: NOT DP" in text and "[S] Lemma 7.1 as applied to LoRA-FA" in text
 
 
-@pytest.mark.parametrize("argv,expected", [
-    (["wishart-vector", "--rho", "1.5"], "rho must be in"),
-    (["sketch", "--sensitivity", "2"], "sensitivity^2"),
-    (["gaussian", "--delta", "2"], "delta must be in (0, 1)"),
-    (["projection", "--samples", "3"], "samples must be an integer >= 10"),
-])
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        (["wishart-vector", "--rho", "1.5"], "rho must be in"),
+        (["sketch", "--sensitivity", "2"], "sensitivity^2"),
+        (["gaussian", "--delta", "2"], "delta must be in (0, 1)"),
+        (["projection", "--samples", "3"], "samples must be an integer >= 10"),
+    ],
+)
 def test_cli_bad_input_is_one_line_with_exit_2(argv, expected, capsys):
     assert main(["audit-mechanism", *argv]) == 2
     err = capsys.readouterr().err

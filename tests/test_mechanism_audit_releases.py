@@ -56,19 +56,22 @@ def test_tight_sketch_pair_removes_a_column_along_the_smallest_eigenvector():
     assert np.count_nonzero(np.any(pair.Q != pair.Q_prime, axis=0)) == 1
 
 
-@pytest.mark.parametrize("build,message", [
-    (lambda: releases.aligned_unit_vectors(10, 1.5), "rho must be in"),
-    (lambda: releases.one_column_change(4, 4, 1.0, 1.0, 0.9), "d must be >= n + 1"),
-    (lambda: releases.one_column_change(10, 2, 0.5, 0.9, 0.9), "rho_parallel"),
-    (lambda: releases.one_column_change(10, 1, 0.5, 1.0, 0.9), "beta_perp must be 1"),
-    (lambda: releases.low_rank_change(10, 3, 4, 1.0), "rank must be <= min(d, n)"),
-    (lambda: releases.sketch_pair(4, 10, 1.0, 0.5, 1.0), "norm_bound^2"),
-    (lambda: releases.sketch_pair(4, 10, 3.0, 1.0, 1.0), "sensitivity^2"),
-    (lambda: releases.sketch_pair(4, 4, 3.0, 0.5, 1.0), "m must be >= n + 1"),
-    (lambda: releases.WishartVector(releases.vectors_at_distance(5, 0.5), 2), "unit vector"),
-    (lambda: releases.GaussianMechanism(releases.vectors_at_distance(5, 0.5), 0.0), "sigma must be in"),
-    (lambda: releases.GaussianSketch(releases.sketch_pair(4, 10, 3.0, 0.5, 1.0), 4, 1.0, -1.0), "sigma_g"),
-])
+@pytest.mark.parametrize(
+    "build,message",
+    [
+        (lambda: releases.aligned_unit_vectors(10, 1.5), "rho must be in"),
+        (lambda: releases.one_column_change(4, 4, 1.0, 1.0, 0.9), "d must be >= n + 1"),
+        (lambda: releases.one_column_change(10, 2, 0.5, 0.9, 0.9), "rho_parallel"),
+        (lambda: releases.one_column_change(10, 1, 0.5, 1.0, 0.9), "beta_perp must be 1"),
+        (lambda: releases.low_rank_change(10, 3, 4, 1.0), "rank must be <= min(d, n)"),
+        (lambda: releases.sketch_pair(4, 10, 1.0, 0.5, 1.0), "norm_bound^2"),
+        (lambda: releases.sketch_pair(4, 10, 3.0, 1.0, 1.0), "sensitivity^2"),
+        (lambda: releases.sketch_pair(4, 4, 3.0, 0.5, 1.0), "m must be >= n + 1"),
+        (lambda: releases.WishartVector(releases.vectors_at_distance(5, 0.5), 2), "unit vector"),
+        (lambda: releases.GaussianMechanism(releases.vectors_at_distance(5, 0.5), 0.0), "sigma must be in"),
+        (lambda: releases.GaussianSketch(releases.sketch_pair(4, 10, 3.0, 0.5, 1.0), 4, 1.0, -1.0), "sigma_g"),
+    ],
+)
 def test_bad_parameters_raise_naming_the_parameter(build, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         build()
@@ -84,11 +87,15 @@ def test_sampling_is_reproducible_from_the_seed():
         mechanism.sample(np.random.default_rng(0), 5, "W")
 
 
-@pytest.mark.parametrize("mechanism", [
-    releases.GaussianMechanism(releases.vectors_at_distance(6, 1.0, seed=1), 0.7),
-    releases.WishartVector(releases.aligned_unit_vectors(12, 0.6, seed=3), 3),
-    releases.GaussianSketch(releases.sketch_pair(3, 6, 2.0, 0.3, 1.0, seed=2), 4, 0.5, 0.1),
-], ids=["gaussian", "wishart-vector", "sketch"])
+@pytest.mark.parametrize(
+    "mechanism",
+    [
+        releases.GaussianMechanism(releases.vectors_at_distance(6, 1.0, seed=1), 0.7),
+        releases.WishartVector(releases.aligned_unit_vectors(12, 0.6, seed=3), 3),
+        releases.GaussianSketch(releases.sketch_pair(3, 6, 2.0, 0.3, 1.0, seed=2), 4, 0.5, 0.1),
+    ],
+    ids=["gaussian", "wishart-vector", "sketch"],
+)
 def test_statistic_drawn_from_its_law_matches_full_releases(mechanism):
     """Two-sample Kolmogorov-Smirnov on every statistic column and on L, 20000 draws each side.
 
@@ -106,7 +113,7 @@ def test_statistic_drawn_from_its_law_matches_full_releases(mechanism):
 
 
 def _lemma9_log_density(s: np.ndarray, squared_norm: np.ndarray, d: int, r: int) -> np.ndarray:
-    """log density of ``y = M v`` at ``v^T y = s``, ``|y|^2 = squared_norm`` ([W] Lemma 9, sigma^2 = 1/r, s > 0).
+    """Log density of ``y = M v`` at ``v^T y = s``, ``|y|^2 = squared_norm`` ([W] Lemma 9, sigma^2 = 1/r, s > 0).
 
     Written independently of dpaudit from the proof of Lemma 9 (``S = v^T y ~ sigma^2 chi2_r`` and
     ``y_perp | S ~ N(0, sigma^2 S I_{d-1})``): ``log C + (r-d-1)/2 log s - |y|^2 / (2 sigma^2 s)`` with
@@ -114,8 +121,12 @@ def _lemma9_log_density(s: np.ndarray, squared_norm: np.ndarray, d: int, r: int)
     (SPEC §2) and ``sigma^{d-r-1}`` in C; the constant cancels in the likelihood ratio.
     """
     sigma2 = 1.0 / r
-    log_c = -(r / 2 * math.log(2) + special.gammaln(r / 2) + (d + r - 1) / 2 * math.log(sigma2)
-              + (d - 1) / 2 * math.log(2 * math.pi))
+    log_c = -(
+        r / 2 * math.log(2)
+        + special.gammaln(r / 2)
+        + (d + r - 1) / 2 * math.log(sigma2)
+        + (d - 1) / 2 * math.log(2 * math.pi)
+    )
     return log_c + (r - d - 1) / 2 * np.log(s) - squared_norm / (2 * sigma2 * s)
 
 
@@ -125,7 +136,8 @@ def test_vector_likelihood_ratio_is_the_lemma9_density_ratio():
     s, s_prime, squared_norm = y @ mechanism.pair.v, y @ mechanism.pair.v_prime, np.sum(y**2, axis=1)
     inside = s_prime > 0
     expected = _lemma9_log_density(s[inside], squared_norm[inside], 9, 3) - _lemma9_log_density(
-        s_prime[inside], squared_norm[inside], 9, 3)
+        s_prime[inside], squared_norm[inside], 9, 3
+    )
     losses = log_likelihood_ratio(mechanism, mechanism.statistic(y))
     assert np.all(s > 0) and np.all(np.isposinf(losses[~inside]))
     assert np.allclose(losses[inside], expected, rtol=1e-9, atol=1e-9)
@@ -136,7 +148,8 @@ def test_vector_likelihood_ratio_is_the_lemma9_density_ratio():
 def test_lemma9_density_with_the_corrected_exponent_is_the_law_of_m_v(d, r):
     """The corrected density integrates to 1 and has E[v^T y] = E[v^T M v] = 1; the printed exponent (density
     times s, then renormalised) has mean E[S^2]/E[S] = 1 + 2/r instead. Integrated over s = v^T y > 0 and
-    rho = |y_perp| (polar in R^{d-1}), with rho = u sqrt(s) so that quadrature sees no spike at s -> 0."""
+    rho = |y_perp| (polar in R^{d-1}), with rho = u sqrt(s) so that quadrature sees no spike at s -> 0.
+    """
     sphere = 2 * math.pi ** ((d - 1) / 2) / special.gamma((d - 1) / 2)
 
     def moment(power: int) -> float:
@@ -144,6 +157,7 @@ def test_lemma9_density_with_the_corrected_exponent_is_the_law_of_m_v(d, r):
             rho = u * math.sqrt(s)
             log_density = _lemma9_log_density(np.array(s), np.array(s * s + rho * rho), d, r)
             return sphere * rho ** (d - 2) * math.sqrt(s) * s**power * math.exp(float(log_density))
+
         return integrate.dblquad(integrand, 0, np.inf, 0, np.inf, epsabs=1e-11, epsrel=1e-9)[0]
 
     total, mean, second = moment(0), moment(1), moment(2)

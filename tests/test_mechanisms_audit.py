@@ -17,10 +17,16 @@ def _audit(tmp_path, **fields) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fields", [
-    dict(mechanism="dp-sgd"), dict(mechanism="dp-lora-fa", rank=8),
-    dict(mechanism="m2", rank=8, resample_projection=True), dict(mechanism="prism", rank=4, lr=0.01)],
-    ids=["dp-sgd", "dp-lora-fa", "m2-resampled", "prism"])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(mechanism="dp-sgd"),
+        dict(mechanism="dp-lora-fa", rank=8),
+        dict(mechanism="m2", rank=8, resample_projection=True),
+        dict(mechanism="prism", rank=4, lr=0.01),
+    ],
+    ids=["dp-sgd", "dp-lora-fa", "m2-resampled", "prism"],
+)
 def test_empirical_epsilon_never_exceeds_the_analytic_epsilon_at_sigma_1(tmp_path, fields):
     numbers = _audit(tmp_path, epochs=2, noise=1.0, clip=1.0, **fields)
     assert numbers["analytic_reason"] is None and numbers["analytic_bound"]
@@ -31,9 +37,15 @@ def test_empirical_epsilon_never_exceeds_the_analytic_epsilon_at_sigma_1(tmp_pat
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fields", [
-    dict(mechanism="lora-fa", epochs=5), dict(mechanism="m1", noise=1e-3, clip=10.0, epochs=10),
-    dict(mechanism="m2", noise=1e-3, clip=10.0, epochs=10)], ids=["lora-fa", "m1", "m2"])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(mechanism="lora-fa", epochs=5),
+        dict(mechanism="m1", noise=1e-3, clip=10.0, epochs=10),
+        dict(mechanism="m2", noise=1e-3, clip=10.0, epochs=10),
+    ],
+    ids=["lora-fa", "m1", "m2"],
+)
 def test_noise_free_limits_are_not_private(tmp_path, fields):
     """[W] Prop. 2 / Table 1: noise-free LoRA-FA and M1/M2 as σ_G → 0 separate IN from OUT (AUC → 1)."""
     numbers = _audit(tmp_path, rank=16, **fields)
@@ -45,7 +57,9 @@ def test_noise_free_limits_are_not_private(tmp_path, fields):
 @pytest.mark.slow
 def test_m2_auc_increases_with_rank_at_fixed_noise(tmp_path):
     """[W] Table 2's trend: M2 (M fixed), σ = 0.05, more rank → more leakage."""
-    auc = {rank: _audit(tmp_path / str(rank), mechanism="m2", rank=rank, noise=0.05, epochs=3, models=48)["auc"]
-           for rank in (1, 8, 63)}
+    auc = {
+        rank: _audit(tmp_path / str(rank), mechanism="m2", rank=rank, noise=0.05, epochs=3, models=48)["auc"]
+        for rank in (1, 8, 63)
+    }
     assert auc[1] < auc[8] < auc[63]
     assert auc[1] < 0.75 and auc[63] > 0.9

@@ -15,7 +15,7 @@ MLP = [bounds.LayerShape(128, 64, 1), bounds.LayerShape(128, 128, 1), bounds.Lay
 
 
 def test_dp_sgd_family_and_prism_use_the_subsampled_gaussian_accountant():
-    """q = b/N and T = epochs·⌈N/b⌉ from the engine's PoissonLayout: N = 719, b = 32 → q = 32/719, T = 69."""
+    """Q = b/N and T = epochs·⌈N/b⌉ from the engine's PoissonLayout: N = 719, b = 32 → q = 32/719, T = 69."""
     expected = dpsgd.epsilon(1.0, 32 / 719, 69, 1e-5).epsilon
     assert expected == pytest.approx(2.6957, abs=1e-3)
     for name in ("dp-sgd", "dp-lora", "dp-lora-fa", "prism"):
@@ -36,9 +36,17 @@ def test_m2_resampled_uses_theorem_5_with_the_smallest_layer_and_one_direction_p
 
 
 def test_mechanisms_without_a_bound_say_why():
-    reasons = {name: bounds.analytic_bound(CampaignConfig(mechanism=name, **extra), 719, MLP).reason
-               for name, extra in (("none", {}), ("lora-fa", {}), ("m1", {}), ("m2", {}), ("sketch", {}),
-                                   ("dp-sgd", {"noise": 0.0}))}
+    reasons = {
+        name: bounds.analytic_bound(CampaignConfig(mechanism=name, **extra), 719, MLP).reason
+        for name, extra in (
+            ("none", {}),
+            ("lora-fa", {}),
+            ("m1", {}),
+            ("m2", {}),
+            ("sketch", {}),
+            ("dp-sgd", {"noise": 0.0}),
+        )
+    }
     assert "not DP at any ε ([W] Prop. 2)" in reasons["lora-fa"] and "not DP" in reasons["none"]
     assert "not DP" in reasons["dp-sgd"]
     assert "M1" in reasons["m1"] and "resample" in reasons["m2"] and "β" in reasons["sketch"]
@@ -51,21 +59,29 @@ def test_config_normalises_and_checks_mechanism_options():
     assert (CampaignConfig(mechanism="sketch").noise, CampaignConfig(mechanism="sketch").clip) == (1.0, None)
     assert CampaignConfig(mechanism="lora-fa").noise is None
     built = registry.build(CampaignConfig(mechanism="m1", rank=4, noise=0.5, clip=2.0, resample_projection=True))
-    assert (built.name, built.rank, built.noise_multiplier, built.clip_norm, built.resample) == ("m1", 4, 0.5, 2.0,
-                                                                                                 True)
+    assert (built.name, built.rank, built.noise_multiplier, built.clip_norm, built.resample) == (
+        "m1",
+        4,
+        0.5,
+        2.0,
+        True,
+    )
     assert registry.build(CampaignConfig(mechanism="dp-sgd", noise=0.0, clip=math.inf)).clip_norm == math.inf
 
 
-@pytest.mark.parametrize("argv,expected", [
-    (["--mechanism", "lora-fa", "--noise", "1"], "--noise does not apply to mechanism 'lora-fa'"),
-    (["--mechanism", "dp-sgd", "--noise", "-1"], "--noise must be a finite number >= 0"),
-    (["--mechanism", "dp-sgd", "--clip", "0"], "--clip must be a number > 0"),
-    (["--mechanism", "dp-sgd", "--clip", "inf"], "inf only with --noise 0"),
-    (["--mechanism", "sketch", "--clip", "1"], "--clip does not apply to mechanism 'sketch'"),
-    (["--mechanism", "prism", "--denoise"], "--denoise does not apply to mechanism 'prism'"),
-    (["--mechanism", "dp-sgd", "--noise", "0", "--denoise"], "--denoise needs --noise > 0"),
-    (["--mechanism", "dp-lora", "--resample-projection"], "--resample-projection does not apply"),
-])
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        (["--mechanism", "lora-fa", "--noise", "1"], "--noise does not apply to mechanism 'lora-fa'"),
+        (["--mechanism", "dp-sgd", "--noise", "-1"], "--noise must be a finite number >= 0"),
+        (["--mechanism", "dp-sgd", "--clip", "0"], "--clip must be a number > 0"),
+        (["--mechanism", "dp-sgd", "--clip", "inf"], "inf only with --noise 0"),
+        (["--mechanism", "sketch", "--clip", "1"], "--clip does not apply to mechanism 'sketch'"),
+        (["--mechanism", "prism", "--denoise"], "--denoise does not apply to mechanism 'prism'"),
+        (["--mechanism", "dp-sgd", "--noise", "0", "--denoise"], "--denoise needs --noise > 0"),
+        (["--mechanism", "dp-lora", "--resample-projection"], "--resample-projection does not apply"),
+    ],
+)
 def test_bad_mechanism_options_are_one_line_with_exit_2(argv, expected, capsys, tmp_path):
     rc = main(["audit", *argv, "--out", str(tmp_path / "run"), "--quiet"])
     err = capsys.readouterr().err
@@ -78,8 +94,25 @@ def test_poisson_rate_above_one_is_a_usage_error():
 
 
 def test_audit_json_reports_the_analytic_bound(tmp_path, capsys):
-    argv = ["audit", "--mechanism", "dp-sgd", "--noise", "1", "--clip", "1", "--models", "4",
-            "--epochs", "1", "--workers", "1", "--out", str(tmp_path), "--json", "--quiet"]
+    argv = [
+        "audit",
+        "--mechanism",
+        "dp-sgd",
+        "--noise",
+        "1",
+        "--clip",
+        "1",
+        "--models",
+        "4",
+        "--epochs",
+        "1",
+        "--workers",
+        "1",
+        "--out",
+        str(tmp_path),
+        "--json",
+        "--quiet",
+    ]
     assert main(argv) == 0
     numbers = json.loads(capsys.readouterr().out)
     assert numbers["analytic_epsilon"] == pytest.approx(dpsgd.epsilon(1.0, 32 / 719, 23, 1e-5).epsilon)

@@ -11,9 +11,9 @@ from torch import nn
 
 from dpaudit import data, engine, models, seeding
 from dpaudit.mechanisms.base import Step
+from dpaudit.mechanisms.dpsgd import DpSgd, GaussianNoiseStream, clip_coefficients, dp_sgd, gaussian_noise
 from dpaudit.mechanisms.prism import PrismMechanism
 from dpaudit.mechanisms.wishart import NoisyProjection
-from dpaudit.mechanisms.dpsgd import DpSgd, GaussianNoiseStream, clip_coefficients, dp_sgd, gaussian_noise
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def _perturbed(shadow: engine.ShadowModels) -> engine.ShadowModels:
 
 
 def _opacus_grad_samples(shadow: engine.ShadowModels, x: torch.Tensor, y: torch.Tensor) -> dict:
-    """opacus's per-sample gradients of model 0 of ``shadow``; summed loss, so no 1/b scaling to undo."""
+    """Opacus's per-sample gradients of model 0 of ``shadow``; summed loss, so no 1/b scaling to undo."""
     from opacus import GradSampleModule
 
     module = copy.deepcopy(shadow.module).train()  # opacus records activations in training mode only
@@ -51,10 +51,17 @@ def _opacus_grad_samples(shadow: engine.ShadowModels, x: torch.Tensor, y: torch.
     return {name.removeprefix("_module."): p.grad_sample for name, p in sampled.named_parameters() if p.requires_grad}
 
 
-@pytest.mark.parametrize("architecture,parameterization,path", [
-    ("mlp", "full", "LinearExampleGradients"), ("mlp", "lora", "LinearExampleGradients"),
-    ("mlp", "lora-fa", "LinearExampleGradients"), ("mlp", "full", "DenseExampleGradients"),
-    ("cnn", "full", "DenseExampleGradients"), ("cnn", "lora", "DenseExampleGradients")])
+@pytest.mark.parametrize(
+    "architecture,parameterization,path",
+    [
+        ("mlp", "full", "LinearExampleGradients"),
+        ("mlp", "lora", "LinearExampleGradients"),
+        ("mlp", "lora-fa", "LinearExampleGradients"),
+        ("mlp", "full", "DenseExampleGradients"),
+        ("cnn", "full", "DenseExampleGradients"),
+        ("cnn", "lora", "DenseExampleGradients"),
+    ],
+)
 def test_per_example_gradients_match_opacus(digits, base, architecture, parameterization, path):
     """Acceptance 3: one model's per-example gradients equal opacus's GradSampleModule's to 1e-6."""
     if architecture == "cnn":
@@ -69,11 +76,11 @@ def test_per_example_gradients_match_opacus(digits, base, architecture, paramete
     shadow = _perturbed(engine.build(module, parameterization, models.LoraSpec(4), randomness, torch.device("cpu")))
     if path == "DenseExampleGradients":
         dense = engine.gradient_function(shadow.module, per_example=True)
-        ours = engine.DenseExampleGradients(dense(shadow.trainable, shadow.frozen, x[None], y[None],
-                                                  None))
+        ours = engine.DenseExampleGradients(dense(shadow.trainable, shadow.frozen, x[None], y[None], None))
     else:
         ours = engine.example_gradient_function(shadow.module, list(shadow.trainable))(
-            shadow.trainable, shadow.frozen, x[None], y[None], None)
+            shadow.trainable, shadow.frozen, x[None], y[None], None
+        )
     assert type(ours).__name__ == path
     reference = _opacus_grad_samples(shadow, x, y)
     assert reference.keys() == shadow.trainable.keys()
@@ -120,7 +127,8 @@ def test_clipping_is_exact_per_example_over_all_trained_tensors(digits, base):
     x = torch.from_numpy(digits.private.x[:30].reshape(3, 10, 64))
     y = torch.from_numpy(digits.private.y[:30].reshape(3, 10))
     examples = engine.example_gradient_function(shadow.module, list(shadow.trainable))(
-        shadow.trainable, shadow.frozen, x, y, None)
+        shadow.trainable, shadow.frozen, x, y, None
+    )
     per_example = examples.materialise()
     weights = torch.ones(3, 10)
     weights[:, 7:] = 0  # padding
@@ -144,19 +152,31 @@ def test_no_noise_and_no_clipping_is_plain_sgd_on_the_poisson_batches(digits, ba
     randomness = seeding.shadow_randomness(4, range(3))
     config = engine.TrainingConfig(epochs=2, batch_size=20, lr=0.05, schedule="constant")
     layout = engine.BatchLayout.for_members(int(membership.sum(1).max()), config.batch_size)
-    trained = engine.train(engine.build(base, "full", None, randomness, torch.device("cpu")),
-                           DpSgd(0.0, math.inf), x, y, membership, randomness, config, layout)
+    trained = engine.train(
+        engine.build(base, "full", None, randomness, torch.device("cpu")),
+        DpSgd(0.0, math.inf),
+        x,
+        y,
+        membership,
+        randomness,
+        config,
+        layout,
+    )
     poisson = engine.PoissonLayout.for_batch_layout(layout, config.batch_size)
     for k in range(3):
         module = copy.deepcopy(base)
         weights = [module.get_parameter(n).requires_grad_(True) for n in trained.trainable]
         optimiser = torch.optim.SGD(weights, lr=config.lr, momentum=config.momentum)
-        batches = engine.poisson_batches(membership[k:k + 1], randomness[k:k + 1], poisson, config.epochs)
+        batches = engine.poisson_batches(membership[k : k + 1], randomness[k : k + 1], poisson, config.epochs)
         for index, weight in batches:
             batch = torch.from_numpy(index[0][weight[0] > 0])
             optimiser.zero_grad()
-            loss = nn.functional.cross_entropy(module(torch.from_numpy(x)[batch]), torch.from_numpy(y)[batch],
-                                               reduction="sum") / poisson.expected_batch_size
+            loss = (
+                nn.functional.cross_entropy(
+                    module(torch.from_numpy(x)[batch]), torch.from_numpy(y)[batch], reduction="sum"
+                )
+                / poisson.expected_batch_size
+            )
             loss.backward()
             optimiser.step()
         for name, weight in zip(trained.trainable, weights):
@@ -164,9 +184,12 @@ def test_no_noise_and_no_clipping_is_plain_sgd_on_the_poisson_batches(digits, ba
 
 
 POISSON_MECHANISMS = {
-    "dp-sgd": lambda: dp_sgd("dp-sgd", 1.0, 1.0), "dp-lora": lambda: dp_sgd("dp-lora", 1.0, 1.0),
-    "dp-lora-fa": lambda: dp_sgd("dp-lora-fa", 1.0, 1.0), "m2": lambda: NoisyProjection(4, 1.0, 1.0),
-    "prism": lambda: PrismMechanism(1.0, 1.0)}
+    "dp-sgd": lambda: dp_sgd("dp-sgd", 1.0, 1.0),
+    "dp-lora": lambda: dp_sgd("dp-lora", 1.0, 1.0),
+    "dp-lora-fa": lambda: dp_sgd("dp-lora-fa", 1.0, 1.0),
+    "m2": lambda: NoisyProjection(4, 1.0, 1.0),
+    "prism": lambda: PrismMechanism(1.0, 1.0),
+}
 
 
 @pytest.mark.usefixtures("single_torch_thread")  # as campaign workers train: thread count changes rounding
@@ -175,7 +198,8 @@ POISSON_MECHANISMS = {
 def test_dp_models_do_not_depend_on_their_batch_companions(digits, base, name, first_block_overflow, monkeypatch):
     """Poisson batches, clipping and noise per model: each model trained alone is bit-identical to the same model
     trained at position 1, 3 or 4 of a chunk of 5 (where its tensors sit at other memory offsets). With a first
-    block that half of the batches overflow, most steps run in several blocks whose number depends on the chunk."""
+    block that half of the batches overflow, most steps run in several blocks whose number depends on the chunk.
+    """
     monkeypatch.setattr(engine, "_FIRST_BLOCK_OVERFLOW", first_block_overflow)
     x, y = digits.private.x[:200], digits.private.y[:200]
     membership = np.ones((5, len(y)), dtype=bool)
@@ -187,10 +211,12 @@ def test_dp_models_do_not_depend_on_their_batch_companions(digits, base, name, f
     spec = models.LoraSpec(4)
 
     def train(rows):
-        shadow = engine.build(base, mechanism.parameterization, spec, [randomness[i] for i in rows],
-                              torch.device("cpu"))
-        return engine.train(shadow, mechanism, x, y, membership[rows], [randomness[i] for i in rows], config,
-                            layout).trainable
+        shadow = engine.build(
+            base, mechanism.parameterization, spec, [randomness[i] for i in rows], torch.device("cpu")
+        )
+        return engine.train(
+            shadow, mechanism, x, y, membership[rows], [randomness[i] for i in rows], config, layout
+        ).trainable
 
     together = train([0, 1, 2, 3, 4])
     for k in (1, 3, 4):
@@ -201,7 +227,8 @@ def test_dp_models_do_not_depend_on_their_batch_companions(digits, base, name, f
 
 def test_blocked_gradients_equal_one_block(digits, base):
     """A step computed in blocks (PoissonLayout.blocks) gives one pass's norms, sums (also accumulated into given
-    totals) and gradients (to float32 rounding: the blocks' GEMMs have other shapes)."""
+    totals) and gradients (to float32 rounding: the blocks' GEMMs have other shapes).
+    """
     randomness = seeding.shadow_randomness(0, range(3))
     shadow = _perturbed(engine.build(base, "lora", models.LoraSpec(4), randomness, torch.device("cpu")))
     x = torch.from_numpy(digits.private.x[:36].reshape(3, 12, 64))
@@ -209,23 +236,33 @@ def test_blocked_gradients_equal_one_block(digits, base):
     gradients = engine.example_gradient_function(shadow.module, list(shadow.trainable))
     whole = gradients(shadow.trainable, shadow.frozen, x, y, None)
     widths = (7, 3, 2)
-    blocks = engine.BlockedExampleGradients(tuple(
-        gradients(shadow.trainable, shadow.frozen, part_x, part_y, None)
-        for part_x, part_y in zip(x.split(widths, 1), y.split(widths, 1))), widths)
+    blocks = engine.BlockedExampleGradients(
+        tuple(
+            gradients(shadow.trainable, shadow.frozen, part_x, part_y, None)
+            for part_x, part_y in zip(x.split(widths, 1), y.split(widths, 1))
+        ),
+        widths,
+    )
     coefficients = torch.rand(3, 12, generator=torch.Generator().manual_seed(0))
     name = next(n for n in shadow.trainable if ".lora_B." in n)
     left, right = torch.randn(3, 5, shadow.trainable[name].shape[1]), torch.randn(3, 4, 2)
     torch.testing.assert_close(blocks.squared_norms(), whole.squared_norms(), rtol=1e-5, atol=0)
-    torch.testing.assert_close(blocks.transformed_squared_norms(name, left, right),
-                               whole.transformed_squared_norms(name, left, right), rtol=1e-5, atol=0)
+    torch.testing.assert_close(
+        blocks.transformed_squared_norms(name, left, right),
+        whole.transformed_squared_norms(name, left, right),
+        rtol=1e-5,
+        atol=0,
+    )
     for tensor, total in blocks.weighted_sum(coefficients).items():
         torch.testing.assert_close(total, whole.weighted_sum(coefficients)[tensor], rtol=1e-5, atol=1e-6)
     for tensor, value in blocks.materialise().items():
         torch.testing.assert_close(value, whole.materialise()[tensor], rtol=1e-5, atol=1e-6)
     # accumulating ``scale · Σ`` into given totals (the DP noise) equals adding the sum, in every representation
     dense = engine.DenseExampleGradients(whole.materialise())
-    start = {tensor: torch.randn(t.shape, generator=torch.Generator().manual_seed(1))
-             for tensor, t in shadow.trainable.items()}
+    start = {
+        tensor: torch.randn(t.shape, generator=torch.Generator().manual_seed(1))
+        for tensor, t in shadow.trainable.items()
+    }
     for examples in (whole, blocks, dense):
         totals = {tensor: t.clone() for tensor, t in start.items()}
         examples.add_weighted_sum(totals, coefficients, 0.25)

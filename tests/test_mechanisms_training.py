@@ -28,8 +28,12 @@ def _step(setting, randomness, parameterization="full", rank=4):
     shadow = engine.build(base, parameterization, models.LoraSpec(rank), randomness, torch.device("cpu"))
     k = len(randomness)
     examples = engine.example_gradient_function(shadow.module, list(shadow.trainable))(
-        shadow.trainable, shadow.frozen, torch.from_numpy(x[:10 * k].reshape(k, 10, 64)),
-        torch.from_numpy(y[:10 * k].reshape(k, 10)), None)
+        shadow.trainable,
+        shadow.frozen,
+        torch.from_numpy(x[: 10 * k].reshape(k, 10, 64)),
+        torch.from_numpy(y[: 10 * k].reshape(k, 10)),
+        None,
+    )
     weights = torch.ones(k, 10)
     weights[:, 8:] = 0
     return shadow, Step(examples, weights, 0, expected_batch_size=8, parameters=shadow.trainable)
@@ -98,7 +102,8 @@ def test_sketch_adds_eta_z_to_lora_b_once(setting):
 def test_denoise_cosine_recorder_compares_each_entry_with_itself(setting):
     """[D] Fig. 2's diagnostic on DP-LoRA (A and B of each layer: the sums' dicts list tensors in other orders
     than the parameters): the recorded improvement equals cos(Denoise(g̃), ḡ) - cos(g̃, ḡ) taken tensor by
-    tensor."""
+    tensor.
+    """
     randomness = seeding.shadow_randomness(4, range(3))
     shadow, step = _step(setting, randomness, "lora")
     shapes = {name: t.shape[1:] for name, t in shadow.trainable.items()}
@@ -134,8 +139,15 @@ def test_denoise_preserves_each_update_norm_inside_the_engine(setting):
     base, x, y = setting  # and it trains inside the engine
     membership = np.ones((3, len(y)), dtype=bool)
     config = engine.TrainingConfig(epochs=1, batch_size=25, lr=0.05)
-    trained = engine.train(engine.build(base, "full", None, randomness, torch.device("cpu")), denoised, x, y,
-                           membership, randomness, config)
+    trained = engine.train(
+        engine.build(base, "full", None, randomness, torch.device("cpu")),
+        denoised,
+        x,
+        y,
+        membership,
+        randomness,
+        config,
+    )
     assert all(torch.isfinite(t).all() for t in trained.trainable.values())
 
 

@@ -6,12 +6,19 @@ import numpy as np
 import pytest
 import scipy.stats
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms import prism
-from dpaudit.mechanisms.prism import (FactorGradients, LoraFactors, PrismAdaptiveConfig, PrismPrivacyConfig,
-                                      PrismStepConfig, TangentLift)
+from dpaudit.mechanisms.prism import (
+    FactorGradients,
+    LoraFactors,
+    PrismAdaptiveConfig,
+    PrismPrivacyConfig,
+    PrismStepConfig,
+    TangentLift,
+)
 
 DTYPE = torch.float64
 # Two-sample tests: family-wise level, Bonferroni-split over the statistics compared.
@@ -134,10 +141,13 @@ def test_tangent_noise_energy_matches_closed_form():
 
 def ks_p_values(samples: torch.Tensor, other: torch.Tensor, directions: torch.Tensor) -> list[float]:
     """KS p-values of projections onto fixed directions and of the squared norm (flattened samples)."""
-    statistics = [(samples @ directions.T, other @ directions.T),
-                  (samples.square().sum(-1, keepdim=True), other.square().sum(-1, keepdim=True))]
-    return [scipy.stats.ks_2samp(x[:, j].numpy(), y[:, j].numpy()).pvalue
-            for x, y in statistics for j in range(x.shape[1])]
+    statistics = [
+        (samples @ directions.T, other @ directions.T),
+        (samples.square().sum(-1, keepdim=True), other.square().sum(-1, keepdim=True)),
+    ]
+    return [
+        scipy.stats.ks_2samp(x[:, j].numpy(), y[:, j].numpy()).pvalue for x, y in statistics for j in range(x.shape[1])
+    ]
 
 
 def test_low_dimensional_sampler_has_the_law_of_the_projected_dense_gaussian():
@@ -149,8 +159,9 @@ def test_low_dimensional_sampler_has_the_law_of_the_projected_dense_gaussian():
     assert min(p_values) > ALPHA / len(p_values)
 
 
-def privatized_increments(pair: LoraFactors, G: torch.Tensor, privacy: PrismPrivacyConfig, draws: int,
-                          seed: int) -> torch.Tensor:
+def privatized_increments(
+    pair: LoraFactors, G: torch.Tensor, privacy: PrismPrivacyConfig, draws: int, seed: int
+) -> torch.Tensor:
     """Eq. 18 increments ΔẐ (draws, m·n) for per-example dense gradients G (b, m, n), through the step's path."""
     A, B = pair
     grads = prism.factor_gradients(G, A, B)
@@ -225,12 +236,12 @@ def test_global_clipping_uses_the_intrinsic_norm_over_all_modules():
     dense = [normal(b, m, n, seed=40 + i) for i, (m, n, _) in enumerate(shapes)]
     dense[0][2] = 0.0
     dense[1][2] = 0.0  # example 2 has no gradient: s = 0, α = 1
-    config = PrismStepConfig(PrismPrivacyConfig(0.0, clip_norm=1.5, expected_batch_size=b), learning_rate=0.1,
-                             adaptive=None)
+    config = PrismStepConfig(
+        PrismPrivacyConfig(0.0, clip_norm=1.5, expected_batch_size=b), learning_rate=0.1, adaptive=None
+    )
     grads = [prism.factor_gradients(G, *pair) for G, pair in zip(dense, pairs)]
     result = prism.prism_step(pairs, grads, config, gen(0))
-    expected_norms = sum(prism.tangent_project(G, *pair).square().sum((-2, -1))
-                         for G, pair in zip(dense, pairs)).sqrt()
+    expected_norms = sum(prism.tangent_project(G, *pair).square().sum((-2, -1)) for G, pair in zip(dense, pairs)).sqrt()
     assert max_abs(result.per_example_norms - expected_norms) < 1e-10
     assert torch.equal(result.clip_factors, torch.clamp(1.5 / result.per_example_norms, max=1.0))
     assert result.clip_factors[2].item() == 1.0
@@ -242,8 +253,9 @@ def test_noise_free_sgd_step_retracts_the_clipped_mean_tangent():
     pair = factors(m, n, r, seed=50)
     G = 3.0 * normal(b, m, n, seed=51)
     privacy = PrismPrivacyConfig(0.0, clip_norm=1.0, expected_batch_size=b)
-    result = prism.prism_module_step(pair, prism.factor_gradients(G, *pair), PrismStepConfig(privacy, eta, None),
-                                     gen(0))
+    result = prism.prism_module_step(
+        pair, prism.factor_gradients(G, *pair), PrismStepConfig(privacy, eta, None), gen(0)
+    )
     projected = prism.tangent_project(G, *pair)
     alphas = torch.clamp(1.0 / projected.square().sum((-2, -1)).sqrt(), max=1.0)
     mean = (alphas[:, None, None] * projected).sum(0) / b
@@ -288,12 +300,12 @@ def test_adaptive_direction_first_step_and_floors():
     direction, state = prism.adaptive_direction(prism.initial_adaptive_state(pair), update, pair, tau, config)
     floor_A, floor_B = prism.dp_aware_floors(pair, tau, 2.0)
     inverse_M, inverse_N = torch.linalg.inv(pair.A.mT @ pair.A), torch.linalg.inv(pair.B.mT @ pair.B)
-    assert abs(floor_A - 2.0 * tau ** 2 * torch.trace(inverse_N) / r).item() < 1e-12
-    assert abs(floor_B - 2.0 * tau ** 2 * torch.trace(inverse_M) / r).item() < 1e-12
+    assert abs(floor_A - 2.0 * tau**2 * torch.trace(inverse_N) / r).item() < 1e-12
+    assert abs(floor_B - 2.0 * tau**2 * torch.trace(inverse_M) / r).item() < 1e-12
 
     def inverse_sqrt(S):
         w, v = torch.linalg.eigh(S)
-        return v @ torch.diag(w ** -0.5) @ v.mT
+        return v @ torch.diag(w**-0.5) @ v.mT
 
     # Bias-corrected first step: m̂ = ΔA_dp, V̂ = ΔA_dpᵀΔA_dp / m.
     expected_A = update.dA @ inverse_sqrt(update.dA.mT @ update.dA / m + (floor_A + 1e-8) * torch.eye(r, dtype=DTYPE))
@@ -303,8 +315,11 @@ def test_adaptive_direction_first_step_and_floors():
     # Eqs. 24-25 as printed (no bias correction): m_A = 0.1 ΔA_dp, V_A = 0.01 ΔA_dpᵀΔA_dp / m.
     raw = PrismAdaptiveConfig(beta1=0.9, beta2=0.99, floor_scale=2.0, eps=1e-8, bias_correction=False)
     raw_direction, _ = prism.adaptive_direction(prism.initial_adaptive_state(pair), update, pair, tau, raw)
-    expected_raw = 0.1 * update.dA @ inverse_sqrt(0.01 * update.dA.mT @ update.dA / m
-                                                  + (floor_A + 1e-8) * torch.eye(r, dtype=DTYPE))
+    expected_raw = (
+        0.1
+        * update.dA
+        @ inverse_sqrt(0.01 * update.dA.mT @ update.dA / m + (floor_A + 1e-8) * torch.eye(r, dtype=DTYPE))
+    )
     assert max_abs(raw_direction.dA - expected_raw) < 1e-12
     # The floor bounds the preconditioner gain ([P] Thm 3.5): ‖U_A‖_F² ≤ ‖m̂_A‖_F² / λ_A.
     assert direction.dA.square().sum() <= update.dA.square().sum() / floor_A
@@ -328,8 +343,9 @@ def test_adaptive_intrinsic_update_is_invariant_under_orthogonal_gauge():
     for step in range(3):
         update = TangentLift(normal(m, r, seed=61 + step), normal(n, r, seed=71 + step))
         direction, state = prism.adaptive_direction(state, update, pair, 0.2, config)
-        direction_q, state_q = prism.adaptive_direction(state_q, TangentLift(update.dA @ Q, update.dB @ Q), rotated,
-                                                        0.2, config)
+        direction_q, state_q = prism.adaptive_direction(
+            state_q, TangentLift(update.dA @ Q, update.dB @ Q), rotated, 0.2, config
+        )
         assert max_abs(direction_q.dA - direction.dA @ Q) < 1e-10
         assert max_abs(prism.tangent_matrix(direction_q, rotated) - prism.tangent_matrix(direction, pair)) < 1e-10
 
@@ -355,8 +371,12 @@ def test_batched_models_give_the_same_results_as_a_loop():
 
     batched = run_two_steps(pairs, grads, [gen(s) for s in seeds], weights)
     for k in range(K):
-        looped = run_two_steps([LoraFactors(p.A[k], p.B[k]) for p in pairs],
-                               [FactorGradients(g.g_A[k], g.g_B[k]) for g in grads], gen(seeds[k]), weights[k])
+        looped = run_two_steps(
+            [LoraFactors(p.A[k], p.B[k]) for p in pairs],
+            [FactorGradients(g.g_A[k], g.g_B[k]) for g in grads],
+            gen(seeds[k]),
+            weights[k],
+        )
         assert max_abs(batched.per_example_norms[k] - looped.per_example_norms) < 1e-12
         for module in range(len(shapes)):
             for got, want in zip(batched.factors[module], looped.factors[module]):
@@ -442,9 +462,9 @@ def test_factor_space_energy_grows_linearly_in_s_t_while_prism_matches_its_close
     sweep = prism.gauge_sweep_noise_energy(A, B, [0.25, 0.5, 1.0, 2.0, 4.0], tau, 4000, gen(121))
     slope, _, r_squared = prism.linear_fit(sweep.factor_norm_statistic, sweep.factor_total)
     assert r_squared >= 0.95
-    assert abs(slope / tau ** 2 - 1) < 0.05  # Eq. 8: slope τ²
+    assert abs(slope / tau**2 - 1) < 0.05  # Eq. 8: slope τ²
     assert np.all(np.abs(sweep.factor_first_order / sweep.factor_first_order_predicted - 1) < 0.05)
     assert np.all(np.abs(sweep.factor_bilinear / sweep.factor_bilinear_predicted - 1) < 0.05)  # Eq. 9
     assert np.all(np.abs(sweep.prism / sweep.prism_closed_form - 1) < 0.05)
-    assert sweep.prism_closed_form[0] == pytest.approx(tau ** 2 * 4 * (40 + 24 - 4))
+    assert sweep.prism_closed_form[0] == pytest.approx(tau**2 * 4 * (40 + 24 - 4))
     assert sweep.factor_norm_statistic.max() > 5 * sweep.factor_norm_statistic.min()  # the gauges move S_t a lot

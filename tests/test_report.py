@@ -19,8 +19,7 @@ def runs(tmp_path_factory):
     roots = []
     for rank, name in ((4, "rank4"), (8, "<img src=x onerror=alert(1)>")):
         root = tmp_path_factory.mktemp("runs") / name
-        store = campaign.run(CampaignConfig(models=8, epochs=1, rank=rank), Execution(progress=False, workers=1),
-                             root)
+        store = campaign.run(CampaignConfig(models=8, epochs=1, rank=rank), Execution(progress=False, workers=1), root)
         from dpaudit.cli.audit import finish
 
         finish(store, "canary-loss", as_json=True)
@@ -66,15 +65,28 @@ def test_report_renders_in_headless_chromium(runs, tmp_path):
     if chromium is None:
         pytest.skip("Debian's chromium is not installed here (apt-get install chromium); html.parser checks ran")
     html_path, _ = audit_report.write(runs, tmp_path)
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tempfile.mkdtemp()}"]
-    dom = subprocess.run([chromium, *flags, "--dump-dom", html_path.as_uri()], capture_output=True, text=True,
-                         timeout=120, check=True).stdout
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tempfile.mkdtemp()}",
+    ]
+    dom = subprocess.run(
+        [chromium, *flags, "--dump-dom", html_path.as_uri()], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
     assert 'id="theory-vs-audit"' in dom and dom.count("<img") >= 2
     screenshot = tmp_path / "shot.png"
-    subprocess.run([chromium, *flags, "--window-size=1280,1600", f"--screenshot={screenshot}", html_path.as_uri()],
-                   capture_output=True, timeout=120, check=True)
+    subprocess.run(
+        [chromium, *flags, "--window-size=1280,1600", f"--screenshot={screenshot}", html_path.as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
     from PIL import Image
 
     pixels = Image.open(screenshot).convert("RGB")

@@ -11,11 +11,16 @@ from dpaudit.cli.audit import finish
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("analyse", help="recompute an audit's statistics from its run directory",
-                              description=__doc__)
+    p = subparsers.add_parser(
+        "analyse", help="recompute an audit's statistics from its run directory", description=__doc__
+    )
     p.add_argument("run_dir", type=Path)
-    p.add_argument("--attack", choices=(*ATTACKS, "all"), default="canary-loss",
-                   help="one attack (its files are written), or all: a table of every attack (%(default)s)")
+    p.add_argument(
+        "--attack",
+        choices=(*ATTACKS, "all"),
+        default="canary-loss",
+        help="one attack (its files are written), or all: a table of every attack (%(default)s)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 
@@ -36,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
     for attack, numbers in rows.items():
         tpr = numbers["tpr_at_fpr"]
         eps = numbers["epsilon_lower_bound"]
-        print(f"{attack:<14}{numbers['auc']:>8.4f}{tpr['0.1']:>10.4f}{tpr['0.01']:>10.4f}{tpr['0.001']:>10.4f}"
-              f"{'n/a' if eps is None else f'{eps:.3f}':>10}")
+        print(
+            f"{attack:<14}{numbers['auc']:>8.4f}{tpr['0.1']:>10.4f}{tpr['0.01']:>10.4f}{tpr['0.001']:>10.4f}"
+            f"{'n/a' if eps is None else f'{eps:.3f}':>10}"
+        )
     return 0

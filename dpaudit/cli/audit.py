@@ -17,39 +17,67 @@ from dpaudit.analysis import ATTACKS
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("audit", help="run a membership-inference audit of a fine-tuning mechanism",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "audit",
+        help="run a membership-inference audit of a fine-tuning mechanism",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--config", type=Path, help="campaign TOML file (keys: the options below, without --)")
     campaign = p.add_argument_group("campaign (changes the numbers; defaults in parentheses)")
     defaults = config_lib.CampaignConfig()
     campaign.add_argument("--mechanism", choices=config_lib.MECHANISMS, help=f"({defaults.mechanism})")
     campaign.add_argument("--dataset", help=f"digits | breast-cancer | synthetic | cifar10:PATH ({defaults.dataset})")
-    campaign.add_argument("--design", choices=config_lib.DESIGNS,
-                          help=f"canary ([W] App. F.1) or all-examples (LiRA's) ({defaults.design})")
+    campaign.add_argument(
+        "--design",
+        choices=config_lib.DESIGNS,
+        help=f"canary ([W] App. F.1) or all-examples (LiRA's) ({defaults.design})",
+    )
     campaign.add_argument("--rank", type=int, help=f"LoRA rank r ({defaults.rank})")
     campaign.add_argument("--alpha", type=float, help="LoRA alpha; scale = alpha/r (alpha = r)")
     campaign.add_argument("--models", type=int, help=f"shadow models, half IN, half OUT ({defaults.models})")
     campaign.add_argument("--epochs", type=int, help=f"({defaults.epochs})")
-    campaign.add_argument("--batch-size", type=int,
-                          help=f"batch size; the expected (Poisson) batch size of DP mechanisms ({defaults.batch_size})")
+    campaign.add_argument(
+        "--batch-size",
+        type=int,
+        help=f"batch size; the expected (Poisson) batch size of DP mechanisms ({defaults.batch_size})",
+    )
     campaign.add_argument("--lr", type=float, help=f"({defaults.lr})")
     campaign.add_argument("--seed", type=int, help=f"({defaults.seed})")
     campaign.add_argument("--delta", type=float, help=f"δ of the empirical ε lower bound ({defaults.delta})")
-    campaign.add_argument("--precision", choices=config_lib.PRECISIONS,
-                          help="bf16 trains under autocast; never the default (fp32)")
-    campaign.add_argument("--null", action="store_const", const=True,
-                          help="null campaign: never insert the canary (checks the audit's false-positive rate)")
-    campaign.add_argument("--noise", type=float,
-                          help=f"noise multiplier σ (σ_G = σC for m1/m2; the sketch's absolute σ_g) of "
-                               f"{', '.join(config_lib.NOISY_MECHANISMS)} ({config_lib.DEFAULT_NOISE:g})")
-    campaign.add_argument("--clip", type=float,
-                          help=f"per-example clip norm C over all trained parameters, 'inf' only with --noise 0 "
-                               f"({config_lib.DEFAULT_CLIP:g})")
-    campaign.add_argument("--denoise", action="store_const", const=True,
-                          help=f"spectral denoising of the noisy update ([D] Alg. 1) for "
-                               f"{', '.join(config_lib.DENOISABLE_MECHANISMS)}")
-    campaign.add_argument("--resample-projection", action="store_const", const=True,
-                          help="m1/m2: a fresh projection M every step ([W] App. F.2; default: fixed for the run)")
+    campaign.add_argument(
+        "--precision", choices=config_lib.PRECISIONS, help="bf16 trains under autocast; never the default (fp32)"
+    )
+    campaign.add_argument(
+        "--null",
+        action="store_const",
+        const=True,
+        help="null campaign: never insert the canary (checks the audit's false-positive rate)",
+    )
+    campaign.add_argument(
+        "--noise",
+        type=float,
+        help=f"noise multiplier σ (σ_G = σC for m1/m2; the sketch's absolute σ_g) of "
+        f"{', '.join(config_lib.NOISY_MECHANISMS)} ({config_lib.DEFAULT_NOISE:g})",
+    )
+    campaign.add_argument(
+        "--clip",
+        type=float,
+        help=f"per-example clip norm C over all trained parameters, 'inf' only with --noise 0 "
+        f"({config_lib.DEFAULT_CLIP:g})",
+    )
+    campaign.add_argument(
+        "--denoise",
+        action="store_const",
+        const=True,
+        help=f"spectral denoising of the noisy update ([D] Alg. 1) for {', '.join(config_lib.DENOISABLE_MECHANISMS)}",
+    )
+    campaign.add_argument(
+        "--resample-projection",
+        action="store_const",
+        const=True,
+        help="m1/m2: a fresh projection M every step ([W] App. F.2; default: fixed for the run)",
+    )
     add_execution_arguments(p)
     p.add_argument("--attack", choices=ATTACKS, default="canary-loss", help="membership score (%(default)s)")
     p.add_argument("--out", type=Path, help="run directory (./dpaudit-runs/<timestamp>)")
@@ -70,8 +98,9 @@ def add_execution_arguments(parser: argparse.ArgumentParser) -> None:
 
 def given_options(args: argparse.Namespace) -> dict:
     """The campaign/execution options given on the command line (argparse leaves the others at None)."""
-    names = {f.name for cls in (config_lib.CampaignConfig, config_lib.Execution)
-             for f in config_lib.dataclasses.fields(cls)}
+    names = {
+        f.name for cls in (config_lib.CampaignConfig, config_lib.Execution) for f in config_lib.dataclasses.fields(cls)
+    }
     given = {name: value for name, value in vars(args).items() if name in names and value is not None}
     if args.quiet:
         given["progress"] = False
@@ -100,17 +129,26 @@ def finish(store, attack: str, as_json: bool) -> int:
         return 0
     tpr = "  ".join(f"TPR@{float(k):g}={v:.3f}" for k, v in numbers["tpr_at_fpr"].items())
     eps = numbers["epsilon_lower_bound"]
-    eps_line = (f"empirical ε ≥ {eps:.3f} (Clopper-Pearson), ≥ {numbers['epsilon_lower_bound_gdp']:.3f} (GDP) "
-                f"at δ={numbers['delta']:g}, 95% confidence" if eps is not None else numbers["epsilon_method"])
-    analytic = (f"ε ≤ {numbers['analytic_epsilon']:.3f} ({numbers['analytic_bound']})"
-                if numbers["analytic_epsilon"] is not None else f"no bound: {numbers['analytic_reason']}")
-    print(f"{numbers['mechanism']} rank {numbers['rank']} on {numbers['dataset']} ({numbers['design']} design, "
-          f"{numbers['attack']}): {numbers['n_in']} IN / {numbers['n_out']} OUT in {numbers['seconds']:.1f} s\n"
-          f"  AUC {numbers['auc']:.4f} (95% CI {numbers['auc_ci95'][0]:.4f}-{numbers['auc_ci95'][1]:.4f})  "
-          f"balanced accuracy {numbers['balanced_accuracy']:.4f}  {tpr}\n"
-          f"  {eps_line}\n"
-          f"  analytic: {analytic}\n"
-          f"  verdict: {numbers['verdict']} — {numbers['verdict_reason']}\n"
-          f"  mean test accuracy {numbers['test_accuracy']:.4f}\n"
-          f"  wrote {store.root}/: summary.json scores.csv roc.png roc_loglog.png report.md report.html")
+    eps_line = (
+        f"empirical ε ≥ {eps:.3f} (Clopper-Pearson), ≥ {numbers['epsilon_lower_bound_gdp']:.3f} (GDP) "
+        f"at δ={numbers['delta']:g}, 95% confidence"
+        if eps is not None
+        else numbers["epsilon_method"]
+    )
+    analytic = (
+        f"ε ≤ {numbers['analytic_epsilon']:.3f} ({numbers['analytic_bound']})"
+        if numbers["analytic_epsilon"] is not None
+        else f"no bound: {numbers['analytic_reason']}"
+    )
+    print(
+        f"{numbers['mechanism']} rank {numbers['rank']} on {numbers['dataset']} ({numbers['design']} design, "
+        f"{numbers['attack']}): {numbers['n_in']} IN / {numbers['n_out']} OUT in {numbers['seconds']:.1f} s\n"
+        f"  AUC {numbers['auc']:.4f} (95% CI {numbers['auc_ci95'][0]:.4f}-{numbers['auc_ci95'][1]:.4f})  "
+        f"balanced accuracy {numbers['balanced_accuracy']:.4f}  {tpr}\n"
+        f"  {eps_line}\n"
+        f"  analytic: {analytic}\n"
+        f"  verdict: {numbers['verdict']} — {numbers['verdict_reason']}\n"
+        f"  mean test accuracy {numbers['test_accuracy']:.4f}\n"
+        f"  wrote {store.root}/: summary.json scores.csv roc.png roc_loglog.png report.md report.html"
+    )
     return 0

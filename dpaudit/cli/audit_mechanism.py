@@ -24,8 +24,11 @@ _MECHANISMS = {
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("audit-mechanism", help="audit a mechanism by sampling its release directly",
-                                   description=__doc__.splitlines()[0])
+    parser = subparsers.add_parser(
+        "audit-mechanism",
+        help="audit a mechanism by sampling its release directly",
+        description=__doc__.splitlines()[0],
+    )
     kinds = parser.add_subparsers(dest="mechanism", required=True, metavar="<mechanism>")
     for name, help_text in _MECHANISMS.items():
         sub = kinds.add_parser(name, help=help_text, description=help_text)
@@ -34,8 +37,11 @@ def register(subparsers) -> None:
         sub.add_argument("--delta", type=float, default=1e-3, help="delta of every epsilon (default: 1e-3)")
         sub.add_argument("--confidence", type=float, default=0.95, help="confidence of the audit (default: 0.95)")
         sub.add_argument("--seed", type=int, default=0, help="seed of the pair and of every draw (default: 0)")
-        sub.add_argument("--full-releases", action="store_true",
-                         help="score full releases instead of drawing the release statistic from its exact law")
+        sub.add_argument(
+            "--full-releases",
+            action="store_true",
+            help="score full releases instead of drawing the release statistic from its exact law",
+        )
         sub.add_argument("--json", action="store_true", help="print JSON instead of text")
         sub.set_defaults(func=run)
 
@@ -56,11 +62,13 @@ def _one_column_arguments(p, d, n, r, rho_perp):
     p.add_argument("--d", type=int, default=d, help=f"rows of V (default: {d})")
     p.add_argument("--n", type=int, default=n, help=f"columns (records) of V (default: {n})")
     p.add_argument("--r", type=int, default=r, help=f"projection rank (default: {r})")
-    p.add_argument("--beta-perp", type=float, default=1.0,
-                   help="norm of the changed column outside span(V_-j) (default: 1)")
+    p.add_argument(
+        "--beta-perp", type=float, default=1.0, help="norm of the changed column outside span(V_-j) (default: 1)"
+    )
     p.add_argument("--rho-parallel", type=float, default=1.0, help="alignment inside span(V_-j) (default: 1)")
-    p.add_argument("--rho-perp", type=float, default=rho_perp,
-                   help=f"alignment outside span(V_-j) (default: {rho_perp})")
+    p.add_argument(
+        "--rho-perp", type=float, default=rho_perp, help=f"alignment outside span(V_-j) (default: {rho_perp})"
+    )
 
 
 def _m1_arguments(p):
@@ -88,16 +96,26 @@ def _sketch_arguments(p):
     p.add_argument("--norm-bound", type=float, default=2.0, help="B_F = |Q|_F (default: 2)")
     p.add_argument("--sensitivity", type=float, default=0.2, help="B_S = norm of the removed column (default: 0.2)")
     p.add_argument("--lambda-min", type=float, default=1.0, help="lambda_min(Q Q^T) (default: 1)")
-    p.add_argument("--direction", choices=("smallest", "largest"), default="smallest",
-                   help="eigenvector the removed column points along; smallest = [S]'s tight case (default)")
+    p.add_argument(
+        "--direction",
+        choices=("smallest", "largest"),
+        default="smallest",
+        help="eigenvector the removed column points along; smallest = [S]'s tight case (default)",
+    )
 
 
 def _projection_arguments(p):
     _one_column_arguments(p, d=32, n=2, r=8, rho_perp=0.999)
 
 
-_ARGUMENTS = {"gaussian": _gaussian_arguments, "wishart-vector": _vector_arguments, "wishart-m1": _m1_arguments,
-              "wishart-m2": _m2_arguments, "sketch": _sketch_arguments, "projection": _projection_arguments}
+_ARGUMENTS = {
+    "gaussian": _gaussian_arguments,
+    "wishart-vector": _vector_arguments,
+    "wishart-m1": _m1_arguments,
+    "wishart-m2": _m2_arguments,
+    "sketch": _sketch_arguments,
+    "projection": _projection_arguments,
+}
 
 
 def build_mechanism(args: argparse.Namespace):
@@ -110,11 +128,13 @@ def build_mechanism(args: argparse.Namespace):
     if kind == "wishart-vector":
         return releases.WishartVector(releases.aligned_unit_vectors(args.d, args.rho, seed), args.r)
     if kind == "wishart-m2":
-        return releases.NoisyProjectionM2(releases.low_rank_change(args.d, args.n, args.rank, args.frobenius, seed),
-                                          args.r, args.sigma)
+        return releases.NoisyProjectionM2(
+            releases.low_rank_change(args.d, args.n, args.rank, args.frobenius, seed), args.r, args.sigma
+        )
     if kind == "sketch":
-        pair = releases.sketch_pair(args.n, args.m, args.norm_bound, args.sensitivity, args.lambda_min,
-                                    args.direction, seed)
+        pair = releases.sketch_pair(
+            args.n, args.m, args.norm_bound, args.sensitivity, args.lambda_min, args.direction, seed
+        )
         sigma_a = 1 / math.sqrt(args.r) if args.sigma_a is None else args.sigma_a
         return releases.GaussianSketch(pair, args.r, sigma_a, args.sigma_g)
     pair = releases.one_column_change(args.d, args.n, args.beta_perp, args.rho_parallel, args.rho_perp, seed)
@@ -126,14 +146,21 @@ def build_mechanism(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from dpaudit.mechanism_audit import audit
 
-    result = audit(build_mechanism(args), delta=args.delta, samples=args.samples, seed=args.seed,
-                   confidence=args.confidence, training_samples=getattr(args, "training_samples", None),
-                   full_releases=args.full_releases)
+    result = audit(
+        build_mechanism(args),
+        delta=args.delta,
+        samples=args.samples,
+        seed=args.seed,
+        confidence=args.confidence,
+        training_samples=getattr(args, "training_samples", None),
+        full_releases=args.full_releases,
+    )
     print(json.dumps(result.to_dict(), indent=2) if args.json else format_audit(result))
     return 0
 
 
 # ---------------------------------------------------------------------------------------------- text
+
 
 def _number(value: float) -> str:
     return "inf" if math.isinf(value) else f"{value:.4g}"
@@ -146,10 +173,14 @@ def _band(low: float, high: float) -> str:
 def format_audit(result) -> str:
     """The audit as text: settings, bounds, exact profile, audited epsilon (both routes), profile, verdict."""
     parameters = "  ".join(f"{k}={_number(v) if isinstance(v, float) else v}" for k, v in result.parameters.items())
-    lines = [f"audit-mechanism {result.mechanism}: {parameters}",
-             f"delta = {result.delta:g}, {result.samples} releases per input, seed {result.seed}, "
-             f"confidence {result.confidence:.0%}",
-             f"attack: {result.attack}", "", f"analytic bounds at delta = {result.delta:g}"]
+    lines = [
+        f"audit-mechanism {result.mechanism}: {parameters}",
+        f"delta = {result.delta:g}, {result.samples} releases per input, seed {result.seed}, "
+        f"confidence {result.confidence:.0%}",
+        f"attack: {result.attack}",
+        "",
+        f"analytic bounds at delta = {result.delta:g}",
+    ]
     for comparison in result.comparisons:
         bound = comparison.bound
         note = f"   {bound.confidence:.0%} CI {_band(*bound.epsilon_interval)}" if bound.epsilon_interval else ""
@@ -158,33 +189,43 @@ def format_audit(result) -> str:
         label = "exact profile" if bound is result.exact_profile else "bound"
         lines.append(f"  {label:<13} eps = {_number(bound.epsilon):>9}   {bound.source}{note}")
     cp, gdp = result.clopper_pearson, result.gaussian_dp
-    lines += ["", "audit",
-              f"  (a) Clopper-Pearson eps lower bound: {_number(cp.epsilon)} at {cp.confidence:.0%} confidence "
-              f"(most these draws can certify: {_number(cp.max_certifiable_epsilon)}; threshold "
-              f"{type(cp.strategy).__name__})",
-              f"      Gaussian-DP route: {_number(gdp.epsilon)} "
-              "(assumes a Gaussian tradeoff curve; not used in verdicts)",
-              f"  attack AUC {result.auc:.4f}, {result.confidence:.0%} CI {_band(*result.auc_interval)}"]
+    lines += [
+        "",
+        "audit",
+        f"  (a) Clopper-Pearson eps lower bound: {_number(cp.epsilon)} at {cp.confidence:.0%} confidence "
+        f"(most these draws can certify: {_number(cp.max_certifiable_epsilon)}; threshold "
+        f"{type(cp.strategy).__name__})",
+        f"      Gaussian-DP route: {_number(gdp.epsilon)} (assumes a Gaussian tradeoff curve; not used in verdicts)",
+        f"  attack AUC {result.auc:.4f}, {result.confidence:.0%} CI {_band(*result.auc_interval)}",
+    ]
     if result.profile is not None:
         estimate, low, high = result.profile.epsilon
         check = result.profile.change_of_measure
-        lines.append(f"  (b) estimated profile: eps({result.delta:g}) = {_number(estimate)}, "
-                     f"{result.confidence:.0%} band {_band(low, high)}")
+        lines.append(
+            f"  (b) estimated profile: eps({result.delta:g}) = {_number(estimate)}, "
+            f"{result.confidence:.0%} band {_band(low, high)}"
+        )
         for source, epsilon, (delta_hat, delta_low, delta_high) in result.profile.delta_at:
-            lines.append(f"      delta_hat({_number(epsilon)}) = {delta_hat:.3g} {_band(delta_low, delta_high)}"
-                         f"   at the eps of {source}")
-        lines.append(f"      likelihood-ratio check: E_P[e^-L; L>0] = {check.forward_mean:.4f} vs Q(L>0) = "
-                     f"{check.forward_expected:.4f} (z = {check.forward_z:.1f}); E_Q[e^L; L<0] = "
-                     f"{check.backward_mean:.4f} vs P(L<0) = {check.backward_expected:.4f} "
-                     f"(z = {check.backward_z:.1f})")
+            lines.append(
+                f"      delta_hat({_number(epsilon)}) = {delta_hat:.3g} {_band(delta_low, delta_high)}"
+                f"   at the eps of {source}"
+            )
+        lines.append(
+            f"      likelihood-ratio check: E_P[e^-L; L>0] = {check.forward_mean:.4f} vs Q(L>0) = "
+            f"{check.forward_expected:.4f} (z = {check.forward_z:.1f}); E_Q[e^L; L<0] = "
+            f"{check.backward_mean:.4f} vs P(L<0) = {check.backward_expected:.4f} "
+            f"(z = {check.backward_z:.1f})"
+        )
     if result.support is not None:
         support = result.support
-        lines.append(f"  support evidence ({support.statistic}): largest defect under V {support.largest_under_v:.2g}, "
-                     f"smallest under V' {support.smallest_under_v_prime:.2g} (tolerance {support.tolerance:g}); "
-                     f"{support.in_event_under_v}/{support.draws} vs {support.in_event_under_v_prime}/{support.draws} "
-                     "draws in the event")
+        lines.append(
+            f"  support evidence ({support.statistic}): largest defect under V {support.largest_under_v:.2g}, "
+            f"smallest under V' {support.smallest_under_v_prime:.2g} (tolerance {support.tolerance:g}); "
+            f"{support.in_event_under_v}/{support.draws} vs {support.in_event_under_v_prime}/{support.draws} "
+            "draws in the event"
+        )
     lines += ["", f"verdict: {result.outcome.upper()}: {result.reason}"]
     for comparison in result.comparisons:
-        looseness = (f" [bound / exact = {comparison.ratio_to_exact:.3g}]" if comparison.ratio_to_exact else "")
+        looseness = f" [bound / exact = {comparison.ratio_to_exact:.3g}]" if comparison.ratio_to_exact else ""
         lines.append(f"  {comparison.outcome:<12} {comparison.reason}{looseness}")
     return "\n".join(lines)

@@ -14,9 +14,11 @@ import math
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "bounds", help="analytic privacy bounds (eps for delta, or delta for eps)",
+        "bounds",
+        help="analytic privacy bounds (eps for delta, or delta for eps)",
         description="Analytic (eps, delta) bounds for a mechanism's parameters, with a Gaussian baseline: "
-                    "eps at each --delta, or delta at each --epsilon; --json for machine-readable rows.")
+        "eps at each --delta, or delta at each --epsilon; --json for machine-readable rows.",
+    )
     names = parser.add_subparsers(dest="bound", required=True, metavar="<name>")
     for name, (help_text, add_arguments, _) in _BOUNDS.items():
         sub = names.add_parser(name, help=help_text, description=help_text)
@@ -43,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------- table
 
+
 def _number(value: float) -> str:
     return "inf" if math.isinf(value) else f"{value:.4g}"
 
@@ -61,8 +64,11 @@ def _note(bound) -> str:
 
 def _table(bounds, by_delta: bool) -> str:
     header = ("delta", "epsilon", "bound", "notes") if by_delta else ("epsilon", "delta", "bound", "notes")
-    rows = [((_number(b.delta), _number(b.epsilon)) if by_delta else (_number(b.epsilon), _number(b.delta)))
-            + (b.source, _note(b)) for b in bounds]
+    rows = [
+        ((_number(b.delta), _number(b.epsilon)) if by_delta else (_number(b.epsilon), _number(b.delta)))
+        + (b.source, _note(b))
+        for b in bounds
+    ]
     widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in [header, *rows]]
     return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
@@ -75,6 +81,7 @@ def _queries(args):
 
 # ---------------------------------------------------------------------------------------------- gaussian
 
+
 def _gaussian_arguments(p):
     p.add_argument("--sensitivity", type=float, default=1.0, help="l2 sensitivity Delta (default: 1)")
     p.add_argument("--sigma", type=float, required=True, help="noise standard deviation")
@@ -86,12 +93,19 @@ def _gaussian(args):
     targets, by_delta = _queries(args)
     if not by_delta:
         return [gaussian.delta(e, args.sensitivity, args.sigma) for e in targets], {}
-    return [b for d in targets for b in (gaussian.epsilon(d, args.sensitivity, args.sigma),
-                                         gaussian.classical_epsilon(d, args.sensitivity, args.sigma),
-                                         gaussian.rdp_epsilon(d, args.sensitivity, args.sigma))], {}
+    return [
+        b
+        for d in targets
+        for b in (
+            gaussian.epsilon(d, args.sensitivity, args.sigma),
+            gaussian.classical_epsilon(d, args.sensitivity, args.sigma),
+            gaussian.rdp_epsilon(d, args.sensitivity, args.sigma),
+        )
+    ], {}
 
 
 # ---------------------------------------------------------------------------------------------- dpsgd
+
 
 def _dpsgd_arguments(p):
     p.add_argument("--noise-multiplier", type=float, required=True, help="sigma: noise std / clipping norm")
@@ -106,9 +120,13 @@ def _no_subsampling_baseline(targets, by_delta, noise_multiplier, steps):
 
     sigma = noise_multiplier / math.sqrt(steps)
     query = gaussian.epsilon if by_delta else gaussian.delta
-    return [dataclasses.replace(query(t, 1.0, sigma, neighbouring=ADD_REMOVE),
-                                source="Gaussian baseline: T steps without subsampling (exact profile)")
-            for t in targets]
+    return [
+        dataclasses.replace(
+            query(t, 1.0, sigma, neighbouring=ADD_REMOVE),
+            source="Gaussian baseline: T steps without subsampling (exact profile)",
+        )
+        for t in targets
+    ]
 
 
 def _dpsgd(args):
@@ -125,6 +143,7 @@ def _dpsgd(args):
 
 # ---------------------------------------------------------------------------------------------- wishart
 
+
 def _vector_arguments(p):
     p.add_argument("--rho", type=float, required=True, help="minimum alignment <v, v'> of neighbouring outputs")
     p.add_argument("--d", type=int, required=True, help="dimension")
@@ -139,10 +158,12 @@ def _vector(args):
     targets, by_delta = _queries(args)
     profile = wishart.vector_profile(args.rho, args.d, args.r, samples=args.samples, seed=args.seed)
     if by_delta:
-        return [b for d in targets for b in (wishart.theorem1_epsilon(d, args.rho, args.d, args.r),
-                                             profile.epsilon(d))], _NO_GAUSSIAN
-    return [b for e in targets for b in (wishart.theorem1_delta(e, args.rho, args.d, args.r),
-                                         profile.delta(e))], _NO_GAUSSIAN
+        return [
+            b for d in targets for b in (wishart.theorem1_epsilon(d, args.rho, args.d, args.r), profile.epsilon(d))
+        ], _NO_GAUSSIAN
+    return [
+        b for e in targets for b in (wishart.theorem1_delta(e, args.rho, args.d, args.r), profile.delta(e))
+    ], _NO_GAUSSIAN
 
 
 _NO_GAUSSIAN = {"gaussian baseline": "none (the mechanism adds no Gaussian noise)"}
@@ -157,8 +178,12 @@ def _m1_arguments(p):
     p.add_argument("--rho-perp", type=float, required=True, help="alignment of the parts outside span(V_-j)")
     p.add_argument("--beta-perp", type=float, default=1.0, help="norm of those parts (0: none)")
     p.add_argument("--k", type=int, default=1, help="number of changed columns (Thm 3 chain)")
-    p.add_argument("--calibration", choices=("exact", "classical"), default="exact",
-                   help="Gaussian step of Lemma 15: exact profile, or [W] Eq. 3 (valid for eps < 1)")
+    p.add_argument(
+        "--calibration",
+        choices=("exact", "classical"),
+        default="exact",
+        help="Gaussian step of Lemma 15: exact profile, or [W] Eq. 3 (valid for eps < 1)",
+    )
 
 
 def _m1(args):
@@ -167,12 +192,30 @@ def _m1(args):
     baseline_sensitivity = (math.sqrt(args.d) + math.sqrt(args.r)) ** 2 / args.r * math.sqrt(args.k) * args.sensitivity
     bounds = []
     for d in args.delta:
-        bounds.append(wishart.theorem3_epsilon(d, args.k, args.sensitivity, args.sigma, args.d, args.r, args.s,
-                                               args.rho_perp, args.beta_perp, args.calibration))
-        bounds.append(dataclasses.replace(gaussian.epsilon(d, baseline_sensitivity, args.sigma),
-                                          source="Gaussian baseline [W] Eq. 5 (exact profile)"))
-    return bounds, {"gaussian baseline": "[W] Eq. 5 treats M as fixed: sensitivity |M| sqrt(k) Delta_v with "
-                                         "|M| ~ (sqrt d + sqrt r)^2 / r (a typical value, not a bound)"}
+        bounds.append(
+            wishart.theorem3_epsilon(
+                d,
+                args.k,
+                args.sensitivity,
+                args.sigma,
+                args.d,
+                args.r,
+                args.s,
+                args.rho_perp,
+                args.beta_perp,
+                args.calibration,
+            )
+        )
+        bounds.append(
+            dataclasses.replace(
+                gaussian.epsilon(d, baseline_sensitivity, args.sigma),
+                source="Gaussian baseline [W] Eq. 5 (exact profile)",
+            )
+        )
+    return bounds, {
+        "gaussian baseline": "[W] Eq. 5 treats M as fixed: sensitivity |M| sqrt(k) Delta_v with "
+        "|M| ~ (sqrt d + sqrt r)^2 / r (a typical value, not a bound)"
+    }
 
 
 def _m2_arguments(p):
@@ -181,8 +224,13 @@ def _m2_arguments(p):
     p.add_argument("--d", type=int, required=True)
     p.add_argument("--r", type=int, required=True)
     p.add_argument("--s", type=int, default=1, help="min(n, d) or rank(Delta V) for Thm 5 (default: 1)")
-    p.add_argument("--singular-values", type=float, nargs="+", default=None,
-                   help="spectrum of Delta V for the mixture bound (default: rank 1)")
+    p.add_argument(
+        "--singular-values",
+        type=float,
+        nargs="+",
+        default=None,
+        help="spectrum of Delta V for the mixture bound (default: rank 1)",
+    )
     p.add_argument("--samples", type=int, default=20000, help="Haar subspaces sampled when rank > 1")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sample-rate", type=float, default=None, help="with --steps: multi-step accounting (App. F.2)")
@@ -202,19 +250,28 @@ def _m2(args):
     bounds = []
     for t in targets:
         if not by_delta:
-            bounds += [wishart.theorem5_delta(t, *common, args.s), wishart.m2_mixture_delta(t, *common, **mixture),
-                       gaussian.delta(t, args.sensitivity, args.sigma)]
+            bounds += [
+                wishart.theorem5_delta(t, *common, args.s),
+                wishart.m2_mixture_delta(t, *common, **mixture),
+                gaussian.delta(t, args.sensitivity, args.sigma),
+            ]
             continue
-        bounds += [wishart.theorem5_epsilon(t, *common, args.s), wishart.m2_mixture_epsilon(t, *common, **mixture),
-                   gaussian.epsilon(t, args.sensitivity, args.sigma),
-                   gaussian.tail_epsilon(t, args.sensitivity, args.sigma)]
+        bounds += [
+            wishart.theorem5_epsilon(t, *common, args.s),
+            wishart.m2_mixture_epsilon(t, *common, **mixture),
+            gaussian.epsilon(t, args.sensitivity, args.sigma),
+            gaussian.tail_epsilon(t, args.sensitivity, args.sigma),
+        ]
         if args.sample_rate is not None:
-            bounds += [wishart.m2_multistep_epsilon(t, *common, args.s, args.sample_rate, args.steps),
-                       dpsgd.epsilon(args.sigma / args.sensitivity, args.sample_rate, args.steps, t)]
+            bounds += [
+                wishart.m2_multistep_epsilon(t, *common, args.s, args.sample_rate, args.steps),
+                dpsgd.epsilon(args.sigma / args.sensitivity, args.sample_rate, args.steps, t),
+            ]
     return bounds, {}
 
 
 # ---------------------------------------------------------------------------------------------- sketch
+
 
 def _sketch_arguments(p):
     p.add_argument("--rank", type=int, required=True, help="LoRA rank r")
@@ -223,8 +280,12 @@ def _sketch_arguments(p):
     p.add_argument("--lr", type=float, required=True, help="learning rate eta")
     p.add_argument("--smoothness", type=float, required=True, help="smoothness beta of the loss (assumed)")
     p.add_argument("--batch-size", type=int, required=True)
-    p.add_argument("--lambda-min", type=float, required=True,
-                   help="lower bound on lambda_min(G G^T) of the cumulative gradient (measured)")
+    p.add_argument(
+        "--lambda-min",
+        type=float,
+        required=True,
+        help="lower bound on lambda_min(G G^T) of the cumulative gradient (measured)",
+    )
     p.add_argument("--sigma-g", type=float, default=0.0, help="std of the noise added to B's gradient sum")
     p.add_argument("--grad-bound", type=float, required=True, help="per-example gradient norm bound C (measured)")
     p.add_argument("--steps", type=int, required=True)
@@ -233,13 +294,24 @@ def _sketch_arguments(p):
 def _sketch(args):
     from accountants import sketch
 
-    lora = (args.lr, args.smoothness, args.batch_size, args.lambda_min, args.sigma_g, args.grad_bound, args.steps,
-            args.rank, args.layers, args.tau)
+    lora = (
+        args.lr,
+        args.smoothness,
+        args.batch_size,
+        args.lambda_min,
+        args.sigma_g,
+        args.grad_bound,
+        args.steps,
+        args.rank,
+        args.layers,
+        args.tau,
+    )
     bounds = [b for d in args.delta for b in (sketch.lemma72(d, *lora), sketch.corollary73(d, *lora))]
     return bounds, _NO_GAUSSIAN
 
 
 # ---------------------------------------------------------------------------------------------- prism
+
 
 def _prism_arguments(p):
     _dpsgd_arguments(p)
@@ -257,8 +329,11 @@ def _prism(args):
 
     bounds, _ = _dpsgd(args)
     scale = args.noise_multiplier * args.clip / args.batch_size
-    extra = {"intrinsic noise energy [P] Eq. 21": prism.intrinsic_noise_energy(
-        args.noise_multiplier, args.clip, args.batch_size, args.m, args.n, args.r)}
+    extra = {
+        "intrinsic noise energy [P] Eq. 21": prism.intrinsic_noise_energy(
+            args.noise_multiplier, args.clip, args.batch_size, args.m, args.n, args.r
+        )
+    }
     if (args.a_norm is None) != (args.b_norm is None):
         raise ValueError("--a-norm and --b-norm go together (factor-space energy, [P] Prop. 2.2)")
     if args.a_norm is not None:
@@ -270,15 +345,23 @@ def _prism(args):
 # name -> (help, add_arguments, compute)
 _BOUNDS = {
     "gaussian": ("Gaussian mechanism: exact profile, classical calibration, RDP", _gaussian_arguments, _gaussian),
-    "dpsgd": ("Poisson-subsampled Gaussian composed T times (DP-SGD, DP-LoRA, DP-LoRA-FA)", _dpsgd_arguments,
-              _dpsgd),
-    "wishart-vector": ("[W] vector projection y = Mv: Thm 1 and the exact profile (Monte Carlo)", _vector_arguments,
-                       _vector),
+    "dpsgd": ("Poisson-subsampled Gaussian composed T times (DP-SGD, DP-LoRA, DP-LoRA-FA)", _dpsgd_arguments, _dpsgd),
+    "wishart-vector": (
+        "[W] vector projection y = Mv: Thm 1 and the exact profile (Monte Carlo)",
+        _vector_arguments,
+        _vector,
+    ),
     "wishart-m1": ("[W] M1 = MV + Xi: Thm 4 (one column) and Thm 3 (k columns)", _m1_arguments, _m1),
     "wishart-m2": ("[W] M2 = M(V + Xi): Thm 5, the mixture bound, App. F.2 multi-step", _m2_arguments, _m2),
-    "sketch": ("[S] noisy LoRA-FA as a Gaussian sketch: Lemma 7.2 (RDP) and Cor. 7.3 (tCDP), conditional",
-               _sketch_arguments, _sketch),
-    "prism": ("[P] PRISM: DP-SGD accounting (Thm 3.4) and the intrinsic noise energy (Eq. 21)", _prism_arguments,
-              _prism),
+    "sketch": (
+        "[S] noisy LoRA-FA as a Gaussian sketch: Lemma 7.2 (RDP) and Cor. 7.3 (tCDP), conditional",
+        _sketch_arguments,
+        _sketch,
+    ),
+    "prism": (
+        "[P] PRISM: DP-SGD accounting (Thm 3.4) and the intrinsic noise energy (Eq. 21)",
+        _prism_arguments,
+        _prism,
+    ),
 }
 _DELTA_ONLY = {"wishart-m1", "sketch"}

@@ -7,8 +7,9 @@ from pathlib import Path
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("report", help="write report.html and report.md for one or several runs",
-                              description=__doc__)
+    p = subparsers.add_parser(
+        "report", help="write report.html and report.md for one or several runs", description=__doc__
+    )
     p.add_argument("run_dirs", type=Path, nargs="+")
     p.add_argument("--out", type=Path, help="where to write (default: the first run directory)")
     p.set_defaults(func=run)

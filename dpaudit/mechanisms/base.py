@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 import torch
 
@@ -26,12 +27,15 @@ class PerExampleGradients(Protocol):
 
     def add_weighted_sum(self, totals: dict[str, torch.Tensor], coefficients: torch.Tensor, scale: float) -> None:
         """``totals[name] += scale · Σ_i c_i g_i`` in place for every trained tensor (e.g. into the drawn DP noise:
-        one pass over the weights fewer than summing, then adding)."""
+        one pass over the weights fewer than summing, then adding).
+        """
 
-    def transformed_squared_norms(self, name: str, left: torch.Tensor | None,
-                                  right: torch.Tensor | None) -> torch.Tensor:
+    def transformed_squared_norms(
+        self, name: str, left: torch.Tensor | None, right: torch.Tensor | None
+    ) -> torch.Tensor:
         """(K, b): ``‖L g_i R‖_F²`` for tensor ``name`` seen as a (d_out, rest) matrix, ``left`` L (K, p, d_out)
-        and ``right`` R (K, rest, q) per model (None = identity); PRISM's intrinsic norms need them."""
+        and ``right`` R (K, rest, q) per model (None = identity); PRISM's intrinsic norms need them.
+        """
 
     def materialise(self) -> dict[str, torch.Tensor]:
         """Every ``g_i``: (K, b, ...) per trained tensor."""

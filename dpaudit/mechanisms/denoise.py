@@ -32,11 +32,15 @@ def _noise_std_tensor(noise_std: float | Tensor, batch_shape: torch.Size, like: 
     try:
         std = torch.broadcast_to(std, batch_shape)
     except RuntimeError:
-        raise UsageError(f"noise_std must be a number or broadcast to the batch shape {tuple(batch_shape)}; "
-                         f"got shape {tuple(std.shape)}") from None
+        raise UsageError(
+            f"noise_std must be a number or broadcast to the batch shape {tuple(batch_shape)}; "
+            f"got shape {tuple(std.shape)}"
+        ) from None
     if not bool((torch.isfinite(std) & (std > 0)).all()):
-        raise UsageError("noise_std must be finite and > 0 (per-entry DP noise std σC/b); without noise there is "
-                         "nothing to denoise: skip the call")
+        raise UsageError(
+            "noise_std must be finite and > 0 (per-entry DP noise std σC/b); without noise there is "
+            "nothing to denoise: skip the call"
+        )
     return std
 
 
@@ -61,15 +65,19 @@ def optimal_shrinkage(singular_values: Tensor, noise_std: float | Tensor, rows: 
     ``noise_std`` broadcasts against ``singular_values[..., :1]``.
     """
     variance = torch.as_tensor(noise_std, dtype=singular_values.dtype, device=singular_values.device) ** 2
-    excess = singular_values ** 2 - variance * (rows + cols)
-    discriminant = (excess ** 2 - 4 * variance ** 2 * rows * cols).clamp(min=0.0)
+    excess = singular_values**2 - variance * (rows + cols)
+    discriminant = (excess**2 - 4 * variance**2 * rows * cols).clamp(min=0.0)
     above_edge = singular_values > bulk_edge(variance.sqrt(), rows, cols)
-    return torch.where(above_edge, discriminant.sqrt() / singular_values.clamp(min=torch.finfo(variance.dtype).tiny),
-                       torch.zeros_like(singular_values))
+    return torch.where(
+        above_edge,
+        discriminant.sqrt() / singular_values.clamp(min=torch.finfo(variance.dtype).tiny),
+        torch.zeros_like(singular_values),
+    )
 
 
-def denoise_gradient(noisy_gradient: Tensor, noise_std: float | Tensor,
-                     threshold_multiplier: float = DEFAULT_THRESHOLD_MULTIPLIER) -> DenoisedGradient:
+def denoise_gradient(
+    noisy_gradient: Tensor, noise_std: float | Tensor, threshold_multiplier: float = DEFAULT_THRESHOLD_MULTIPLIER
+) -> DenoisedGradient:
     """[D] Eq. 10: optimal shrinkage, applied only above the threshold, rescaled to the input's norm.
 
     Per matrix ``g̃`` (n×m) with singular values ``λ̃_1 ≥ λ̃_2 ≥ …``:
@@ -85,8 +93,9 @@ def denoise_gradient(noisy_gradient: Tensor, noise_std: float | Tensor,
     if not isinstance(noisy_gradient, Tensor) or noisy_gradient.ndim < 2 or not noisy_gradient.dtype.is_floating_point:
         raise UsageError("noisy_gradient must be a real floating tensor of shape (..., n, m)")
     if not (math.isfinite(threshold_multiplier) and threshold_multiplier >= 1.0):
-        raise UsageError(f"threshold_multiplier (κ) must be >= 1 (below 1 the estimator can return 0); "
-                         f"got {threshold_multiplier}")
+        raise UsageError(
+            f"threshold_multiplier (κ) must be >= 1 (below 1 the estimator can return 0); got {threshold_multiplier}"
+        )
     rows, cols = noisy_gradient.shape[-2:]
     std = _noise_std_tensor(noise_std, noisy_gradient.shape[:-2], noisy_gradient)
     left, singular_values, right_t = torch.linalg.svd(noisy_gradient, full_matrices=False)
@@ -114,8 +123,10 @@ def cosine_improvement(denoised: Tensor, noisy: Tensor, clean: Tensor) -> Tensor
         if not isinstance(value, Tensor) or value.ndim < 2:
             raise UsageError(f"{name} must be a tensor of shape (..., n, m)")
     if not (denoised.shape == noisy.shape == clean.shape):
-        raise UsageError(f"denoised, noisy and clean must have the same shape; got {tuple(denoised.shape)}, "
-                         f"{tuple(noisy.shape)}, {tuple(clean.shape)}")
+        raise UsageError(
+            f"denoised, noisy and clean must have the same shape; got {tuple(denoised.shape)}, "
+            f"{tuple(noisy.shape)}, {tuple(clean.shape)}"
+        )
     if bool((torch.linalg.matrix_norm(clean) == 0).any()) or bool((torch.linalg.matrix_norm(noisy) == 0).any()):
         raise UsageError("cosine similarity is undefined for a zero matrix (clean or noisy)")
     return _cosine(denoised, clean) - _cosine(noisy, clean)

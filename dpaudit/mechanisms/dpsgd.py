@@ -12,9 +12,9 @@ The clipping and noise helpers here are shared with the noisy projections M1/M2 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 
@@ -44,10 +44,12 @@ def clip_coefficients(examples: PerExampleGradients, weights: torch.Tensor, clip
     return weights * (clip_norm / examples.squared_norms().sqrt()).clamp(max=1.0)
 
 
-def gaussian_noise(like: dict[str, torch.Tensor], generators: Sequence[torch.Generator],
-                   std: float) -> dict[str, torch.Tensor]:
+def gaussian_noise(
+    like: dict[str, torch.Tensor], generators: Sequence[torch.Generator], std: float
+) -> dict[str, torch.Tensor]:
     """i.i.d. ``N(0, std²)`` tensors shaped like each (K, ...) tensor of ``like``; model k draws from
-    ``generators[k]``, tensor by tensor in ``like``'s order, so its noise does not depend on its chunk."""
+    ``generators[k]``, tensor by tensor in ``like``'s order, so its noise does not depend on its chunk.
+    """
     drawn = _draw_normals(_layout(like), std, generators)
     return {name: tensor.to(like[name].device) for name, tensor in drawn.items()}
 
@@ -93,8 +95,11 @@ class GaussianNoiseStream:
             if pending_request != request:
                 raise ValueError("the noise stream was asked for other shapes or std than the step before")
             drawn = future.result()
-        self._pending = (request, background.thread().submit(_draw_normals, *request, self.generators)
-                       ) if self.ahead and step.followed else None
+        self._pending = (
+            (request, background.thread().submit(_draw_normals, *request, self.generators))
+            if self.ahead and step.followed
+            else None
+        )
         return {name: tensor.to(like[name].device) for name, tensor in drawn.items()}
 
 
@@ -106,7 +111,8 @@ def as_matrix(tensor: torch.Tensor) -> torch.Tensor:
 def denoise_update(update: dict[str, torch.Tensor], noise_std: float) -> dict[str, torch.Tensor]:
     """[D] Alg. 1 line "Denoise": Shabalin-Nobel shrinkage (κ = 1.02) and norm correction of each noisy matrix
     (:func:`dpaudit.mechanisms.denoise.denoise_gradient`), ``noise_std`` the per-entry std ``σC/b``
-    ([D] Sec. 2.3). Post-processing: privacy is unchanged ([D] Sec. 2.1.3)."""
+    ([D] Sec. 2.3). Post-processing: privacy is unchanged ([D] Sec. 2.1.3).
+    """
     return {name: denoise_gradient(as_matrix(g), noise_std).gradient.reshape(g.shape) for name, g in update.items()}
 
 
@@ -140,7 +146,8 @@ class DpSgd:
     def privatise(self, step: Step, noise: GaussianNoiseStream, coefficients: torch.Tensor) -> dict[str, torch.Tensor]:
         """The released noisy mean ``g̃``: ``N(0, (σC/b)²)`` drawn in the shape of ``step.parameters``, the clipped
         sum (:func:`clip_coefficients` ``coefficients``) scaled by 1/b accumulated into it (no separate pass over
-        the weights to form the sum, then add)."""
+        the weights to form the sum, then add).
+        """
         noisy = noise.draw(step.parameters, step, self.entry_noise_std(step))
         step.gradients.add_weighted_sum(noisy, coefficients, 1 / step.expected_batch_size)
         return noisy

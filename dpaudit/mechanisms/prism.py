@@ -36,8 +36,9 @@ intrinsic update, sensitivity C/b (Thm 3.4); everything after Eq. 17 is post-pro
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -145,12 +146,15 @@ def _check_factors(A: Tensor, B: Tensor) -> None:
     if A.dtype != B.dtype or A.device != B.device:
         raise UsageError(f"A and B must share dtype and device; got {A.dtype}/{A.device} and {B.dtype}/{B.device}")
     if A.shape[-1] != B.shape[-1]:
-        raise UsageError(f"A (..., m, r) and B (..., n, r) must have the same rank r; got A {tuple(A.shape)}, "
-                         f"B {tuple(B.shape)}")
+        raise UsageError(
+            f"A (..., m, r) and B (..., n, r) must have the same rank r; got A {tuple(A.shape)}, B {tuple(B.shape)}"
+        )
     for name, factor in (("A", A), ("B", B)):
         if factor.shape[-2] < factor.shape[-1]:
-            raise UsageError(f"{name} has {factor.shape[-2]} rows < rank {factor.shape[-1]}: a rank-r factor needs "
-                             f"at least r rows; lower the LoRA rank")
+            raise UsageError(
+                f"{name} has {factor.shape[-2]} rows < rank {factor.shape[-1]}: a rank-r factor needs "
+                f"at least r rows; lower the LoRA rank"
+            )
     _batch_shape(A=(A, 2), B=(B, 2))
 
 
@@ -158,11 +162,15 @@ def _check_like(name: str, value: Tensor, like_name: str, like: Tensor, extra_di
     """``value`` has ``like``'s matrix shape, dtype and device, and broadcastable batch dims."""
     _require_matrix(name, value)
     if value.shape[-2:] != like.shape[-2:] or value.dtype != like.dtype or value.device != like.device:
-        raise UsageError(f"{name} must match {like_name}'s matrix shape {tuple(like.shape[-2:])}, dtype {like.dtype} "
-                         f"and device {like.device}; got shape {tuple(value.shape)}, {value.dtype}, {value.device}")
+        raise UsageError(
+            f"{name} must match {like_name}'s matrix shape {tuple(like.shape[-2:])}, dtype {like.dtype} "
+            f"and device {like.device}; got shape {tuple(value.shape)}, {value.dtype}, {value.device}"
+        )
     if value.ndim < 2 + extra_dims:
-        raise UsageError(f"{name} needs an example axis: shape (..., b, {', '.join(map(str, like.shape[-2:]))}); "
-                         f"got {tuple(value.shape)}")
+        raise UsageError(
+            f"{name} needs an example axis: shape (..., b, {', '.join(map(str, like.shape[-2:]))}); "
+            f"got {tuple(value.shape)}"
+        )
     _batch_shape(**{name: (value, 2 + extra_dims), like_name: (like, 2)})
 
 
@@ -210,9 +218,11 @@ def _column_geometry(name: str, factor: Tensor) -> _ColumnGeometry:
     tolerance = singular_values[..., :1] * max(factor.shape[-2:]) * torch.finfo(factor.dtype).eps
     if bool((singular_values[..., -1:] <= tolerance).any()):  # also catches X = 0 (tolerance 0)
         worst = singular_values[..., -1].min().item()
-        raise UsageError(f"{name} is rank-deficient (smallest singular value {worst:.3g}); PRISM needs both LoRA "
-                         f"factors of full column rank r ([P] Thm 3.1). peft's lora_B = 0 start is rank 0: "
-                         f"initialise both factors, e.g. with balanced_random_factors")
+        raise UsageError(
+            f"{name} is rank-deficient (smallest singular value {worst:.3g}); PRISM needs both LoRA "
+            f"factors of full column rank r ([P] Thm 3.1). peft's lora_B = 0 start is rank 0: "
+            f"initialise both factors, e.g. with balanced_random_factors"
+        )
     right_vectors = right_vectors_t.mT
     return _ColumnGeometry(
         factor=factor,
@@ -229,8 +239,9 @@ def _geometry(factors: LoraFactors) -> tuple[_ColumnGeometry, _ColumnGeometry]:
     return _column_geometry("A", A), _column_geometry("B", B)
 
 
-def balanced_random_factors(m: int, n: int, rank: int, spectral_norm: float, generator: torch.Generator,
-                            dtype: torch.dtype = torch.float32) -> LoraFactors:
+def balanced_random_factors(
+    m: int, n: int, rank: int, spectral_norm: float, generator: torch.Generator, dtype: torch.dtype = torch.float32
+) -> LoraFactors:
     """Full-rank balanced start ``A = √c Q_A``, ``B = √c Q_B`` with Haar-random orthonormal Q (QR of Gaussians).
 
     ``Z = c Q_A Q_Bᵀ`` has all r singular values equal to ``c = spectral_norm``, ``AᵀA = BᵀB = c I``. PRISM needs
@@ -241,8 +252,9 @@ def balanced_random_factors(m: int, n: int, rank: int, spectral_norm: float, gen
     _require_positive("spectral_norm", spectral_norm)
 
     def haar_basis(rows: int) -> Tensor:
-        basis, triangular = torch.linalg.qr(torch.randn((rows, rank), generator=generator, dtype=dtype,
-                                                        device=generator.device))
+        basis, triangular = torch.linalg.qr(
+            torch.randn((rows, rank), generator=generator, dtype=dtype, device=generator.device)
+        )
         # Fixing the signs of diag(R) makes Q exactly Haar-distributed and a function of the draw alone.
         return basis * torch.sign(torch.diagonal(triangular)).unsqueeze(0)
 
@@ -259,8 +271,10 @@ def _check_dense_gradient(G: Tensor, A: Tensor, B: Tensor) -> None:
     _check_factors(A, B)
     _require_matrix("G", G)
     if G.shape[-2:] != (A.shape[-2], B.shape[-2]) or G.dtype != A.dtype or G.device != A.device:
-        raise UsageError(f"G must have shape (..., m, n) = (..., {A.shape[-2]}, {B.shape[-2]}) and A's dtype and "
-                         f"device; got {tuple(G.shape)}, {G.dtype}, {G.device}")
+        raise UsageError(
+            f"G must have shape (..., m, n) = (..., {A.shape[-2]}, {B.shape[-2]}) and A's dtype and "
+            f"device; got {tuple(G.shape)}, {G.dtype}, {G.device}"
+        )
     _batch_shape(G=(G, 2), A=(A, 2), B=(B, 2))
 
 
@@ -339,8 +353,7 @@ def intrinsic_sq_norm(lift_: TangentLift, factors: LoraFactors) -> Tensor:
 FactorSqNorm = Callable[[str, Tensor | None, Tensor], Tensor]
 
 
-def _tangent_sq_norms(factor_sq_norm: FactorSqNorm, geometry_A: _ColumnGeometry,
-                      geometry_B: _ColumnGeometry) -> Tensor:
+def _tangent_sq_norms(factor_sq_norm: FactorSqNorm, geometry_A: _ColumnGeometry, geometry_B: _ColumnGeometry) -> Tensor:
     """Per-example ``‖P(G_i)‖_F²`` (= Eq. 15 of the lift, Lemma A.14) from norms of the factor gradients only.
 
     ``P(G) = Π_A G + (I − Π_A) G Π_B`` is an orthogonal sum, so ``‖P(G)‖² = ‖Π_A G‖² + ‖G Π_B‖² − ‖Π_A G Π_B‖²``,
@@ -349,9 +362,11 @@ def _tangent_sq_norms(factor_sq_norm: FactorSqNorm, geometry_A: _ColumnGeometry,
     needs these norms, and the clipped sum is lifted once (the lift is linear). ``factor_sq_norm(factor, left,
     right)`` returns ``‖left · g_{factor,i} · right‖_F²`` per example (``factor`` "A" or "B"; left None = I).
     """
-    return (factor_sq_norm("B", None, geometry_A.gram_inverse_sqrt)
-            + factor_sq_norm("A", None, geometry_B.gram_inverse_sqrt)
-            - factor_sq_norm("A", geometry_A.basis.mT, geometry_B.gram_inverse_sqrt))
+    return (
+        factor_sq_norm("B", None, geometry_A.gram_inverse_sqrt)
+        + factor_sq_norm("A", None, geometry_B.gram_inverse_sqrt)
+        - factor_sq_norm("A", geometry_A.basis.mT, geometry_B.gram_inverse_sqrt)
+    )
 
 
 def _per_example_factor_sq_norm(gradients: FactorGradients) -> FactorSqNorm:
@@ -405,18 +420,23 @@ def _draw_omegas(A: Tensor, B: Tensor, generator: Generators, sample_shape: tupl
     if not all(isinstance(g, torch.Generator) for g in generators):
         raise UsageError("generator must be a torch.Generator or a sequence of torch.Generator (one per model)")
     if len(batch_shape) == 0 or len(generators) != math.prod(batch_shape):
-        raise UsageError(f"got {len(generators)} generators for factors with batch shape {tuple(batch_shape)}: pass "
-                         f"one generator per model (prod of the batch dims), or a single torch.Generator")
-    per_model = [(_standard_normal((*sample_shape, *shape_A), g, A), _standard_normal((*sample_shape, *shape_B), g, B))
-                 for g in generators]
+        raise UsageError(
+            f"got {len(generators)} generators for factors with batch shape {tuple(batch_shape)}: pass "
+            f"one generator per model (prod of the batch dims), or a single torch.Generator"
+        )
+    per_model = [
+        (_standard_normal((*sample_shape, *shape_A), g, A), _standard_normal((*sample_shape, *shape_B), g, B))
+        for g in generators
+    ]
     axis = len(sample_shape)
     omega_A = torch.stack([a for a, _ in per_model], axis).reshape(*sample_shape, *batch_shape, *shape_A)
     omega_B = torch.stack([b for _, b in per_model], axis).reshape(*sample_shape, *batch_shape, *shape_B)
     return omega_A, omega_B
 
 
-def _tangent_noise(omegas: tuple[Tensor, Tensor], geometry_A: _ColumnGeometry,
-                   geometry_B: _ColumnGeometry) -> TangentLift:
+def _tangent_noise(
+    omegas: tuple[Tensor, Tensor], geometry_A: _ColumnGeometry, geometry_B: _ColumnGeometry
+) -> TangentLift:
     omega_A, omega_B = omegas
     xi_A = (omega_A - geometry_A.project(omega_A)) @ geometry_B.gram_inverse_sqrt  # (I − Π_A) Ω_A N^{-1/2}
     xi_B = omega_B @ geometry_A.gram_inverse_sqrt  # Ω_B M^{-1/2}
@@ -463,17 +483,28 @@ class PrismPrivacyConfig:
         return self.noise_multiplier * self.clip_norm / self.expected_batch_size
 
 
-def _noisy_mean(clipped_sum: TangentLift, geometry_A: _ColumnGeometry, geometry_B: _ColumnGeometry,
-                privacy: PrismPrivacyConfig, generator: Generators) -> TangentLift:
+def _noisy_mean(
+    clipped_sum: TangentLift,
+    geometry_A: _ColumnGeometry,
+    geometry_B: _ColumnGeometry,
+    privacy: PrismPrivacyConfig,
+    generator: Generators,
+) -> TangentLift:
     """``(1/b) Σ_i α_i (ΔA_i, ΔB_i) + (σC/b)(Ξ_A, Ξ_B)`` from the clipped sum of lifts (Eq. 17)."""
     noise = _tangent_noise(_draw_omegas(geometry_A.factor, geometry_B.factor, generator, ()), geometry_A, geometry_B)
     b = privacy.expected_batch_size
-    return TangentLift(clipped_sum.dA / b + privacy.noise_std * noise.dA,
-                       clipped_sum.dB / b + privacy.noise_std * noise.dB)
+    return TangentLift(
+        clipped_sum.dA / b + privacy.noise_std * noise.dA, clipped_sum.dB / b + privacy.noise_std * noise.dB
+    )
 
 
-def privatize_module(per_example_lifts: TangentLift, clip_weights: Tensor, factors: LoraFactors,
-                     privacy: PrismPrivacyConfig, generator: Generators) -> TangentLift:
+def privatize_module(
+    per_example_lifts: TangentLift,
+    clip_weights: Tensor,
+    factors: LoraFactors,
+    privacy: PrismPrivacyConfig,
+    generator: Generators,
+) -> TangentLift:
     """``(ΔA_dp, ΔB_dp) = (1/b) Σ_i α_i (ΔA_i, ΔB_i) + (σC/b)(Ξ_A, Ξ_B)`` ([P] Alg. 1 lines 10-12, Eq. 17).
 
     ``per_example_lifts`` (..., b, m, r), (..., b, n, r); ``clip_weights`` (..., b) are the α_i (times the
@@ -525,7 +556,8 @@ class PrismAdaptiveConfig:
 @dataclass(frozen=True)
 class PrismAdaptiveState:
     """Per model and module: first moments m_A (..., m, r), m_B (..., n, r); rank-space second moments
-    V_A, V_B (..., r, r) ([P] Eq. 24); ``steps`` taken (for bias correction)."""
+    V_A, V_B (..., r, r) ([P] Eq. 24); ``steps`` taken (for bias correction).
+    """
 
     first_A: Tensor
     first_B: Tensor
@@ -543,10 +575,11 @@ def initial_adaptive_state(factors: LoraFactors) -> PrismAdaptiveState:
     return PrismAdaptiveState(torch.zeros_like(A), torch.zeros_like(B), second, second.clone())
 
 
-def _floors(geometry_A: _ColumnGeometry, geometry_B: _ColumnGeometry, noise_std: float,
-            floor_scale: float) -> tuple[Tensor, Tensor]:
+def _floors(
+    geometry_A: _ColumnGeometry, geometry_B: _ColumnGeometry, noise_std: float, floor_scale: float
+) -> tuple[Tensor, Tensor]:
     rank = geometry_A.factor.shape[-1]
-    coefficient = floor_scale * noise_std ** 2 / rank
+    coefficient = floor_scale * noise_std**2 / rank
     trace = lambda matrix: torch.diagonal(matrix, dim1=-2, dim2=-1).sum(-1)  # noqa: E731
     return coefficient * trace(geometry_B.gram_inverse), coefficient * trace(geometry_A.gram_inverse)
 
@@ -569,9 +602,14 @@ def _inverse_sqrt_spd(matrix: Tensor) -> Tensor:
     return (eigenvectors * eigenvalues.rsqrt().unsqueeze(-2)) @ eigenvectors.mT
 
 
-def _adaptive_direction(state: PrismAdaptiveState, noisy_update: TangentLift, geometry_A: _ColumnGeometry,
-                        geometry_B: _ColumnGeometry, noise_std: float,
-                        config: PrismAdaptiveConfig) -> tuple[TangentLift, PrismAdaptiveState]:
+def _adaptive_direction(
+    state: PrismAdaptiveState,
+    noisy_update: TangentLift,
+    geometry_A: _ColumnGeometry,
+    geometry_B: _ColumnGeometry,
+    noise_std: float,
+    config: PrismAdaptiveConfig,
+) -> tuple[TangentLift, PrismAdaptiveState]:
     dA, dB = noisy_update
     m, n = dA.shape[-2], dB.shape[-2]
     new_state = PrismAdaptiveState(
@@ -583,21 +621,29 @@ def _adaptive_direction(state: PrismAdaptiveState, noisy_update: TangentLift, ge
     )
     first_scale, second_scale = 1.0, 1.0
     if config.bias_correction:
-        first_scale = 1.0 / (1.0 - config.beta1 ** new_state.steps)
-        second_scale = 1.0 / (1.0 - config.beta2 ** new_state.steps)
+        first_scale = 1.0 / (1.0 - config.beta1**new_state.steps)
+        second_scale = 1.0 / (1.0 - config.beta2**new_state.steps)
     floor_A, floor_B = _floors(geometry_A, geometry_B, noise_std, config.floor_scale)
     identity = torch.eye(dA.shape[-1], dtype=dA.dtype, device=dA.device)
-    precondition_A = _inverse_sqrt_spd(second_scale * new_state.second_A
-                                       + (floor_A + config.eps)[..., None, None] * identity)
-    precondition_B = _inverse_sqrt_spd(second_scale * new_state.second_B
-                                       + (floor_B + config.eps)[..., None, None] * identity)
-    direction = TangentLift(first_scale * new_state.first_A @ precondition_A,
-                            first_scale * new_state.first_B @ precondition_B)
+    precondition_A = _inverse_sqrt_spd(
+        second_scale * new_state.second_A + (floor_A + config.eps)[..., None, None] * identity
+    )
+    precondition_B = _inverse_sqrt_spd(
+        second_scale * new_state.second_B + (floor_B + config.eps)[..., None, None] * identity
+    )
+    direction = TangentLift(
+        first_scale * new_state.first_A @ precondition_A, first_scale * new_state.first_B @ precondition_B
+    )
     return direction, new_state
 
 
-def adaptive_direction(state: PrismAdaptiveState, noisy_update: TangentLift, factors: LoraFactors, noise_std: float,
-                       config: PrismAdaptiveConfig) -> tuple[TangentLift, PrismAdaptiveState]:
+def adaptive_direction(
+    state: PrismAdaptiveState,
+    noisy_update: TangentLift,
+    factors: LoraFactors,
+    noise_std: float,
+    config: PrismAdaptiveConfig,
+) -> tuple[TangentLift, PrismAdaptiveState]:
     """DP-aware rank-space preconditioning ([P] Eqs. 24-26); returns ``(U_A, U_B)`` and the new state.
 
     ``m_A ← β1 m_A + (1−β1) ΔA_dp``, ``V_A ← β2 V_A + (1−β2) ΔA_dpᵀΔA_dp / m`` (B side with n),
@@ -639,8 +685,13 @@ def retract(factors: LoraFactors, direction: TangentLift, learning_rate: float) 
     basis_left, triangular_left = torch.linalg.qr(torch.cat(torch.broadcast_tensors(A, direction.dA), -1))
     basis_right, triangular_right = torch.linalg.qr(torch.cat(torch.broadcast_tensors(B, direction.dB), -1))
     identity = torch.eye(rank, dtype=A.dtype, device=A.device)
-    coupling = torch.cat([torch.cat([identity, -learning_rate * identity], -1),
-                          torch.cat([-learning_rate * identity, torch.zeros_like(identity)], -1)], -2)
+    coupling = torch.cat(
+        [
+            torch.cat([identity, -learning_rate * identity], -1),
+            torch.cat([-learning_rate * identity, torch.zeros_like(identity)], -1),
+        ],
+        -2,
+    )
     core = triangular_left @ coupling @ triangular_right.mT
     left, singular_values, right_t = torch.linalg.svd(core)
     root = singular_values[..., :rank].sqrt().unsqueeze(-2)
@@ -682,7 +733,8 @@ class PrismStepConfig:
 
 class PrismStepResult(NamedTuple):
     """New factors and states per module; the released noisy lifts (ΔA_dp, ΔB_dp) per module; the global
-    per-example intrinsic norms s_i and clip factors α_i, both (..., b)."""
+    per-example intrinsic norms s_i and clip factors α_i, both (..., b).
+    """
 
     factors: tuple[LoraFactors, ...]
     states: tuple[PrismAdaptiveState, ...] | None
@@ -693,15 +745,19 @@ class PrismStepResult(NamedTuple):
 
 def _check_step_inputs(factors, gradients, example_weights, states, config) -> None:
     if len(factors) == 0 or len(factors) != len(gradients):
-        raise UsageError(f"pass one LoraFactors and one FactorGradients per module; got {len(factors)} factors and "
-                         f"{len(gradients)} gradients")
+        raise UsageError(
+            f"pass one LoraFactors and one FactorGradients per module; got {len(factors)} factors and "
+            f"{len(gradients)} gradients"
+        )
     if states is not None and (config.adaptive is None or len(states) != len(factors)):
         raise UsageError("states must be None for plain tangent SGD (adaptive=None), else one state per module")
     for index, (state, module_factors) in enumerate(zip(states or (), factors)):
         if state.first_A.shape != module_factors.A.shape or state.first_B.shape != module_factors.B.shape:
-            raise UsageError(f"states[{index}] has moments of shapes {tuple(state.first_A.shape)}, "
-                             f"{tuple(state.first_B.shape)}; factors[{index}] are {tuple(module_factors.A.shape)}, "
-                             f"{tuple(module_factors.B.shape)}: pass the states this module's last step returned")
+            raise UsageError(
+                f"states[{index}] has moments of shapes {tuple(state.first_A.shape)}, "
+                f"{tuple(state.first_B.shape)}; factors[{index}] are {tuple(module_factors.A.shape)}, "
+                f"{tuple(module_factors.B.shape)}: pass the states this module's last step returned"
+            )
     examples = []
     for index, (module_factors, module_gradients) in enumerate(zip(factors, gradients)):
         _check_factors(*module_factors)
@@ -715,13 +771,20 @@ def _check_step_inputs(factors, gradients, example_weights, states, config) -> N
         if not isinstance(example_weights, Tensor) or example_weights.shape != examples[0]:
             raise UsageError(f"example_weights must be a tensor of shape {tuple(examples[0])} (..., b)")
         if bool(((example_weights < 0) | (example_weights > 1)).any()):
-            raise UsageError("example_weights must lie in [0, 1] (0 marks padding); larger weights would break the "
-                             "sensitivity bound C/b")
+            raise UsageError(
+                "example_weights must lie in [0, 1] (0 marks padding); larger weights would break the "
+                "sensitivity bound C/b"
+            )
 
 
-def prism_step(factors: Sequence[LoraFactors], per_example_gradients: Sequence[FactorGradients],
-               config: PrismStepConfig, generator: Generators, states: Sequence[PrismAdaptiveState] | None = None,
-               example_weights: Tensor | None = None) -> PrismStepResult:
+def prism_step(
+    factors: Sequence[LoraFactors],
+    per_example_gradients: Sequence[FactorGradients],
+    config: PrismStepConfig,
+    generator: Generators,
+    states: Sequence[PrismAdaptiveState] | None = None,
+    example_weights: Tensor | None = None,
+) -> PrismStepResult:
     """One PRISM update across all LoRA modules ([P] Alg. 1), pure.
 
     1. each example's intrinsic norm ``‖P(G_i)‖`` (Eq. 15, from its factor gradients: :func:`_tangent_sq_norms`)
@@ -735,47 +798,75 @@ def prism_step(factors: Sequence[LoraFactors], per_example_gradients: Sequence[F
     modules draw in list order. ``states``: None starts from zero moments.
     """
     factors = [_as_pair(LoraFactors, pair, f"factors[{i}]") for i, pair in enumerate(factors)]
-    per_example_gradients = [_as_pair(FactorGradients, pair, f"per_example_gradients[{i}]")
-                             for i, pair in enumerate(per_example_gradients)]
+    per_example_gradients = [
+        _as_pair(FactorGradients, pair, f"per_example_gradients[{i}]") for i, pair in enumerate(per_example_gradients)
+    ]
     _check_step_inputs(factors, per_example_gradients, example_weights, states, config)
     geometries = [_geometry(module_factors) for module_factors in factors]
-    norms = global_intrinsic_norm([_tangent_sq_norms(_per_example_factor_sq_norm(gradients), *geometry)
-                                   for gradients, geometry in zip(per_example_gradients, geometries)])
+    norms = global_intrinsic_norm(
+        [
+            _tangent_sq_norms(_per_example_factor_sq_norm(gradients), *geometry)
+            for gradients, geometry in zip(per_example_gradients, geometries)
+        ]
+    )
     alphas = clip_factors(norms, config.privacy.clip_norm)
     weights = alphas if example_weights is None else alphas * example_weights
-    clipped_sums = [FactorGradients(*(torch.einsum("...b,...bdr->...dr", weights, g) for g in gradients))
-                    for gradients in per_example_gradients]
+    clipped_sums = [
+        FactorGradients(*(torch.einsum("...b,...bdr->...dr", weights, g) for g in gradients))
+        for gradients in per_example_gradients
+    ]
     return _step_from_clipped_sums(factors, geometries, clipped_sums, norms, alphas, config, generator, states)
 
 
-def _step_from_clipped_sums(factors: Sequence[LoraFactors], geometries, clipped_sums: Sequence[FactorGradients],
-                            norms: Tensor, alphas: Tensor, config: PrismStepConfig, generator: Generators,
-                            states: Sequence[PrismAdaptiveState] | None) -> PrismStepResult:
+def _step_from_clipped_sums(
+    factors: Sequence[LoraFactors],
+    geometries,
+    clipped_sums: Sequence[FactorGradients],
+    norms: Tensor,
+    alphas: Tensor,
+    config: PrismStepConfig,
+    generator: Generators,
+    states: Sequence[PrismAdaptiveState] | None,
+) -> PrismStepResult:
     """:func:`prism_step` after clipping: per module, lift ``Σ_i α_i w_i (g_A,i, g_B,i)`` (Eq. 14, linear, so this is
-    the clipped sum of the per-example lifts), add the noise (Eq. 17), adaptive direction, retraction, alignment."""
+    the clipped sum of the per-example lifts), add the noise (Eq. 17), adaptive direction, retraction, alignment.
+    """
     if config.adaptive is not None and states is None:
         states = [initial_adaptive_state(module_factors) for module_factors in factors]
     new_factors, new_states, noisy_updates = [], [], []
     for index, (module_factors, (geometry_A, geometry_B)) in enumerate(zip(factors, geometries)):
-        noisy = _noisy_mean(_lift(clipped_sums[index], geometry_A, geometry_B), geometry_A, geometry_B,
-                            config.privacy, generator)
+        noisy = _noisy_mean(
+            _lift(clipped_sums[index], geometry_A, geometry_B), geometry_A, geometry_B, config.privacy, generator
+        )
         noisy_updates.append(noisy)
         direction = noisy
         if config.adaptive is not None:
-            direction, state = _adaptive_direction(states[index], noisy, geometry_A, geometry_B,
-                                                   config.privacy.noise_std, config.adaptive)
+            direction, state = _adaptive_direction(
+                states[index], noisy, geometry_A, geometry_B, config.privacy.noise_std, config.adaptive
+            )
             new_states.append(state)
         new_factors.append(align_gauge(retract(module_factors, direction, config.learning_rate), module_factors))
-    return PrismStepResult(tuple(new_factors), tuple(new_states) if config.adaptive is not None else None,
-                           tuple(noisy_updates), norms, alphas)
+    return PrismStepResult(
+        tuple(new_factors),
+        tuple(new_states) if config.adaptive is not None else None,
+        tuple(noisy_updates),
+        norms,
+        alphas,
+    )
 
 
-def prism_module_step(factors: LoraFactors, per_example_gradients: FactorGradients, config: PrismStepConfig,
-                      generator: Generators, state: PrismAdaptiveState | None = None,
-                      example_weights: Tensor | None = None) -> PrismStepResult:
+def prism_module_step(
+    factors: LoraFactors,
+    per_example_gradients: FactorGradients,
+    config: PrismStepConfig,
+    generator: Generators,
+    state: PrismAdaptiveState | None = None,
+    example_weights: Tensor | None = None,
+) -> PrismStepResult:
     """:func:`prism_step` for a model with a single LoRA module (its norm is then the global norm)."""
-    return prism_step([factors], [per_example_gradients], config, generator,
-                      None if state is None else [state], example_weights)
+    return prism_step(
+        [factors], [per_example_gradients], config, generator, None if state is None else [state], example_weights
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -791,20 +882,22 @@ def factor_norm_statistic(A: Tensor, B: Tensor) -> Tensor:
 
 def prism_noise_energy_closed_form(m: int, n: int, rank: int, noise_std: float) -> float:
     """``E‖(σC/b) P(Ξ)‖_F² = (σC/b)² r(m+n−r)`` ([P] Thm 3.1, Eq. 20; Eq. 21 is its square root)."""
-    return noise_std ** 2 * rank * (m + n - rank)
+    return noise_std**2 * rank * (m + n - rank)
 
 
 class FactorNoiseEnergy(NamedTuple):
     """Per-draw energies of factor-space DP-LoRA noise ([P] Prop. 2.2): ``first_order = ‖ξ_A Bᵀ + A ξ_Bᵀ‖²``,
-    ``bilinear = ‖ξ_A ξ_Bᵀ‖²``, ``total = ‖ξ_A Bᵀ + A ξ_Bᵀ + ξ_A ξ_Bᵀ‖²`` (numpy, one entry per draw)."""
+    ``bilinear = ‖ξ_A ξ_Bᵀ‖²``, ``total = ‖ξ_A Bᵀ + A ξ_Bᵀ + ξ_A ξ_Bᵀ‖²`` (numpy, one entry per draw).
+    """
 
     first_order: np.ndarray
     bilinear: np.ndarray
     total: np.ndarray
 
 
-def factor_space_noise_energy(A: Tensor, B: Tensor, noise_std: float, num_draws: int,
-                              generator: torch.Generator) -> FactorNoiseEnergy:
+def factor_space_noise_energy(
+    A: Tensor, B: Tensor, noise_std: float, num_draws: int, generator: torch.Generator
+) -> FactorNoiseEnergy:
     """Sample ``ξ_A, ξ_B`` i.i.d. ``N(0, τ²)`` (τ = ``noise_std`` per factor entry, step size included) and
     measure the induced intrinsic noise by r×r traces. Expectations (Eqs. 8-9): ``τ² S_t`` and ``mnr τ⁴``.
     Draw order: ξ_A (num_draws, m, r) then ξ_B (num_draws, n, r) from ``generator``. Unbatched A, B.
@@ -824,14 +917,15 @@ def factor_space_noise_energy(A: Tensor, B: Tensor, noise_std: float, num_draws:
     return FactorNoiseEnergy(to_numpy(first), to_numpy(bilinear), to_numpy(first + bilinear + 2.0 * cross))
 
 
-def prism_noise_energy(A: Tensor, B: Tensor, noise_std: float, num_draws: int,
-                       generator: torch.Generator) -> np.ndarray:
+def prism_noise_energy(
+    A: Tensor, B: Tensor, noise_std: float, num_draws: int, generator: torch.Generator
+) -> np.ndarray:
     """Per-draw ``‖(σC/b)(Ξ_A Bᵀ + A Ξ_Bᵀ)‖_F²`` from the Eq. 19 sampler (numpy); mean → Thm 3.1's closed form."""
     _require_positive("noise_std", noise_std, allow_zero=True)
     if A.ndim != 2 or num_draws < 1:
         raise UsageError("prism_noise_energy takes unbatched A (m, r), B (n, r) and num_draws >= 1")
     noise = sample_tangent_noise(A, B, generator, (num_draws,))
-    energy = noise_std ** 2 * _intrinsic_sq_norm(noise, A, B, A.mT @ A, B.mT @ B)
+    energy = noise_std**2 * _intrinsic_sq_norm(noise, A, B, A.mT @ A, B.mT @ B)
     return energy.detach().cpu().double().numpy()
 
 
@@ -850,8 +944,9 @@ class GaugeSweepNoiseEnergy:
     prism_closed_form: np.ndarray  # τ² r (m + n − r) (Thm 3.1)
 
 
-def gauge_sweep_noise_energy(A: Tensor, B: Tensor, gauges: Sequence[float], noise_std: float, num_draws: int,
-                             generator: torch.Generator) -> GaugeSweepNoiseEnergy:
+def gauge_sweep_noise_energy(
+    A: Tensor, B: Tensor, gauges: Sequence[float], noise_std: float, num_draws: int, generator: torch.Generator
+) -> GaugeSweepNoiseEnergy:
     """Factor-space DP-LoRA vs PRISM intrinsic noise energy over the scalar gauge family ``(cA, B/c)`` (same Z).
 
     Per gauge, in order: factor-space draws then PRISM draws from ``generator``. Factor-space energy grows
@@ -867,9 +962,19 @@ def gauge_sweep_noise_energy(A: Tensor, B: Tensor, gauges: Sequence[float], nois
         factor = factor_space_noise_energy(A_c, B_c, noise_std, num_draws, generator)
         prism = prism_noise_energy(A_c, B_c, noise_std, num_draws, generator)
         statistic = float(factor_norm_statistic(A_c, B_c))
-        rows.append((c, statistic, factor.first_order.mean(), factor.bilinear.mean(), factor.total.mean(),
-                     noise_std ** 2 * statistic, m * n * rank * noise_std ** 4, prism.mean(),
-                     prism_noise_energy_closed_form(m, n, rank, noise_std)))
+        rows.append(
+            (
+                c,
+                statistic,
+                factor.first_order.mean(),
+                factor.bilinear.mean(),
+                factor.total.mean(),
+                noise_std**2 * statistic,
+                m * n * rank * noise_std**4,
+                prism.mean(),
+                prism_noise_energy_closed_form(m, n, rank, noise_std),
+            )
+        )
     return GaugeSweepNoiseEnergy(*(np.array(column, dtype=np.float64) for column in zip(*rows)))
 
 
@@ -881,7 +986,7 @@ def linear_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
     slope, intercept = np.polyfit(x, y, 1)
     residual = y - (slope * x + intercept)
     total = np.sum((y - y.mean()) ** 2)
-    r_squared = 1.0 - np.sum(residual ** 2) / total if total > 0 else 1.0
+    r_squared = 1.0 - np.sum(residual**2) / total if total > 0 else 1.0
     return float(slope), float(intercept), float(r_squared)
 
 
@@ -893,7 +998,8 @@ def linear_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
 @dataclass
 class PrismTrainingState:
     """Per campaign chunk: one noise generator per model, the (lora_A, lora_B) tensor names of each LoRA module,
-    and the adaptive moments of every module (None before the first step)."""
+    and the adaptive moments of every module (None before the first step).
+    """
 
     generators: list[torch.Generator]
     modules: tuple[tuple[str, str], ...]
@@ -935,8 +1041,10 @@ class PrismMechanism:
         for a_name, b_name in modules:
             rank, n_out = shapes[a_name][0], shapes[b_name][0]
             if n_out < rank:
-                raise UsageError(f"--rank {rank} exceeds the {n_out} outputs of LoRA module {b_name!r}: PRISM needs "
-                                 f"both factors of full column rank r ([P] Thm 3.1); use --rank <= {n_out}")
+                raise UsageError(
+                    f"--rank {rank} exceeds the {n_out} outputs of LoRA module {b_name!r}: PRISM needs "
+                    f"both factors of full column rank r ([P] Thm 3.1); use --rank <= {n_out}"
+                )
         return PrismTrainingState([model.torch("noise") for model in randomness], modules)
 
     def initialise(self, params: dict[str, Tensor], state: PrismTrainingState) -> None:
@@ -944,17 +1052,19 @@ class PrismMechanism:
         for a_name, b_name in state.modules:
             lora_A, lora_B = params[a_name], params[b_name]
             rank, m, n = lora_A.shape[1], lora_B.shape[1], lora_A[0].numel() // lora_A.shape[1]
-            starts = [balanced_random_factors(m, n, rank, self.init_scale, generator, lora_A.dtype)
-                      for generator in state.generators]
+            starts = [
+                balanced_random_factors(m, n, rank, self.init_scale, generator, lora_A.dtype)
+                for generator in state.generators
+            ]
             start_A, start_B = adapter.to_peft(LoraFactors(*(torch.stack(f) for f in zip(*starts))))
             lora_A.copy_(start_A.reshape(lora_A.shape))
             lora_B.copy_(start_B.reshape(lora_B.shape))
 
-    def update(self, params: dict[str, Tensor], step: Step, state: PrismTrainingState,
-               learning_rate: float) -> None:
+    def update(self, params: dict[str, Tensor], step: Step, state: PrismTrainingState, learning_rate: float) -> None:
         """One :func:`prism_step` on the engine's per-example gradients, which are never materialised: the
         clipping norms come from :meth:`PerExampleGradients.transformed_squared_norms` and the clipped sums from
-        :meth:`PerExampleGradients.weighted_sum` (peft's ``lora_B`` gradient is ``g_A``, ``lora_A``'s is ``g_Bᵀ``)."""
+        :meth:`PerExampleGradients.weighted_sum` (peft's ``lora_B`` gradient is ``g_A``, ``lora_A``'s is ``g_Bᵀ``).
+        """
         adapter = PeftLoraAdapter(self.lora_scale)
         examples = step.gradients
         factors = [adapter.to_prism(params[a].flatten(2), params[b].flatten(2)) for a, b in state.modules]
@@ -965,17 +1075,26 @@ class PrismMechanism:
                 if factor == "A":
                     return examples.transformed_squared_norms(b_name, left, right)
                 return examples.transformed_squared_norms(a_name, right.mT, None if left is None else left.mT)
+
             return norm
 
-        norms = global_intrinsic_norm([_tangent_sq_norms(factor_sq_norm(*names), *geometry)
-                                       for names, geometry in zip(state.modules, geometries)])
+        norms = global_intrinsic_norm(
+            [_tangent_sq_norms(factor_sq_norm(*names), *geometry) for names, geometry in zip(state.modules, geometries)]
+        )
         alphas = clip_factors(norms, self.clip_norm)
         sums = examples.weighted_sum(alphas * step.weights)
         clipped_sums = [adapter.gradients_to_prism(sums[a].flatten(2), sums[b].flatten(2)) for a, b in state.modules]
         privacy = PrismPrivacyConfig(self.noise_multiplier, self.clip_norm, step.expected_batch_size)
-        result = _step_from_clipped_sums(factors, geometries, clipped_sums, norms, alphas,
-                                         PrismStepConfig(privacy, learning_rate, self.adaptive), state.generators,
-                                         state.adaptive)
+        result = _step_from_clipped_sums(
+            factors,
+            geometries,
+            clipped_sums,
+            norms,
+            alphas,
+            PrismStepConfig(privacy, learning_rate, self.adaptive),
+            state.generators,
+            state.adaptive,
+        )
         state.adaptive = result.states
         for (a, b), new in zip(state.modules, result.factors):
             lora_A, lora_B = adapter.to_peft(new)
@@ -984,4 +1103,3 @@ class PrismMechanism:
 
     def transform(self, step: Step, state) -> dict[str, Tensor]:
         raise TypeError("PRISM owns its update (a retraction, [P] Eq. 22): the engine calls update()")
-

@@ -54,6 +54,7 @@ _RANK_TOLERANCE = 1e-10
 
 # ---------------------------------------------------------------------------------------------- checks
 
+
 def _count(name: str, value, minimum: int = 1) -> int:
     if isinstance(value, bool) or not float(value).is_integer() or int(value) < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
@@ -104,6 +105,7 @@ def _pair_rng(seed) -> np.random.Generator:
 
 # ---------------------------------------------------------------------------------------------- pairs
 
+
 class _Pair:
     """Shared by the pair dataclasses: two read-only float arrays of one shape, named by ``_inputs``."""
 
@@ -113,8 +115,10 @@ class _Pair:
     def __post_init__(self):
         first, second = (_read_only(getattr(self, name)) for name in self._inputs)
         if first.ndim != self._ndim or first.shape != second.shape:
-            raise ValueError(f"{self._inputs[0]} and {self._inputs[1]} must be {self._ndim}-D arrays of one shape, "
-                             f"got {first.shape} and {second.shape}")
+            raise ValueError(
+                f"{self._inputs[0]} and {self._inputs[1]} must be {self._ndim}-D arrays of one shape, "
+                f"got {first.shape} and {second.shape}"
+            )
         for name, array in zip(self._inputs, (first, second)):
             object.__setattr__(self, name, array)
 
@@ -238,8 +242,9 @@ class OneColumnChange(MatrixPair):
         return float(np.linalg.norm(self.V[:, self.column] - self.V_prime[:, self.column]))
 
 
-def one_column_change(d: int, n: int, beta_perp: float, rho_parallel: float, rho_perp: float,
-                      seed: int = 0) -> OneColumnChange:
+def one_column_change(
+    d: int, n: int, beta_perp: float, rho_parallel: float, rho_perp: float, seed: int = 0
+) -> OneColumnChange:
     """A pair ``V ~_A^{(j)} V'`` ([W] Def. 4) with the given ``(beta_perp, rho_parallel, rho_perp)``, j = n - 1.
 
     In a Haar-random orthonormal frame ``(f_1, ..., f_{n+1})`` of R^d: ``S = span(f_1..f_{n-1})`` holds the n - 1
@@ -349,8 +354,15 @@ class SketchPair(_Pair):
         return float(np.linalg.eigvalsh(self.Q_prime @ self.Q_prime.T)[0])
 
 
-def sketch_pair(n: int, m: int, norm_bound: float, sensitivity: float, lambda_min: float,
-                direction: Literal["smallest", "largest"] = "smallest", seed: int = 0) -> SketchPair:
+def sketch_pair(
+    n: int,
+    m: int,
+    norm_bound: float,
+    sensitivity: float,
+    lambda_min: float,
+    direction: Literal["smallest", "largest"] = "smallest",
+    seed: int = 0,
+) -> SketchPair:
     """Q with ``lambda_min(Q Q^T) = lambda_min``, ``|Q|_F = norm_bound``; Q' = Q minus a column of norm ``sensitivity``.
 
     ``Q Q^T = U diag(lambda_min, l, ..., l) U^T`` with ``l = (B_F^2 - lambda_min)/(n - 1)`` (so lambda_min is the
@@ -369,14 +381,18 @@ def sketch_pair(n: int, m: int, norm_bound: float, sensitivity: float, lambda_mi
     if direction not in ("smallest", "largest"):
         raise ValueError(f"direction must be 'smallest' or 'largest', got {direction!r}")
     if norm_bound**2 < n * lambda_min * (1 - 1e-12):
-        raise ValueError(f"norm_bound^2 = {norm_bound**2:.6g} must be >= n * lambda_min = {n * lambda_min:.6g} "
-                         "(|Q|_F^2 is the sum of n eigenvalues, each >= lambda_min)")
+        raise ValueError(
+            f"norm_bound^2 = {norm_bound**2:.6g} must be >= n * lambda_min = {n * lambda_min:.6g} "
+            "(|Q|_F^2 is the sum of n eigenvalues, each >= lambda_min)"
+        )
     rest = (norm_bound**2 - lambda_min) / (n - 1) if n > 1 else lambda_min
     eigenvalues = np.array([lambda_min] + [rest] * (n - 1))
     along = 0 if direction == "smallest" else n - 1
     if not sensitivity**2 < eigenvalues[along]:
-        raise ValueError(f"sensitivity^2 = {sensitivity**2:.6g} must be < the eigenvalue {eigenvalues[along]:.6g} "
-                         f"along the changed column (direction={direction!r}), so that Q' keeps full row rank")
+        raise ValueError(
+            f"sensitivity^2 = {sensitivity**2:.6g} must be < the eigenvalue {eigenvalues[along]:.6g} "
+            f"along the changed column (direction={direction!r}), so that Q' keeps full row rank"
+        )
     rng = _pair_rng(seed)
     basis = _orthonormal_frame(rng, n, n)
     remaining = eigenvalues.copy()
@@ -390,6 +406,7 @@ def sketch_pair(n: int, m: int, norm_bound: float, sensitivity: float, lambda_mi
 
 
 # ---------------------------------------------------------------------------------------------- sampling
+
 
 def _chunks(count: int, elements_per_draw: int):
     per_chunk = max(1, _CHUNK_ELEMENTS // max(elements_per_draw, 1))
@@ -411,14 +428,16 @@ class _Release:
         """``count`` full releases under ``side``'s input, shape ``(count, *release_shape)``."""
         return self._sample(rng, _count("count", count), _side(side))
 
-    def sample_statistic(self, rng: np.random.Generator, count: int, side: Side, *,
-                         full_releases: bool = False) -> np.ndarray:
+    def sample_statistic(
+        self, rng: np.random.Generator, count: int, side: Side, *, full_releases: bool = False
+    ) -> np.ndarray:
         """``T`` of ``count`` releases under ``side``: from its exact law where known, else from full releases."""
         count, side = _count("count", count), _side(side)
         if self.draws_statistic_directly and not full_releases:
             return self._draw_statistic(rng, count, side)
-        return np.concatenate([self.statistic(self._sample(rng, size, side))
-                               for size in _chunks(count, self._elements_per_draw())])
+        return np.concatenate(
+            [self.statistic(self._sample(rng, size, side)) for size in _chunks(count, self._elements_per_draw())]
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -532,8 +551,9 @@ class _MatrixRelease(_Release):
         return self.pair.d * max(self.r, self.pair.n)
 
     def _sample(self, rng, count, side):
-        return np.concatenate([self._release(rng, size, self.pair.input(side))
-                               for size in _chunks(count, self._elements_per_draw())])
+        return np.concatenate(
+            [self._release(rng, size, self.pair.input(side)) for size in _chunks(count, self._elements_per_draw())]
+        )
 
     def statistic(self, releases: np.ndarray) -> np.ndarray:
         basis = self.pair.span_basis()
@@ -558,8 +578,9 @@ class MatrixProjection(_MatrixRelease):
     def __post_init__(self):
         super().__post_init__()
         if self.pair.n < 2:
-            raise ValueError(f"the matrix projection needs n >= 2 columns (n = 1 is WishartVector), "
-                             f"got n={self.pair.n}")
+            raise ValueError(
+                f"the matrix projection needs n >= 2 columns (n = 1 is WishartVector), got n={self.pair.n}"
+            )
 
     def _release(self, rng, count, V):
         z = _wishart_factor(rng, count, self.pair.d, self.r)
@@ -620,8 +641,10 @@ class GaussianSketch(_Release):
         _real("sigma_g", self.sigma_g, 0.0, math.inf, high_open=True)
         for side in SIDES:
             if np.linalg.eigvalsh(self.covariance(side))[0] <= _RANK_TOLERANCE * np.trace(self.covariance(side)):
-                raise ValueError(f"the sketch covariance sigma_A^2 Q Q^T + sigma_g^2 I under {side} is singular: "
-                                 "give sigma_g > 0 or data of full row rank")
+                raise ValueError(
+                    f"the sketch covariance sigma_A^2 Q Q^T + sigma_g^2 I under {side} is singular: "
+                    "give sigma_g > 0 or data of full row rank"
+                )
 
     def covariance(self, side: Side) -> np.ndarray:
         data = self.pair.input(side)

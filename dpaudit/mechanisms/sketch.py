@@ -44,8 +44,7 @@ class GaussianSketch:
     def transform(self, step: Step, generators) -> dict[str, torch.Tensor]:
         return step.gradients
 
-    def finish(self, params: dict[str, torch.Tensor], generators: list[torch.Generator],
-               learning_rate: float) -> None:
+    def finish(self, params: dict[str, torch.Tensor], generators: list[torch.Generator], learning_rate: float) -> None:
         """``B ← B - η Z``, Z i.i.d. N(0, σ_g²) shaped like each (K, n, r) lora_B ([S] Eq. 14)."""
         for name, noise in gaussian_noise(params, generators, self.noise_std).items():
             params[name].sub_(learning_rate * noise)

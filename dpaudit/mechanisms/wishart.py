@@ -25,10 +25,12 @@ from dpaudit.models import draw_lora_a
 PROJECTION_VARIANTS = ("m1", "m2")
 
 
-def draw_factors(shapes: dict[str, torch.Size], rank: int,
-                 generators: list[torch.Generator]) -> dict[str, torch.Tensor]:
+def draw_factors(
+    shapes: dict[str, torch.Size], rank: int, generators: list[torch.Generator]
+) -> dict[str, torch.Tensor]:
     """Per weight: (K, r, d_in) factors with i.i.d. N(0, 1/r) entries, model k drawing from ``generators[k]``
-    weight by weight in ``shapes``' order (the order of the LoRA-FA engine's ``lora_A`` draws)."""
+    weight by weight in ``shapes``' order (the order of the LoRA-FA engine's ``lora_A`` draws).
+    """
     factors: dict[str, list[torch.Tensor]] = {name: [] for name in shapes}
     for generator in generators:
         for name, shape in shapes.items():
@@ -37,15 +39,17 @@ def draw_factors(shapes: dict[str, torch.Size], rank: int,
     return {name: torch.stack(stack) for name, stack in factors.items()}
 
 
-def project(gradients: dict[str, torch.Tensor], factors: dict[str, torch.Tensor],
-            scale: float = 1.0) -> dict[str, torch.Tensor]:
+def project(
+    gradients: dict[str, torch.Tensor], factors: dict[str, torch.Tensor], scale: float = 1.0
+) -> dict[str, torch.Tensor]:
     """``G ← s² G AᵀA`` per (K, d_out, ...) weight ([W] Eq. 36), as ``(G Aᵀ) A``: O(d_out·d_in·r), never
-    forming the d_in × d_in matrix M."""
+    forming the d_in × d_in matrix M.
+    """
     projected = {}
     for name, gradient in gradients.items():
         a = factors[name].to(gradient.device)
         flat = gradient.reshape(gradient.shape[0], gradient.shape[1], -1)
-        projected[name] = (scale ** 2 * (flat @ a.transpose(1, 2)) @ a).reshape(gradient.shape)
+        projected[name] = (scale**2 * (flat @ a.transpose(1, 2)) @ a).reshape(gradient.shape)
     return projected
 
 
@@ -114,8 +118,11 @@ class NoisyProjection:
         stream, fixed = state
         coefficients = clip_coefficients(step.gradients, step.weights, self.clip_norm)
         noise = stream.draw(step.parameters, step, noise_std(self.noise_multiplier, self.clip_norm))
-        factors = fixed if fixed is not None else draw_factors(
-            {name: t.shape[1:] for name, t in step.parameters.items()}, self.rank, stream.generators)
+        factors = (
+            fixed
+            if fixed is not None
+            else draw_factors({name: t.shape[1:] for name, t in step.parameters.items()}, self.rank, stream.generators)
+        )
         if self.variant == "m2":
             step.gradients.add_weighted_sum(noise, coefficients, 1.0)  # V + Ξ, the sum accumulated into Ξ
             projected = project(noise, factors)
