@@ -20,7 +20,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.privacy_accountant import NeighboringRelation
 from scipy.optimize import brentq
 
-from accountants import _validate as check
+from accountants import validation as check
 from accountants.result import ADD_REMOVE, REPLACE_ONE, Bound, Neighbouring
 
 _SOURCE = "Poisson-subsampled Gaussian, PLD accountant (dp_accounting)"

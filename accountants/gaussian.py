@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 from scipy.special import log_ndtr, ndtri
 
-from accountants import _validate as check
+from accountants import validation as check
 from accountants._numeric import minimize_on_grid, solve_decreasing
 from accountants.result import REPLACE_ONE, Bound, Neighbouring, inapplicable
 

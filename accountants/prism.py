@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from accountants import _validate as check
+from accountants import validation as check
 
 
 def _layer(m, n, r) -> tuple[int, int, int]:

@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from accountants import _validate as check
+from accountants import validation as check
 from accountants.gaussian import rdp_to_dp, tcdp_to_dp
 from accountants.result import REPLACE_ONE, Bound, inapplicable
 

@@ -21,7 +21,7 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import betaincc, betainccinv, betaincinv, chdtri, stdtr, stdtrit
 
-from accountants import _validate as check
+from accountants import validation as check
 from accountants import gaussian
 from accountants._montecarlo import SampledMixture, SortedLosses, invert
 from accountants._numeric import minimize_on_grid, solve_decreasing

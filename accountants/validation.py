@@ -1,0 +1,152 @@
+"""The one set of argument checks for every package (accountants, attacks, dpaudit).
+
+Each check takes ``(name, value, ...)``, returns the value in its canonical type, and raises
+:class:`InvalidArgument` naming the parameter and the accepted range, so that a bad argument fails at the
+boundary instead of surfacing later as a NaN, an overflow or a numpy broadcasting error. It lives in
+``accountants`` because that is the package every other one may import (numpy only, no torch).
+
+``InvalidArgument`` is the *usage* error: the command line prints it as one line and exits with status 2. Any
+other exception is a bug and surfaces as one.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+
+import numpy as np
+
+
+class InvalidArgument(ValueError):
+    """Bad input a caller can fix: the message names the argument, what it must be, and what it got."""
+
+
+
+def _real(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidArgument(f"{name} must be a real number, got {value!r}")
+    value = float(value)
+    if math.isnan(value):
+        raise InvalidArgument(f"{name} must be a number, got NaN")
+    return value
+
+
+def positive(name: str, value) -> float:
+    """A finite value > 0 (noise scales, sensitivities, norms)."""
+    value = _real(name, value)
+    if not 0.0 < value < math.inf:
+        raise InvalidArgument(f"{name} must be a finite number > 0, got {value}")
+    return value
+
+
+def non_negative(name: str, value) -> float:
+    value = _real(name, value)
+    if not 0.0 <= value < math.inf:
+        raise InvalidArgument(f"{name} must be a finite number >= 0, got {value}")
+    return value
+
+
+def open_unit(name: str, value) -> float:
+    """A probability strictly inside (0, 1): delta, delta', alpha of [W] Thm 5, ..."""
+    value = _real(name, value)
+    if not 0.0 < value < 1.0:
+        raise InvalidArgument(f"{name} must be in (0, 1), got {value}")
+    return value
+
+
+def sample_rate(name: str, value) -> float:
+    value = _real(name, value)
+    if not 0.0 < value <= 1.0:
+        raise InvalidArgument(f"{name} must be in (0, 1] (Poisson sampling probability), got {value}")
+    return value
+
+
+def alignment(name: str, value) -> float:
+    """An inner product of unit vectors, in (-1, 1] ([W] Eq. 2; -1 means v' = -v)."""
+    value = _real(name, value)
+    if not -1.0 < value <= 1.0:
+        raise InvalidArgument(f"{name} must be in (-1, 1] (inner product of unit vectors), got {value}")
+    return value
+
+
+def count(name: str, value, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        if isinstance(value, numbers.Real) and float(value).is_integer():
+            value = int(value)
+        else:
+            raise InvalidArgument(f"{name} must be an integer, got {value!r}")
+    value = int(value)
+    if value < minimum:
+        raise InvalidArgument(f"{name} must be an integer >= {minimum}, got {value}")
+    return value
+
+
+def rank(r, d) -> tuple[int, int]:
+    """Projection rank r and ambient dimension d with 1 <= r <= d."""
+    d = count("d", d)
+    r = count("r", r)
+    if r > d:
+        raise InvalidArgument(f"r must be <= d (the rank of a d x d projection), got r={r} > d={d}")
+    return r, d
+
+
+def integer(name: str, value, minimum: int | None = None, maximum: int | None = None) -> int:
+    """An integer in [minimum, maximum] (either side optional); a float that is a whole number is accepted."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        if isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer():
+            value = int(value)
+        else:
+            raise InvalidArgument(f"{name} must be an integer, got {value!r}")
+    value = int(value)
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        low = "-inf" if minimum is None else minimum
+        high = "inf" if maximum is None else maximum
+        raise InvalidArgument(f"{name} must be an integer in [{low}, {high}], got {value}")
+    return value
+
+
+def seed(name: str, value) -> int:
+    """A seed for numpy/torch generators: an integer in [0, 2**63 - 1] (torch's seeds are signed 64-bit)."""
+    return integer(name, value, 0, 2**63 - 1)
+
+
+def one_of(name: str, value, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise InvalidArgument(f"{name} must be one of {', '.join(map(str, choices))}, got {value!r}")
+    return value
+
+
+def real_in(name: str, value, low: float, high: float, *, low_open: bool = False, high_open: bool = False) -> float:
+    """A real number in the interval [low, high], each end open when asked ((low, high], [low, high), ...)."""
+    value = _real(name, value)
+    if (value < low or (low_open and value == low)) or (value > high or (high_open and value == high)):
+        interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+        raise InvalidArgument(f"{name} must be in {interval}, got {value}")
+    return value
+
+
+def boolean(name: str, value) -> bool:
+    """A real bool: TOML's ``"yes"`` or ``1`` is refused rather than read as truthy."""
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"{name} must be true or false, got {value!r}")
+    return value
+
+
+def finite_array(name: str, values, *, ndim: int) -> np.ndarray:
+    """``values`` as a float64 array with ``ndim`` dimensions and only finite entries."""
+    try:
+        array = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise InvalidArgument(f"{name} must be numeric; got {type(values).__name__} ({error})") from None
+    if array.ndim != ndim:
+        raise InvalidArgument(f"{name} must be a {ndim}-D array; got shape {array.shape}")
+    if not np.all(np.isfinite(array)):
+        positions = [tuple(int(i) for i in p) for p in np.argwhere(~np.isfinite(array))]
+        shown = ", ".join(str(p[0]) if len(p) == 1 else str(p) for p in positions[:5])
+        more = "" if len(positions) <= 5 else f" and {len(positions) - 5} more"
+        raise InvalidArgument(
+            f"{name} contains {len(positions)} non-finite value(s) (NaN or ±inf) at index {shown}{more}; "
+            "remove or repair those entries"
+        )
+    return array
