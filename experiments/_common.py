@@ -30,7 +30,7 @@ from torch import nn  # noqa: E402
 from dpaudit import analysis, campaign, data, engine, models, report, seeding  # noqa: E402
 from dpaudit.config import CampaignConfig, Execution  # noqa: E402
 
-DEFAULT_OUT = Path("experiments/out")
+DEFAULT_OUT = Path("experiments/results")
 
 
 def parser(doc: str) -> argparse.ArgumentParser:
@@ -59,14 +59,22 @@ def scale(args: argparse.Namespace, cpu: tuple[int, int], paper: tuple[int, int]
 def audit(config: CampaignConfig, out: Path, tag: str, workers: int, attacks: Sequence[str] = ("canary-loss",)) -> dict:
     """Run ``config`` into the fresh run directory ``out/runs/tag``; one flat row of its audit numbers.
 
-    Columns per attack (prefixed by the attack name when several are asked for): AUC with its 95% CI, balanced
-    accuracy, TPR at FPR 10% / 1% / 0.1%, the Clopper-Pearson ε lower bound; then the mean test accuracy, the
-    analytic ε of the mechanism (None where no bound exists) and the campaign's seconds.
+    Columns: the campaign's models, epochs, batch size, learning rate, momentum and δ; per attack (prefixed by the
+    attack name when several are asked for): AUC with its 95% CI, balanced accuracy, the IN and OUT trial counts,
+    TPR at FPR 10% / 1% / 0.1% with their 95% Clopper-Pearson intervals, the Clopper-Pearson ε lower bound; then
+    the mean test accuracy, the analytic ε of the mechanism (None where no bound exists) and the campaign's seconds.
     """
     run_dir = out / "runs" / tag
     shutil.rmtree(run_dir, ignore_errors=True)  # always a fresh campaign: timings and numbers of this run
     store = campaign.run(config, Execution(workers=workers, progress=False), run_dir)
-    row = {"models": config.models, "epochs": config.epochs}
+    row = {
+        "models": config.models,
+        "epochs": config.epochs,
+        "batch_size": config.batch_size,
+        "lr": config.lr,
+        "momentum": config.momentum,
+        "delta": config.delta,
+    }
     for attack in attacks:
         numbers = report.summary(analysis.analyse(store, attack))
         prefix = f"{attack}_" if len(attacks) > 1 else ""
@@ -76,7 +84,14 @@ def audit(config: CampaignConfig, out: Path, tag: str, workers: int, attacks: Se
                 f"{prefix}auc_ci_low": numbers["auc_ci95"][0],
                 f"{prefix}auc_ci_high": numbers["auc_ci95"][1],
                 f"{prefix}balanced_accuracy": numbers["balanced_accuracy"],
+                f"{prefix}n_in": numbers["n_in"],
+                f"{prefix}n_out": numbers["n_out"],
                 **{f"{prefix}tpr_at_fpr_{fpr}": tpr for fpr, tpr in numbers["tpr_at_fpr"].items()},
+                **{
+                    f"{prefix}tpr_at_fpr_{fpr}_ci_{side}": bound
+                    for fpr, interval in numbers["tpr_at_fpr_ci95"].items()
+                    for side, bound in zip(("low", "high"), interval)
+                },
                 f"{prefix}epsilon_lower_bound": numbers["epsilon_lower_bound"],
             }
         )

@@ -3,10 +3,10 @@
 Every step records, per model, ``cos(Denoise(g̃), ḡ) - cos(g̃, ḡ)`` for the whole gradient (all trained tensors
 as one vector; ḡ the clipped noiseless mean, evaluation only; Denoise = Shabalin-Nobel shrinkage above
 κ = 1.02 times the bulk edge, with norm correction, [D] Alg. 1). Training follows the denoised update
-(``--follow noisy`` trains on g̃ instead). Writes ``denoise_cosine.csv`` (step, mean, std over models) and
+(``--follow noisy`` trains on g̃ instead). Writes ``denoise_cosine.csv`` (the setting, step, mean, std over models) and
 ``denoise_cosine.png`` to ``--out`` and prints the share of steps with a positive mean improvement.
 
-    python experiments/denoise_cosine.py --mechanism dp-lora --out experiments/out/
+    python experiments/denoise_cosine.py --mechanism dp-lora --out experiments/results/
 
 On digits the clipped mean gradient is small: with a well-pretrained base or small batches its singular values
 lie inside the noise bulk, the shrinkage is (rightly) skipped and the improvement is ~0; the defaults (a base
@@ -23,6 +23,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
+import _common  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -30,10 +31,13 @@ import torch  # noqa: E402
 from dpaudit import data, engine, models, seeding  # noqa: E402
 from dpaudit.mechanisms.dpsgd import DenoiseCosineRecorder, dp_sgd  # noqa: E402
 
+# The run's setting, repeated on every CSV row (the step's mean and std over the models follow).
+SETTINGS = ("mechanism", "models", "epochs", "batch_size", "noise", "clip", "rank", "lr", "pretrain_epochs")
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("experiments/out"), help="output folder")
+    parser.add_argument("--out", type=Path, default=_common.DEFAULT_OUT, help="output folder")
     parser.add_argument("--mechanism", choices=("dp-sgd", "dp-lora"), default="dp-lora")
     parser.add_argument("--models", type=int, default=8, help="shadow models trained at once (the error bars)")
     parser.add_argument("--epochs", type=int, default=10)
@@ -73,10 +77,11 @@ def main(argv: list[str] | None = None) -> None:
     trace = cosine_trace(args)
     args.out.mkdir(parents=True, exist_ok=True)
     mean, std = trace.mean(axis=1), trace.std(axis=1)
+    setting = [getattr(args, name) for name in SETTINGS]
     with open(args.out / "denoise_cosine.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(("step", "mean_improvement", "std_improvement"))
-        writer.writerows(zip(range(len(mean)), mean, std))
+        writer.writerow((*SETTINGS, "step", "mean_improvement", "std_improvement"))
+        writer.writerows((*setting, step, *values) for step, values in enumerate(zip(mean, std)))
     fig, ax = plt.subplots(figsize=(5, 3.5))
     steps = np.arange(len(mean))
     ax.plot(steps, mean, label=f"{args.mechanism}, σ={args.noise}, b={args.batch_size}")

@@ -13,7 +13,7 @@ the tight zero-out pair of [S] Lemma 7.1 for the sketch.
 Writes ``mechanism_audit_grid.csv`` and ``mechanism_audit_grid.png`` to ``--out`` and prints the headline
 findings (loosest theorem, violations, the sketch with sigma_g = 0).
 
-    python experiments/mechanism_audit_grid.py --out experiments/out/            # CPU scale, about a minute
+    python experiments/mechanism_audit_grid.py --out experiments/results/            # CPU scale, about a minute
     python experiments/mechanism_audit_grid.py --paper-scale                      # 10^6 draws, larger grid
 """
 
@@ -29,6 +29,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
+import _common  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -74,7 +75,7 @@ COLUMNS = (
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("experiments/out"), help="output folder")
+    parser.add_argument("--out", type=Path, default=_common.DEFAULT_OUT, help="output folder")
     parser.add_argument(
         "--paper-scale",
         action="store_true",

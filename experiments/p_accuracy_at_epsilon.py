@@ -71,6 +71,11 @@ def main(argv: list[str] | None = None) -> None:
                     test_accuracy_std=accuracy.std(),
                     models=models,
                     base_accuracy=base_accuracy,
+                    pretrain_epochs=args.pretrain_epochs,
+                    batch_size=training.batch_size,
+                    epochs=training.epochs,
+                    clip=args.clip,
+                    delta=DELTA,
                     sample_rate=q,
                     steps=steps,
                 )

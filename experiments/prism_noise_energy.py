@@ -8,7 +8,7 @@ For one LoRA module Z = A Bᵀ and gauges (cA, B/c), the same Z, this measures b
 
 Writes ``prism_noise_energy.csv`` and ``prism_noise_energy.png`` to ``--out`` and prints the linear fit.
 
-    python experiments/prism_noise_energy.py --out experiments/out/
+    python experiments/prism_noise_energy.py --out experiments/results/
 """
 
 from __future__ import annotations
@@ -21,12 +21,14 @@ import matplotlib
 import matplotlib.ticker
 
 matplotlib.use("Agg")  # files only, no display
+import _common  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from dpaudit.mechanisms.prism import gauge_sweep_noise_energy, linear_fit  # noqa: E402
+from dpaudit.mechanisms.prism_noise_energy import gauge_sweep_noise_energy, linear_fit  # noqa: E402
 
+SETTINGS = ("m", "n", "rank", "noise_std", "draws")
 COLUMNS = (
     "gauges",
     "factor_norm_statistic",
@@ -42,7 +44,7 @@ COLUMNS = (
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("experiments/out"), help="output folder")
+    parser.add_argument("--out", type=Path, default=_common.DEFAULT_OUT, help="output folder")
     parser.add_argument("--m", type=int, default=64, help="rows of the module (n_out)")
     parser.add_argument("--n", type=int, default=48, help="columns of the module (n_in)")
     parser.add_argument("--rank", type=int, default=8)
@@ -56,11 +58,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def write_csv(path: Path, sweep) -> None:
+def write_csv(path: Path, sweep, args: argparse.Namespace) -> None:
+    """One row per gauge: the module's setting (``SETTINGS``), then the sweep's ``COLUMNS``."""
+    setting = [getattr(args, name) for name in SETTINGS]
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(COLUMNS)
-        writer.writerows(zip(*(getattr(sweep, column) for column in COLUMNS)))
+        writer.writerow((*SETTINGS, *COLUMNS))
+        writer.writerows((*setting, *values) for values in zip(*(getattr(sweep, column) for column in COLUMNS)))
 
 
 def plot(path: Path, sweep, fit: tuple[float, float, float], title: str) -> None:
@@ -102,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     sweep = gauge_sweep_noise_energy(A, B, args.gauges, args.noise_std, args.draws, generator)
     fit = linear_fit(sweep.factor_norm_statistic, sweep.factor_total)
     args.out.mkdir(parents=True, exist_ok=True)
-    write_csv(args.out / "prism_noise_energy.csv", sweep)
+    write_csv(args.out / "prism_noise_energy.csv", sweep, args)
     title = f"m={args.m}, n={args.n}, r={args.rank}, τ={args.noise_std}, {args.draws} draws per point"
     plot(args.out / "prism_noise_energy.png", sweep, fit, title)
     deviation = np.abs(sweep.prism / sweep.prism_closed_form - 1).max()

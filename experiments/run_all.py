@@ -11,12 +11,15 @@ naming every failed script (and its last output lines). ``experiments/RESULTS.md
 from __future__ import annotations
 
 import argparse
+import csv
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+SECONDS_CSV = "run_all_seconds.csv"  # each script's wall time and the 1-minute load average when it ended
 # (script, what it reproduces), in the order RESULTS.md lists them.
 SCRIPTS = (
     ("w_table1_lora_fa", "[W] Table 1"),
@@ -36,9 +39,25 @@ SCRIPTS = (
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("experiments/out"), help="output folder of every script")
+    parser.add_argument("--out", type=Path, default=Path("experiments/results"), help="output folder of every script")
     parser.add_argument("--only", nargs="+", choices=[name for name, _ in SCRIPTS], help="run these scripts only")
     return parser.parse_args(argv)
+
+
+def record_seconds(out: Path, timings: list[tuple[str, str, float, str, float]]) -> None:
+    """Update ``out/run_all_seconds.csv`` (one row per script, in suite order) with this run's scripts only."""
+    path = out / SECONDS_CSV
+    rows = {}
+    if path.is_file():
+        with open(path, newline="") as handle:
+            rows = {row["script"]: row for row in csv.DictReader(handle)}
+    for name, _, seconds, status, load in timings:
+        rows[name] = {"script": name, "seconds": f"{seconds:.1f}", "status": status, "load_average_1min": f"{load:.2f}"}
+    out.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["script", "seconds", "status", "load_average_1min"])
+        writer.writeheader()
+        writer.writerows(rows[name] for name, _ in SCRIPTS if name in rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,13 +76,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         seconds = time.perf_counter() - began
         print(process.stdout, flush=True)
-        timings.append((name, what, seconds, "ok" if process.returncode == 0 else f"FAILED ({process.returncode})"))
+        status = "ok" if process.returncode == 0 else f"FAILED ({process.returncode})"
+        timings.append((name, what, seconds, status, os.getloadavg()[0]))
         if process.returncode:
             failures.append((name, process.stdout.splitlines()[-5:]))
     print(f"\n{'script':<30} {'reproduces':<30} {'seconds':>8}  status")
-    for name, what, seconds, status in timings:
+    for name, what, seconds, status, _ in timings:
         print(f"{name:<30} {what:<30} {seconds:8.1f}  {status}")
     print(f"{'total':<61} {time.perf_counter() - start:8.1f}")
+    record_seconds(args.out, timings)
     for name, tail in failures:
         print(f"\nFAILED: {name}\n" + "\n".join(tail), file=sys.stderr)
     return 1 if failures else 0

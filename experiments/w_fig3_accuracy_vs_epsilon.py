@@ -78,6 +78,12 @@ def main(argv: list[str] | None = None) -> None:
                     test_accuracy=accuracy.mean(),
                     test_accuracy_std=accuracy.std(),
                     models=models,
+                    features=d,
+                    batch_size=training.batch_size,
+                    epochs=training.epochs,
+                    lr=training.lr,
+                    clip=clip,
+                    delta=DELTA,
                     sample_rate=q,
                     steps=steps,
                 )

@@ -6,7 +6,7 @@ Thm 1 is inf where its condition rho > K fails.
 
 Writes ``wishart_fig1.csv`` and ``wishart_fig1.png`` to ``--out``.
 
-    python experiments/wishart_fig1.py --out experiments/out/
+    python experiments/wishart_fig1.py --out experiments/results/
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from accountants import wishart  # noqa: E402
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("experiments/out"), help="output folder")
+    parser.add_argument("--out", type=Path, default=_common.DEFAULT_OUT, help="output folder")
     parser.add_argument("--d", type=int, default=400)
     parser.add_argument("--delta", type=float, default=0.01)
     parser.add_argument("--rho", type=float, nargs="+", default=[0.99, 0.999, 0.9999])
@@ -45,6 +45,8 @@ def compute(args: argparse.Namespace) -> list[dict]:
             lo, hi = exact.epsilon_interval or (math.inf, math.inf)
             rows.append(
                 dict(
+                    d=args.d,
+                    delta=args.delta,
                     rho=rho,
                     r=r,
                     theorem1_epsilon=theorem1.epsilon,

@@ -6,7 +6,7 @@ two-sided tail T, as plotted in the paper).
 
 Writes ``wishart_fig2.csv`` and ``wishart_fig2.png`` to ``--out``.
 
-    python experiments/wishart_fig2.py --out experiments/out/
+    python experiments/wishart_fig2.py --out experiments/results/
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from accountants import gaussian, wishart  # noqa: E402
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("experiments/out"), help="output folder")
+    parser.add_argument("--out", type=Path, default=_common.DEFAULT_OUT, help="output folder")
     parser.add_argument("--d", type=int, default=2000)
     parser.add_argument("--delta", type=float, default=1e-5)
     parser.add_argument("--ranks", type=int, nargs="+", default=[8, 32, 128, 512])
@@ -47,6 +47,8 @@ def compute(args: argparse.Namespace) -> list[dict]:
             mixture = wishart.m2_mixture_epsilon(args.delta, 1.0, sigma, args.d, r)
             rows.append(
                 dict(
+                    d=args.d,
+                    delta=args.delta,
                     sigma=sigma,
                     r=r,
                     theorem5_epsilon=theorem5.epsilon,
