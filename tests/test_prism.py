@@ -1,4 +1,4 @@
-"""PRISM tensor mathematics ([P] Alg. 1, Eqs. 12-26; SPEC §1.6). float64, fixed seeds."""
+"""PRISM tensor mathematics ([P] Alg. 1, Eqs. 12-26; docs/theory.md §1.6). float64, fixed seeds."""
 
 from __future__ import annotations
 
@@ -9,16 +9,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpaudit.errors import UsageError
-from dpaudit.mechanisms import prism
-from dpaudit.mechanisms.prism import (
-    FactorGradients,
-    LoraFactors,
-    PrismAdaptiveConfig,
-    PrismPrivacyConfig,
-    PrismStepConfig,
-    TangentLift,
-)
+from accountants.validation import InvalidArgument
+from dpaudit.mechanisms import prism, prism_noise_energy, prism_tangent, prism_update
+from dpaudit.mechanisms.prism_tangent import FactorGradients, LoraFactors, TangentLift
+from dpaudit.mechanisms.prism_update import PrismAdaptiveConfig, PrismPrivacyConfig, PrismStepConfig
 
 DTYPE = torch.float64
 # Two-sample tests: family-wise level, Bonferroni-split over the statistics compared.
@@ -75,18 +69,18 @@ def test_lift_reproduces_the_tangent_projection(m, n, r, seed):
     r = min(r, m, n)
     A, B = factors(m, n, r, seed)
     G = normal(m, n, seed=seed + 2)
-    projected = prism.tangent_project(G, A, B)
-    lifted = prism.lift(G, A, B)
-    assert max_abs(prism.tangent_matrix(lifted, (A, B)) - projected) < 1e-10
-    assert max_abs(prism.tangent_project(projected, A, B) - projected) < 1e-10  # idempotent
-    via_factor_gradients = prism.lift_factor_gradients(prism.factor_gradients(G, A, B), (A, B))
+    projected = prism_tangent.tangent_project(G, A, B)
+    lifted = prism_tangent.lift(G, A, B)
+    assert max_abs(prism_tangent.tangent_matrix(lifted, (A, B)) - projected) < 1e-10
+    assert max_abs(prism_tangent.tangent_project(projected, A, B) - projected) < 1e-10  # idempotent
+    via_factor_gradients = prism_tangent.lift_factor_gradients(prism_tangent.factor_gradients(G, A, B), (A, B))
     assert max_abs(via_factor_gradients.dA - lifted.dA) == 0 and max_abs(via_factor_gradients.dB - lifted.dB) == 0
 
 
 def test_projection_is_the_orthogonal_projector_onto_the_tangent_space():
     A, B = factors(11, 8, 3, seed=1)
     G, H = normal(11, 8, seed=3), normal(11, 8, seed=4)
-    P = lambda X: prism.tangent_project(X, A, B)  # noqa: E731
+    P = lambda X: prism_tangent.tangent_project(X, A, B)  # noqa: E731
     assert abs((P(G) * H).sum() - (G * P(H)).sum()).item() < 1e-10  # self-adjoint
     normal_part = orthogonal_complement_projector(A) @ G @ orthogonal_complement_projector(B)
     assert max_abs(P(normal_part)) < 1e-10  # kernel = (T_Z M_r)^⊥ ([P] Lemma A.9)
@@ -99,12 +93,15 @@ def test_projection_lift_and_norm_are_gauge_invariant():
     pair = factors(10, 7, 3, seed=7)
     other = gauge(pair, gauge_matrix(3, seed=8))
     G = normal(10, 7, seed=9)
-    assert max_abs(prism.tangent_project(G, *pair) - prism.tangent_project(G, *other)) < 1e-10
-    lift, lift_other = prism.lift(G, *pair), prism.lift(G, *other)
-    assert max_abs(prism.tangent_matrix(lift, pair) - prism.tangent_matrix(lift_other, other)) < 1e-10
-    assert abs(prism.intrinsic_sq_norm(lift, pair) - prism.intrinsic_sq_norm(lift_other, other)).item() < 1e-10
+    assert max_abs(prism_tangent.tangent_project(G, *pair) - prism_tangent.tangent_project(G, *other)) < 1e-10
+    lift, lift_other = prism_tangent.lift(G, *pair), prism_tangent.lift(G, *other)
+    assert max_abs(prism_tangent.tangent_matrix(lift, pair) - prism_tangent.tangent_matrix(lift_other, other)) < 1e-10
+    assert (
+        abs(prism_tangent.intrinsic_sq_norm(lift, pair) - prism_tangent.intrinsic_sq_norm(lift_other, other)).item()
+        < 1e-10
+    )
     # The factor-space norm of the same gradient is not gauge invariant ([P] Eq. 4).
-    g, g_other = prism.factor_gradients(G, *pair), prism.factor_gradients(G, *other)
+    g, g_other = prism_tangent.factor_gradients(G, *pair), prism_tangent.factor_gradients(G, *other)
     factor_norm = lambda grads: grads.g_A.square().sum() + grads.g_B.square().sum()  # noqa: E731
     assert abs(factor_norm(g) - factor_norm(g_other)).item() > 1.0
 
@@ -112,8 +109,8 @@ def test_projection_lift_and_norm_are_gauge_invariant():
 def test_intrinsic_norm_equals_dense_frobenius_norm_for_any_pair():
     pair = factors(9, 13, 4, seed=10, batch=(2, 3))
     update = TangentLift(normal(2, 3, 9, 4, seed=11), normal(2, 3, 13, 4, seed=12))
-    dense = prism.tangent_matrix(update, pair).square().sum((-2, -1))
-    assert max_abs(prism.intrinsic_sq_norm(update, pair) - dense) < 1e-10
+    dense = prism_tangent.tangent_matrix(update, pair).square().sum((-2, -1))
+    assert max_abs(prism_tangent.intrinsic_sq_norm(update, pair) - dense) < 1e-10
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -124,12 +121,12 @@ def test_intrinsic_norm_equals_dense_frobenius_norm_for_any_pair():
 def test_tangent_noise_energy_matches_closed_form():
     m, n, r = 30, 20, 4
     A, B = factors(m, n, r, seed=13)
-    noise = prism.sample_tangent_noise(A, B, gen(14), (20_000,))
-    energy = prism.intrinsic_sq_norm(noise, (A, B))
+    noise = prism_tangent.sample_tangent_noise(A, B, gen(14), (20_000,))
+    energy = prism_tangent.intrinsic_sq_norm(noise, (A, B))
     closed_form = r * (m + n - r)
     assert abs(energy.mean().item() / closed_form - 1) < 0.02
-    dense = prism.tangent_matrix(TangentLift(noise.dA[:50], noise.dB[:50]), (A, B))
-    assert max_abs(prism.tangent_project(dense, A, B) - dense) < 1e-10  # supported on T_Z M_r
+    dense = prism_tangent.tangent_matrix(TangentLift(noise.dA[:50], noise.dB[:50]), (A, B))
+    assert max_abs(prism_tangent.tangent_project(dense, A, B) - dense) < 1e-10  # supported on T_Z M_r
     # Rank-space moments behind the floors ([P] App. A.26, Eq. 50).
     gram_A_noise = (noise.dA.mT @ noise.dA).mean(0) / m
     gram_B_noise = (noise.dB.mT @ noise.dB).mean(0) / n
@@ -153,8 +150,10 @@ def ks_p_values(samples: torch.Tensor, other: torch.Tensor, directions: torch.Te
 def test_low_dimensional_sampler_has_the_law_of_the_projected_dense_gaussian():
     m, n, r, draws = 8, 6, 2, 4000
     A, B = factors(m, n, r, seed=15)
-    sampled = prism.tangent_matrix(prism.sample_tangent_noise(A, B, gen(16), (draws,)), (A, B)).reshape(draws, -1)
-    dense = prism.tangent_project(normal(draws, m, n, seed=17), A, B).reshape(draws, -1)
+    sampled = prism_tangent.tangent_matrix(prism_tangent.sample_tangent_noise(A, B, gen(16), (draws,)), (A, B)).reshape(
+        draws, -1
+    )
+    dense = prism_tangent.tangent_project(normal(draws, m, n, seed=17), A, B).reshape(draws, -1)
     p_values = ks_p_values(sampled, dense, normal(3, m * n, seed=18))
     assert min(p_values) > ALPHA / len(p_values)
 
@@ -164,14 +163,16 @@ def privatized_increments(
 ) -> torch.Tensor:
     """Eq. 18 increments ΔẐ (draws, m·n) for per-example dense gradients G (b, m, n), through the step's path."""
     A, B = pair
-    grads = prism.factor_gradients(G, A, B)
-    lifts = prism.lift_factor_gradients(grads, (A.unsqueeze(-3), B.unsqueeze(-3)))
-    norms = prism.global_intrinsic_norm([prism.intrinsic_sq_norm(lifts, (A.unsqueeze(-3), B.unsqueeze(-3)))])
-    alphas = prism.clip_factors(norms, privacy.clip_norm)
+    grads = prism_tangent.factor_gradients(G, A, B)
+    lifts = prism_tangent.lift_factor_gradients(grads, (A.unsqueeze(-3), B.unsqueeze(-3)))
+    norms = prism_update.global_intrinsic_norm(
+        [prism_tangent.intrinsic_sq_norm(lifts, (A.unsqueeze(-3), B.unsqueeze(-3)))]
+    )
+    alphas = prism_update.clip_factors(norms, privacy.clip_norm)
     batched = LoraFactors(A.expand(draws, *A.shape), B.expand(draws, *B.shape))
     batched_lifts = TangentLift(lifts.dA.expand(draws, *lifts.dA.shape), lifts.dB.expand(draws, *lifts.dB.shape))
-    noisy = prism.privatize_module(batched_lifts, alphas.expand(draws, -1), batched, privacy, gen(seed))
-    return prism.tangent_matrix(noisy, batched).reshape(draws, -1)
+    noisy = prism_update.privatize_module(batched_lifts, alphas.expand(draws, -1), batched, privacy, gen(seed))
+    return prism_tangent.tangent_matrix(noisy, batched).reshape(draws, -1)
 
 
 def test_increment_law_is_gauge_invariant_and_factor_space_noise_is_not():
@@ -209,15 +210,15 @@ def test_retraction_is_the_balanced_truncated_svd(m, n, r):
     pair = factors(m, n, r, seed=29)
     direction = TangentLift(normal(m, r, seed=30), normal(n, r, seed=31))
     eta = 0.37
-    retracted = prism.retract(pair, direction, eta)
-    dense = pair.A @ pair.B.mT - eta * prism.tangent_matrix(direction, pair)
+    retracted = prism_update.retract(pair, direction, eta)
+    dense = pair.A @ pair.B.mT - eta * prism_tangent.tangent_matrix(direction, pair)
     product = retracted.A @ retracted.B.mT
     assert max_abs(product - truncated_svd(dense, r)) < 1e-10
     assert torch.linalg.matrix_rank(product).item() <= r
     assert max_abs(retracted.A.mT @ retracted.A - retracted.B.mT @ retracted.B) < 1e-10  # balanced
     gram = retracted.A.mT @ retracted.A
     assert max_abs(gram - torch.diag(torch.diagonal(gram))) < 1e-10  # A = U S^{1/2}: AᵀA = S
-    aligned = prism.align_gauge(retracted, pair)
+    aligned = prism_update.align_gauge(retracted, pair)
     assert max_abs(aligned.A @ aligned.B.mT - product) < 1e-10
     assert max_abs(aligned.A.mT @ aligned.A - aligned.B.mT @ aligned.B) < 1e-10
     distance = lambda f: (f.A - pair.A).square().sum() + (f.B - pair.B).square().sum()  # noqa: E731
@@ -239,9 +240,11 @@ def test_global_clipping_uses_the_intrinsic_norm_over_all_modules():
     config = PrismStepConfig(
         PrismPrivacyConfig(0.0, clip_norm=1.5, expected_batch_size=b), learning_rate=0.1, adaptive=None
     )
-    grads = [prism.factor_gradients(G, *pair) for G, pair in zip(dense, pairs)]
-    result = prism.prism_step(pairs, grads, config, gen(0))
-    expected_norms = sum(prism.tangent_project(G, *pair).square().sum((-2, -1)) for G, pair in zip(dense, pairs)).sqrt()
+    grads = [prism_tangent.factor_gradients(G, *pair) for G, pair in zip(dense, pairs)]
+    result = prism_update.prism_step(pairs, grads, config, gen(0))
+    expected_norms = sum(
+        prism_tangent.tangent_project(G, *pair).square().sum((-2, -1)) for G, pair in zip(dense, pairs)
+    ).sqrt()
     assert max_abs(result.per_example_norms - expected_norms) < 1e-10
     assert torch.equal(result.clip_factors, torch.clamp(1.5 / result.per_example_norms, max=1.0))
     assert result.clip_factors[2].item() == 1.0
@@ -253,10 +256,10 @@ def test_noise_free_sgd_step_retracts_the_clipped_mean_tangent():
     pair = factors(m, n, r, seed=50)
     G = 3.0 * normal(b, m, n, seed=51)
     privacy = PrismPrivacyConfig(0.0, clip_norm=1.0, expected_batch_size=b)
-    result = prism.prism_module_step(
-        pair, prism.factor_gradients(G, *pair), PrismStepConfig(privacy, eta, None), gen(0)
+    result = prism_update.prism_module_step(
+        pair, prism_tangent.factor_gradients(G, *pair), PrismStepConfig(privacy, eta, None), gen(0)
     )
-    projected = prism.tangent_project(G, *pair)
+    projected = prism_tangent.tangent_project(G, *pair)
     alphas = torch.clamp(1.0 / projected.square().sum((-2, -1)).sqrt(), max=1.0)
     mean = (alphas[:, None, None] * projected).sum(0) / b
     new = result.factors[0]
@@ -268,8 +271,8 @@ def test_step_noise_is_sigma_c_over_b_times_the_sampler_from_each_models_generat
     pair = factors(7, 6, 2, seed=52, batch=(3,))
     zero = FactorGradients(torch.zeros(3, 4, 7, 2, dtype=DTYPE), torch.zeros(3, 4, 6, 2, dtype=DTYPE))
     privacy = PrismPrivacyConfig(noise_multiplier=1.3, clip_norm=0.7, expected_batch_size=4.0)
-    result = prism.prism_step([pair], [zero], PrismStepConfig(privacy, 0.1, None), [gen(s) for s in (1, 2, 3)])
-    noise = prism.sample_tangent_noise(*pair, [gen(s) for s in (1, 2, 3)])
+    result = prism_update.prism_step([pair], [zero], PrismStepConfig(privacy, 0.1, None), [gen(s) for s in (1, 2, 3)])
+    noise = prism_tangent.sample_tangent_noise(*pair, [gen(s) for s in (1, 2, 3)])
     tau = 1.3 * 0.7 / 4.0
     assert max_abs(result.noisy_updates[0].dA - tau * noise.dA) < 1e-14
     assert max_abs(result.noisy_updates[0].dB - tau * noise.dB) < 1e-14
@@ -280,9 +283,11 @@ def test_example_weights_drop_padded_examples():
     G = normal(5, 7, 6, seed=54)
     config = PrismStepConfig(PrismPrivacyConfig(0.0, 1.0, 3.0), 0.1, None)
     weights = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0], dtype=DTYPE)
-    padded = prism.prism_module_step(pair, prism.factor_gradients(G, *pair), config, gen(0), example_weights=weights)
+    padded = prism_update.prism_module_step(
+        pair, prism_tangent.factor_gradients(G, *pair), config, gen(0), example_weights=weights
+    )
     kept = G[weights.bool()]
-    unpadded = prism.prism_module_step(pair, prism.factor_gradients(kept, *pair), config, gen(0))
+    unpadded = prism_update.prism_module_step(pair, prism_tangent.factor_gradients(kept, *pair), config, gen(0))
     for got, want in zip(padded.noisy_updates[0], unpadded.noisy_updates[0]):
         assert max_abs(got - want) < 1e-12
 
@@ -297,8 +302,10 @@ def test_adaptive_direction_first_step_and_floors():
     pair = factors(m, n, r, seed=55)
     update = TangentLift(normal(m, r, seed=56), normal(n, r, seed=57))
     tau, config = 0.3, PrismAdaptiveConfig(beta1=0.9, beta2=0.99, floor_scale=2.0, eps=1e-8)
-    direction, state = prism.adaptive_direction(prism.initial_adaptive_state(pair), update, pair, tau, config)
-    floor_A, floor_B = prism.dp_aware_floors(pair, tau, 2.0)
+    direction, state = prism_update.adaptive_direction(
+        prism_update.initial_adaptive_state(pair), update, pair, tau, config
+    )
+    floor_A, floor_B = prism_update.dp_aware_floors(pair, tau, 2.0)
     inverse_M, inverse_N = torch.linalg.inv(pair.A.mT @ pair.A), torch.linalg.inv(pair.B.mT @ pair.B)
     assert abs(floor_A - 2.0 * tau**2 * torch.trace(inverse_N) / r).item() < 1e-12
     assert abs(floor_B - 2.0 * tau**2 * torch.trace(inverse_M) / r).item() < 1e-12
@@ -314,7 +321,9 @@ def test_adaptive_direction_first_step_and_floors():
     assert state.steps == 1 and max_abs(state.first_A - 0.1 * update.dA) < 1e-15
     # Eqs. 24-25 as printed (no bias correction): m_A = 0.1 ΔA_dp, V_A = 0.01 ΔA_dpᵀΔA_dp / m.
     raw = PrismAdaptiveConfig(beta1=0.9, beta2=0.99, floor_scale=2.0, eps=1e-8, bias_correction=False)
-    raw_direction, _ = prism.adaptive_direction(prism.initial_adaptive_state(pair), update, pair, tau, raw)
+    raw_direction, _ = prism_update.adaptive_direction(
+        prism_update.initial_adaptive_state(pair), update, pair, tau, raw
+    )
     expected_raw = (
         0.1
         * update.dA
@@ -326,9 +335,9 @@ def test_adaptive_direction_first_step_and_floors():
     # Floors are invariant under orthogonal gauges only: tr((RᵀMR)^{-1}) = tr(M^{-1}(RRᵀ)^{-1}), so the
     # invariance under every R that [P] App. A.26 states does not hold.
     Q, _ = torch.linalg.qr(normal(r, r, seed=58))
-    floors_rotated = prism.dp_aware_floors(LoraFactors(pair.A @ Q, pair.B @ Q), tau, 2.0)
+    floors_rotated = prism_update.dp_aware_floors(LoraFactors(pair.A @ Q, pair.B @ Q), tau, 2.0)
     assert abs(floors_rotated[0] - floor_A).item() < 1e-12 and abs(floors_rotated[1] - floor_B).item() < 1e-12
-    floors_general = prism.dp_aware_floors(gauge(pair, gauge_matrix(r, seed=58)), tau, 2.0)
+    floors_general = prism_update.dp_aware_floors(gauge(pair, gauge_matrix(r, seed=58)), tau, 2.0)
     assert abs(floors_general[0] / floor_A - 1).item() > 0.1
 
 
@@ -338,16 +347,19 @@ def test_adaptive_intrinsic_update_is_invariant_under_orthogonal_gauge():
     pair = factors(m, n, r, seed=59)
     Q, _ = torch.linalg.qr(normal(r, r, seed=60))
     config = PrismAdaptiveConfig()
-    state, state_q = prism.initial_adaptive_state(pair), prism.initial_adaptive_state(pair)
+    state, state_q = prism_update.initial_adaptive_state(pair), prism_update.initial_adaptive_state(pair)
     rotated = LoraFactors(pair.A @ Q, pair.B @ Q)
     for step in range(3):
         update = TangentLift(normal(m, r, seed=61 + step), normal(n, r, seed=71 + step))
-        direction, state = prism.adaptive_direction(state, update, pair, 0.2, config)
-        direction_q, state_q = prism.adaptive_direction(
+        direction, state = prism_update.adaptive_direction(state, update, pair, 0.2, config)
+        direction_q, state_q = prism_update.adaptive_direction(
             state_q, TangentLift(update.dA @ Q, update.dB @ Q), rotated, 0.2, config
         )
         assert max_abs(direction_q.dA - direction.dA @ Q) < 1e-10
-        assert max_abs(prism.tangent_matrix(direction_q, rotated) - prism.tangent_matrix(direction, pair)) < 1e-10
+        assert (
+            max_abs(prism_tangent.tangent_matrix(direction_q, rotated) - prism_tangent.tangent_matrix(direction, pair))
+            < 1e-10
+        )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -360,14 +372,16 @@ def test_batched_models_give_the_same_results_as_a_loop():
     shapes = [(7, 5, 2), (6, 8, 3)]
     pairs = [factors(m, n, r, seed=80 + i, batch=(K,)) for i, (m, n, r) in enumerate(shapes)]
     dense = [normal(K, b, m, n, seed=90 + i) for i, (m, n, _) in enumerate(shapes)]
-    grads = [prism.factor_gradients(G, pair.A.unsqueeze(1), pair.B.unsqueeze(1)) for G, pair in zip(dense, pairs)]
+    grads = [
+        prism_tangent.factor_gradients(G, pair.A.unsqueeze(1), pair.B.unsqueeze(1)) for G, pair in zip(dense, pairs)
+    ]
     weights = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1], [1, 0, 1, 1]], dtype=DTYPE)
     config = PrismStepConfig(PrismPrivacyConfig(1.1, clip_norm=0.8, expected_batch_size=3.5), learning_rate=0.05)
     seeds = (11, 12, 13)
 
     def run_two_steps(step_pairs, step_grads, generator, step_weights):
-        first = prism.prism_step(step_pairs, step_grads, config, generator, example_weights=step_weights)
-        return prism.prism_step(first.factors, step_grads, config, generator, first.states, step_weights)
+        first = prism_update.prism_step(step_pairs, step_grads, config, generator, example_weights=step_weights)
+        return prism_update.prism_step(first.factors, step_grads, config, generator, first.states, step_weights)
 
     batched = run_two_steps(pairs, grads, [gen(s) for s in seeds], weights)
     for k in range(K):
@@ -384,11 +398,11 @@ def test_batched_models_give_the_same_results_as_a_loop():
             assert max_abs(batched.states[module].second_B[k] - looped.states[module].second_B) < 1e-12
     # The pure building blocks broadcast the same way.
     pair, G = pairs[0], dense[0][:, 0]
-    projected = prism.tangent_project(G, *pair)
-    noise = prism.sample_tangent_noise(*pair, [gen(s) for s in seeds], (2,))
+    projected = prism_tangent.tangent_project(G, *pair)
+    noise = prism_tangent.sample_tangent_noise(*pair, [gen(s) for s in seeds], (2,))
     for k in range(K):
-        assert max_abs(projected[k] - prism.tangent_project(G[k], pair.A[k], pair.B[k])) < 1e-12
-        single = prism.sample_tangent_noise(pair.A[k], pair.B[k], gen(seeds[k]), (2,))
+        assert max_abs(projected[k] - prism_tangent.tangent_project(G[k], pair.A[k], pair.B[k])) < 1e-12
+        single = prism_tangent.sample_tangent_noise(pair.A[k], pair.B[k], gen(seeds[k]), (2,))
         assert torch.equal(noise.dA[:, k], single.dA) and max_abs(noise.dB[:, k] - single.dB) < 1e-14
 
 
@@ -408,7 +422,7 @@ def test_peft_adapter_maps_weights_and_per_example_gradients():
     W = (W0 + s * lora_B.detach() @ lora_A.detach()).requires_grad_()
     (weight_gradient,) = torch.autograd.grad(loss(W), W)
     pair = adapter.to_prism(lora_A.detach(), lora_B.detach())
-    expected = prism.factor_gradients(adapter.intrinsic_gradient(weight_gradient), *pair)
+    expected = prism_tangent.factor_gradients(adapter.intrinsic_gradient(weight_gradient), *pair)
     got = adapter.gradients_to_prism(lora_A.grad, lora_B.grad)
     assert max_abs(got.g_A - expected.g_A) < 1e-10 and max_abs(got.g_B - expected.g_B) < 1e-10
     assert max_abs(adapter.weight_delta(pair) - s * lora_B.detach() @ lora_A.detach()) < 1e-12
@@ -417,7 +431,7 @@ def test_peft_adapter_maps_weights_and_per_example_gradients():
 
 
 def test_balanced_random_factors_are_full_rank_and_balanced():
-    A, B = prism.balanced_random_factors(9, 6, 3, spectral_norm=0.01, generator=gen(3), dtype=DTYPE)
+    A, B = prism_tangent.balanced_random_factors(9, 6, 3, spectral_norm=0.01, generator=gen(3), dtype=DTYPE)
     eye = torch.eye(3, dtype=DTYPE)
     assert max_abs(A.mT @ A - 0.01 * eye) < 1e-14 and max_abs(B.mT @ B - 0.01 * eye) < 1e-14
 
@@ -427,28 +441,30 @@ def test_invalid_arguments_are_rejected_with_a_named_reason():
     G = normal(6, 5, seed=111)
     deficient = A.clone()
     deficient[:, 1] = 2 * deficient[:, 0]
-    with pytest.raises(UsageError, match="A is rank-deficient"):
-        prism.lift(G, deficient, B)
-    with pytest.raises(UsageError, match="A is rank-deficient"):
-        prism.lift(G, torch.zeros_like(A), B)  # peft's lora_B = 0 start
-    with pytest.raises(UsageError, match="same rank r"):
-        prism.lift(G, A, normal(5, 3, seed=112))
-    with pytest.raises(UsageError, match="G must have shape"):
-        prism.tangent_project(G.mT, A, B)
-    with pytest.raises(UsageError, match="dtype"):
-        prism.lift(G, A.float(), B)
-    with pytest.raises(UsageError, match="generators"):
-        prism.sample_tangent_noise(A.expand(3, 6, 2), B.expand(3, 5, 2), [gen(0), gen(1)])
-    with pytest.raises(UsageError, match="clip_norm"):
+    with pytest.raises(InvalidArgument, match="A is rank-deficient"):
+        prism_tangent.lift(G, deficient, B)
+    with pytest.raises(InvalidArgument, match="A is rank-deficient"):
+        prism_tangent.lift(G, torch.zeros_like(A), B)  # peft's lora_B = 0 start
+    with pytest.raises(InvalidArgument, match="same rank r"):
+        prism_tangent.lift(G, A, normal(5, 3, seed=112))
+    with pytest.raises(InvalidArgument, match="G must have shape"):
+        prism_tangent.tangent_project(G.mT, A, B)
+    with pytest.raises(InvalidArgument, match="dtype"):
+        prism_tangent.lift(G, A.float(), B)
+    with pytest.raises(InvalidArgument, match="generators"):
+        prism_tangent.sample_tangent_noise(A.expand(3, 6, 2), B.expand(3, 5, 2), [gen(0), gen(1)])
+    with pytest.raises(InvalidArgument, match="clip_norm"):
         PrismPrivacyConfig(1.0, clip_norm=0.0, expected_batch_size=4)
-    with pytest.raises(UsageError, match="beta2"):
+    with pytest.raises(InvalidArgument, match="beta2"):
         PrismAdaptiveConfig(beta2=1.0)
     config = PrismStepConfig(PrismPrivacyConfig(1.0, 1.0, 4.0), 0.1)
-    grads = prism.factor_gradients(normal(4, 6, 5, seed=113), A, B)
-    with pytest.raises(UsageError, match="example_weights"):
-        prism.prism_module_step((A, B), grads, config, gen(0), example_weights=torch.full((4,), 2.0, dtype=DTYPE))
-    with pytest.raises(UsageError, match="example axis"):
-        prism.prism_module_step((A, B), prism.factor_gradients(G, A, B), config, gen(0))
+    grads = prism_tangent.factor_gradients(normal(4, 6, 5, seed=113), A, B)
+    with pytest.raises(InvalidArgument, match="example_weights"):
+        prism_update.prism_module_step(
+            (A, B), grads, config, gen(0), example_weights=torch.full((4,), 2.0, dtype=DTYPE)
+        )
+    with pytest.raises(InvalidArgument, match="example axis"):
+        prism_update.prism_module_step((A, B), prism_tangent.factor_gradients(G, A, B), config, gen(0))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -459,8 +475,8 @@ def test_invalid_arguments_are_rejected_with_a_named_reason():
 def test_factor_space_energy_grows_linearly_in_s_t_while_prism_matches_its_closed_form():
     A, B = factors(40, 24, 4, seed=120)
     tau = 0.05
-    sweep = prism.gauge_sweep_noise_energy(A, B, [0.25, 0.5, 1.0, 2.0, 4.0], tau, 4000, gen(121))
-    slope, _, r_squared = prism.linear_fit(sweep.factor_norm_statistic, sweep.factor_total)
+    sweep = prism_noise_energy.gauge_sweep_noise_energy(A, B, [0.25, 0.5, 1.0, 2.0, 4.0], tau, 4000, gen(121))
+    slope, _, r_squared = prism_noise_energy.linear_fit(sweep.factor_norm_statistic, sweep.factor_total)
     assert r_squared >= 0.95
     assert abs(slope / tau**2 - 1) < 0.05  # Eq. 8: slope τ²
     assert np.all(np.abs(sweep.factor_first_order / sweep.factor_first_order_predicted - 1) < 0.05)

@@ -1,0 +1,489 @@
+"""PRISM's update, [P] Alg. 1 (docs/theory.md §1.6): clipping, tangent noise, adaptive direction, retraction.
+
+What one step needs, per LoRA module ℓ (the geometry is :mod:`dpaudit.mechanisms.prism_tangent`'s):
+
+* the factors (A, B) of shape (..., m, r), (..., n, r), full column rank r (peft's ``lora_B = 0`` start is rank
+  0: initialise both factors, e.g. :func:`~dpaudit.mechanisms.prism_tangent.balanced_random_factors`), and the
+  per-example *factor* gradients ``g_A,i = G_i B`` (..., b, m, r) and ``g_B,i = G_iᵀ A`` (..., b, n, r) of
+  ``G_i = ∇_Z ℓ_i``. These are exactly the per-sample gradients of ``lora_B.weight`` and of ``lora_A.weight``
+  (transposed) that opacus / functorch give for a peft model
+  (:meth:`dpaudit.mechanisms.prism.PeftLoraAdapter.gradients_to_prism`). They are sufficient: the lift (Eq. 14),
+  the intrinsic norm (Eq. 15) and ``P(G_i)`` depend on ``G_i`` only through them, so the dense per-example
+  ``G_i`` (for a Linear layer ``Σ_t δ_t x_tᵀ`` over positions t) is never needed. If only activations x_t and
+  output gradients δ_t are at hand: ``g_A,i = Σ_t δ_t (Bᵀx_t)ᵀ`` and ``g_B,i = Σ_t x_t (Aᵀδ_t)ᵀ``, O(T(m+n)r)
+  per example.
+* Optional example weights (..., b) in [0, 1] (0 = padding of a Poisson batch to a common size).
+* Randomness: one ``torch.Generator`` per model (a sequence, one per leading index); per step each model's
+  generator draws, module by module in list order, ``Ω_A`` (m×r) then ``Ω_B`` (n×r). Results therefore do not
+  depend on how models are batched. CPU generators are fine for CUDA tensors (draws are moved).
+* State per model and module: :class:`PrismAdaptiveState` (m×r, n×r first moments, two r×r second moments).
+* Cost per step and module: O(b (m+n) r²) for lifts and norms, O((m+n) r²) for noise, adaptive direction and
+  retraction (QR of m×2r, n×2r and a 2r×2r SVD).
+
+Privacy: each step is a Poisson-subsampled Gaussian mechanism with multiplier σ on the concatenated
+intrinsic update, sensitivity C/b (Thm 3.4); everything after Eq. 17 is post-processing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from accountants import validation as check
+from dpaudit.errors import UsageError
+from dpaudit.mechanisms.prism_tangent import (
+    FactorGradients,
+    Generators,
+    LoraFactors,
+    TangentLift,
+    _as_pair,
+    _batch_shape,
+    _check_factors,
+    _check_like,
+    _ColumnGeometry,
+    _draw_omegas,
+    _geometry,
+    _lift,
+    _per_example_factor_sq_norm,
+    _tangent_noise,
+    _tangent_sq_norms,
+)
+
+# --------------------------------------------------------------------------------------------------------------
+# Clipping on the global intrinsic norm ([P] Eq. 16, Alg. 1 line 6)
+# --------------------------------------------------------------------------------------------------------------
+
+
+def global_intrinsic_norm(per_module_sq_norms: Sequence[Tensor]) -> Tensor:
+    """``s_i = (Σ_ℓ ‖ΔZ_{i,ℓ}‖_F²)^{1/2}`` over LoRA modules ([P] Eq. 16); inputs (..., b) each."""
+    if len(per_module_sq_norms) == 0:
+        raise UsageError("per_module_sq_norms is empty: pass one (..., b) tensor per LoRA module")
+    total = torch.stack(torch.broadcast_tensors(*per_module_sq_norms)).sum(0)
+    # Eq. 15 is a difference of traces: round-off can make an exact 0 slightly negative.
+    return total.clamp(min=0.0).sqrt()
+
+
+def clip_factors(norms: Tensor, clip_norm: float) -> Tensor:
+    """``α_i = min(1, C / s_i)`` ([P] Alg. 1 line 6); ``s_i = 0`` gives ``α_i = 1``."""
+    check.positive("clip_norm", clip_norm)
+    return (clip_norm / norms).clamp(max=1.0)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Privatisation ([P] Alg. 1 lines 10-12, Eq. 17)
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PrismPrivacyConfig:
+    """Noise multiplier σ, clip norm C on the global intrinsic norm (Eq. 16), expected batch size b (qN)."""
+
+    noise_multiplier: float
+    clip_norm: float
+    expected_batch_size: float
+
+    def __post_init__(self):
+        check.non_negative("noise_multiplier", self.noise_multiplier)
+        check.positive("clip_norm", self.clip_norm)
+        check.positive("expected_batch_size", self.expected_batch_size)
+
+    @property
+    def noise_std(self) -> float:
+        """``σC/b``: the std of the tangent noise added to the clipped mean (Eq. 17)."""
+        return self.noise_multiplier * self.clip_norm / self.expected_batch_size
+
+
+def _noisy_mean(
+    clipped_sum: TangentLift,
+    geometry_A: _ColumnGeometry,
+    geometry_B: _ColumnGeometry,
+    privacy: PrismPrivacyConfig,
+    generator: Generators,
+) -> TangentLift:
+    """``(1/b) Σ_i α_i (ΔA_i, ΔB_i) + (σC/b)(Ξ_A, Ξ_B)`` from the clipped sum of lifts (Eq. 17)."""
+    noise = _tangent_noise(_draw_omegas(geometry_A.factor, geometry_B.factor, generator, ()), geometry_A, geometry_B)
+    b = privacy.expected_batch_size
+    return TangentLift(
+        clipped_sum.dA / b + privacy.noise_std * noise.dA, clipped_sum.dB / b + privacy.noise_std * noise.dB
+    )
+
+
+def privatize_module(
+    per_example_lifts: TangentLift,
+    clip_weights: Tensor,
+    factors: LoraFactors,
+    privacy: PrismPrivacyConfig,
+    generator: Generators,
+) -> TangentLift:
+    """``(ΔA_dp, ΔB_dp) = (1/b) Σ_i α_i (ΔA_i, ΔB_i) + (σC/b)(Ξ_A, Ξ_B)`` ([P] Alg. 1 lines 10-12, Eq. 17).
+
+    ``per_example_lifts`` (..., b, m, r), (..., b, n, r); ``clip_weights`` (..., b) are the α_i (times the
+    example weights, 0 for padding); b in the divisor is the *expected* batch size (docs/theory.md §1.5). The induced
+    intrinsic increment is Eq. 18, ``(1/b) Σ α_i P(G_i) + (σC/b) P(Ξ)``, whose law depends on Z only (Thm 3.3).
+    ``generator`` as in :func:`sample_tangent_noise`.
+    """
+    factors = _as_pair(LoraFactors, factors, "factors")
+    per_example_lifts = _as_pair(TangentLift, per_example_lifts, "per_example_lifts")
+    _check_factors(*factors)
+    _check_like("per_example_lifts.dA", per_example_lifts.dA, "A", factors.A, extra_dims=1)
+    _check_like("per_example_lifts.dB", per_example_lifts.dB, "B", factors.B, extra_dims=1)
+    if not isinstance(clip_weights, Tensor) or clip_weights.shape[-1:] != per_example_lifts.dA.shape[-3:-2]:
+        raise UsageError(f"clip_weights must be a (..., b) tensor with b = {per_example_lifts.dA.shape[-3]}")
+    total = TangentLift(*(torch.einsum("...b,...bdr->...dr", clip_weights, lifts) for lifts in per_example_lifts))
+    return _noisy_mean(total, *_geometry(factors), privacy, generator)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# DP-aware adaptive direction ([P] Eqs. 24-26)
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PrismAdaptiveConfig:
+    """Rank-space Adam of [P] Eqs. 24-26.
+
+    ``floor_scale`` is c in ``λ_A = c (σC/b)² tr(N^{-1})/r`` (Eq. 26 fixes λ only up to a constant);
+    ``eps`` is added to both floors so the preconditioner stays invertible when σ = 0. ``bias_correction``
+    divides the moments by ``1 − β^t`` as Adam does (Eqs. 24-25 print the uncorrected EMA; the authors'
+    code corrects).
+    """
+
+    beta1: float = 0.9
+    beta2: float = 0.999
+    floor_scale: float = 1.0
+    eps: float = 1e-8
+    bias_correction: bool = True
+
+    def __post_init__(self):
+        check.real_in("beta1", self.beta1, 0.0, 1.0, high_open=True)
+        check.real_in("beta2", self.beta2, 0.0, 1.0, high_open=True)
+        check.non_negative("floor_scale", self.floor_scale)
+        check.positive("eps", self.eps)
+
+
+@dataclass(frozen=True)
+class PrismAdaptiveState:
+    """The adaptive rule's moments per model and module ([P] Eq. 24).
+
+    First moments m_A (..., m, r), m_B (..., n, r); rank-space second moments V_A, V_B (..., r, r); ``steps``
+    taken (for bias correction).
+    """
+
+    first_A: Tensor
+    first_B: Tensor
+    second_A: Tensor
+    second_B: Tensor
+    steps: int = 0
+
+
+def initial_adaptive_state(factors: LoraFactors) -> PrismAdaptiveState:
+    """Zero moments shaped like ``factors`` (batch dims included)."""
+    _check_factors(*factors)
+    A, B = factors
+    rank = A.shape[-1]
+    second = torch.zeros((*_batch_shape(A=(A, 2), B=(B, 2)), rank, rank), dtype=A.dtype, device=A.device)
+    return PrismAdaptiveState(torch.zeros_like(A), torch.zeros_like(B), second, second.clone())
+
+
+def _floors(
+    geometry_A: _ColumnGeometry, geometry_B: _ColumnGeometry, noise_std: float, floor_scale: float
+) -> tuple[Tensor, Tensor]:
+    rank = geometry_A.factor.shape[-1]
+    coefficient = floor_scale * noise_std**2 / rank
+    trace = lambda matrix: torch.diagonal(matrix, dim1=-2, dim2=-1).sum(-1)  # noqa: E731
+    return coefficient * trace(geometry_B.gram_inverse), coefficient * trace(geometry_A.gram_inverse)
+
+
+def dp_aware_floors(factors: LoraFactors, noise_std: float, floor_scale: float = 1.0) -> tuple[Tensor, Tensor]:
+    """``λ_A = c (σC/b)² tr(N^{-1})/r``, ``λ_B = c (σC/b)² tr(M^{-1})/r`` ([P] Eq. 26), shape = batch shape.
+
+    Motivation ([P] App. A.26): the tangent noise has ``E[Ξ_AᵀΞ_A/m] = ((m−r)/m) N^{-1}`` and
+    ``E[Ξ_BᵀΞ_B/n] = M^{-1}``, so λ is the mean noise eigenvalue the second moment would see. Invariant under
+    orthogonal gauges ``(AQ, BQ)`` only: ``tr((RᵀMR)^{-1}) = tr(M^{-1}(RRᵀ)^{-1})``, so the invariance under
+    every R ∈ GL(r) claimed at the end of App. A.26 does not hold (nor does it for V_A, Lemma A.30).
+    """
+    check.non_negative("noise_std", noise_std)
+    check.non_negative("floor_scale", floor_scale)
+    return _floors(*_geometry(factors), noise_std, floor_scale)
+
+
+def _inverse_sqrt_spd(matrix: Tensor) -> Tensor:
+    eigenvalues, eigenvectors = torch.linalg.eigh(matrix)
+    return (eigenvectors * eigenvalues.rsqrt().unsqueeze(-2)) @ eigenvectors.mT
+
+
+def _adaptive_direction(
+    state: PrismAdaptiveState,
+    noisy_update: TangentLift,
+    geometry_A: _ColumnGeometry,
+    geometry_B: _ColumnGeometry,
+    noise_std: float,
+    config: PrismAdaptiveConfig,
+) -> tuple[TangentLift, PrismAdaptiveState]:
+    dA, dB = noisy_update
+    m, n = dA.shape[-2], dB.shape[-2]
+    new_state = PrismAdaptiveState(
+        first_A=config.beta1 * state.first_A + (1 - config.beta1) * dA,
+        first_B=config.beta1 * state.first_B + (1 - config.beta1) * dB,
+        second_A=config.beta2 * state.second_A + (1 - config.beta2) * (dA.mT @ dA) / m,
+        second_B=config.beta2 * state.second_B + (1 - config.beta2) * (dB.mT @ dB) / n,
+        steps=state.steps + 1,
+    )
+    first_scale, second_scale = 1.0, 1.0
+    if config.bias_correction:
+        first_scale = 1.0 / (1.0 - config.beta1**new_state.steps)
+        second_scale = 1.0 / (1.0 - config.beta2**new_state.steps)
+    floor_A, floor_B = _floors(geometry_A, geometry_B, noise_std, config.floor_scale)
+    identity = torch.eye(dA.shape[-1], dtype=dA.dtype, device=dA.device)
+    precondition_A = _inverse_sqrt_spd(
+        second_scale * new_state.second_A + (floor_A + config.eps)[..., None, None] * identity
+    )
+    precondition_B = _inverse_sqrt_spd(
+        second_scale * new_state.second_B + (floor_B + config.eps)[..., None, None] * identity
+    )
+    direction = TangentLift(
+        first_scale * new_state.first_A @ precondition_A, first_scale * new_state.first_B @ precondition_B
+    )
+    return direction, new_state
+
+
+def adaptive_direction(
+    state: PrismAdaptiveState,
+    noisy_update: TangentLift,
+    factors: LoraFactors,
+    noise_std: float,
+    config: PrismAdaptiveConfig,
+) -> tuple[TangentLift, PrismAdaptiveState]:
+    """DP-aware rank-space preconditioning ([P] Eqs. 24-26); returns ``(U_A, U_B)`` and the new state.
+
+    ``m_A ← β1 m_A + (1−β1) ΔA_dp``, ``V_A ← β2 V_A + (1−β2) ΔA_dpᵀΔA_dp / m`` (B side with n),
+    ``U_A = m̂_A (V̂_A + (λ_A + eps) I)^{-1/2}`` with the floors of :func:`dp_aware_floors` and ``noise_std = σC/b``.
+    Under an orthogonal gauge R the directions transform as ``U R`` and ``U_A Bᵀ + A U_Bᵀ`` is unchanged
+    ([P] Lemma A.30). Pure: ``state`` is not modified.
+    """
+    factors = _as_pair(LoraFactors, factors, "factors")
+    noisy_update = _as_pair(TangentLift, noisy_update, "noisy_update")
+    _check_factors(*factors)
+    _check_like("noisy_update.dA", noisy_update.dA, "A", factors.A)
+    _check_like("noisy_update.dB", noisy_update.dB, "B", factors.B)
+    check.non_negative("noise_std", noise_std)
+    return _adaptive_direction(state, noisy_update, *_geometry(factors), noise_std, config)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Retraction ([P] Eq. 22) and gauge alignment ([P] App. A.24)
+# --------------------------------------------------------------------------------------------------------------
+
+
+def retract(factors: LoraFactors, direction: TangentLift, learning_rate: float) -> LoraFactors:
+    """Best rank-r approximation of ``Z − η(U_A Bᵀ + A U_Bᵀ)`` ([P] Eq. 22), balanced.
+
+    Balanced: ``A = U S^{1/2}``, ``B = V S^{1/2}`` (so ``AᵀA = BᵀB = S``).
+
+    ``Z − η(U_A Bᵀ + A U_Bᵀ) = [A, U_A] K [B, U_B]ᵀ`` with ``K = [[I, −ηI], [−ηI, 0]]``; QR of the m×2r and
+    n×2r blocks gives ``Q_1 (R_1 K R_2ᵀ) Q_2ᵀ`` and the SVD of the 2r×2r core gives the truncated SVD
+    (Eckart-Young, [P] Lemma A.25). No ``η² U_A U_Bᵀ`` term: the step is additive in Z (Lemma A.26).
+    The output has rank ≤ r (< r only if the update cancels directions of Z exactly).
+    """
+    factors = _as_pair(LoraFactors, factors, "factors")
+    direction = _as_pair(TangentLift, direction, "direction")
+    _check_factors(*factors)
+    _check_like("U_A", direction.dA, "A", factors.A)
+    _check_like("U_B", direction.dB, "B", factors.B)
+    check.non_negative("learning_rate", learning_rate)
+    A, B = factors
+    rank = A.shape[-1]
+    basis_left, triangular_left = torch.linalg.qr(torch.cat(torch.broadcast_tensors(A, direction.dA), -1))
+    basis_right, triangular_right = torch.linalg.qr(torch.cat(torch.broadcast_tensors(B, direction.dB), -1))
+    identity = torch.eye(rank, dtype=A.dtype, device=A.device)
+    coupling = torch.cat(
+        [
+            torch.cat([identity, -learning_rate * identity], -1),
+            torch.cat([-learning_rate * identity, torch.zeros_like(identity)], -1),
+        ],
+        -2,
+    )
+    core = triangular_left @ coupling @ triangular_right.mT
+    left, singular_values, right_t = torch.linalg.svd(core)
+    root = singular_values[..., :rank].sqrt().unsqueeze(-2)
+    return LoraFactors(basis_left @ left[..., :rank] * root, basis_right @ right_t.mT[..., :rank] * root)
+
+
+def align_gauge(factors: LoraFactors, reference: LoraFactors) -> LoraFactors:
+    """Orthogonal Procrustes gauge alignment ``(A Q, B Q)`` ([P] App. A.24, Lemma A.28).
+
+    ``Q = argmin ‖AQ − A_ref‖² + ‖BQ − B_ref‖²``: Z, the projectors and balance are unchanged; the factors stay
+    close to the previous step's, so the factor-space moments of Eq. 24 keep referring to the same columns.
+    """
+    factors = _as_pair(LoraFactors, factors, "factors")
+    reference = _as_pair(LoraFactors, reference, "reference")
+    _check_factors(*factors)
+    _check_factors(*reference)
+    _check_like("reference.A", reference.A, "A", factors.A)
+    _check_like("reference.B", reference.B, "B", factors.B)
+    left, _, right_t = torch.linalg.svd(factors.A.mT @ reference.A + factors.B.mT @ reference.B)
+    rotation = left @ right_t
+    return LoraFactors(factors.A @ rotation, factors.B @ rotation)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# One PRISM step ([P] Alg. 1)
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PrismStepConfig:
+    """Privacy parameters, learning rate η and the adaptive rule (None: plain tangent SGD, ``U = ΔA_dp``)."""
+
+    privacy: PrismPrivacyConfig
+    learning_rate: float
+    adaptive: PrismAdaptiveConfig | None = PrismAdaptiveConfig()
+
+    def __post_init__(self):
+        check.positive("learning_rate", self.learning_rate)
+
+
+class PrismStepResult(NamedTuple):
+    """What one PRISM step returns.
+
+    New factors and states per module; the released noisy lifts (ΔA_dp, ΔB_dp) per module; the global
+    per-example intrinsic norms s_i and clip factors α_i, both (..., b).
+    """
+
+    factors: tuple[LoraFactors, ...]
+    states: tuple[PrismAdaptiveState, ...] | None
+    noisy_updates: tuple[TangentLift, ...]
+    per_example_norms: Tensor
+    clip_factors: Tensor
+
+
+def _check_step_inputs(factors, gradients, example_weights, states, config) -> None:
+    if len(factors) == 0 or len(factors) != len(gradients):
+        raise UsageError(
+            f"pass one LoraFactors and one FactorGradients per module; got {len(factors)} factors and "
+            f"{len(gradients)} gradients"
+        )
+    if states is not None and (config.adaptive is None or len(states) != len(factors)):
+        raise UsageError("states must be None for plain tangent SGD (adaptive=None), else one state per module")
+    for index, (state, module_factors) in enumerate(zip(states or (), factors)):
+        if state.first_A.shape != module_factors.A.shape or state.first_B.shape != module_factors.B.shape:
+            raise UsageError(
+                f"states[{index}] has moments of shapes {tuple(state.first_A.shape)}, "
+                f"{tuple(state.first_B.shape)}; factors[{index}] are {tuple(module_factors.A.shape)}, "
+                f"{tuple(module_factors.B.shape)}: pass the states this module's last step returned"
+            )
+    examples = []
+    for index, (module_factors, module_gradients) in enumerate(zip(factors, gradients)):
+        _check_factors(*module_factors)
+        _check_like(f"gradients[{index}].g_A", module_gradients.g_A, "A", module_factors.A, extra_dims=1)
+        _check_like(f"gradients[{index}].g_B", module_gradients.g_B, "B", module_factors.B, extra_dims=1)
+        examples.append(module_gradients.g_A.shape[:-2])
+        examples.append(module_gradients.g_B.shape[:-2])
+    if len(set(examples)) != 1:
+        raise UsageError(f"all modules' per-example gradients must share the leading (..., b) dims; got {examples}")
+    if example_weights is not None:
+        if not isinstance(example_weights, Tensor) or example_weights.shape != examples[0]:
+            raise UsageError(f"example_weights must be a tensor of shape {tuple(examples[0])} (..., b)")
+        if bool(((example_weights < 0) | (example_weights > 1)).any()):
+            raise UsageError(
+                "example_weights must lie in [0, 1] (0 marks padding); larger weights would break the "
+                "sensitivity bound C/b"
+            )
+
+
+def prism_step(
+    factors: Sequence[LoraFactors],
+    per_example_gradients: Sequence[FactorGradients],
+    config: PrismStepConfig,
+    generator: Generators,
+    states: Sequence[PrismAdaptiveState] | None = None,
+    example_weights: Tensor | None = None,
+) -> PrismStepResult:
+    """One PRISM update across all LoRA modules ([P] Alg. 1), pure.
+
+    1. each example's intrinsic norm ``‖P(G_i)‖`` (Eq. 15, from its factor gradients: :func:`_tangent_sq_norms`)
+       summed over modules (Eq. 16), ``α_i = min(1, C/s_i)``;
+    2. per module: ``ΔA_dp = (1/b) Σ α_i w_i ΔA_i + (σC/b) Ξ_A`` (Eq. 17; w_i the example weights; the lift
+       Eq. 14 is linear, so the clipped sum of gradients is lifted once), the adaptive direction (Eqs. 24-26) or
+       ``U = ΔA_dp``, the retraction (Eq. 22) and a Procrustes gauge alignment to the input factors (App. A.24).
+
+    ``factors[ℓ]``: (..., m_ℓ, r), (..., n_ℓ, r). ``per_example_gradients[ℓ]``: ``g_A`` (..., b, m_ℓ, r), ``g_B``
+    (..., b, n_ℓ, r). ``generator``: as in :func:`sample_tangent_noise` (one per model for batched factors);
+    modules draw in list order. ``states``: None starts from zero moments.
+    """
+    factors = [_as_pair(LoraFactors, pair, f"factors[{i}]") for i, pair in enumerate(factors)]
+    per_example_gradients = [
+        _as_pair(FactorGradients, pair, f"per_example_gradients[{i}]") for i, pair in enumerate(per_example_gradients)
+    ]
+    _check_step_inputs(factors, per_example_gradients, example_weights, states, config)
+    geometries = [_geometry(module_factors) for module_factors in factors]
+    norms = global_intrinsic_norm(
+        [
+            _tangent_sq_norms(_per_example_factor_sq_norm(gradients), *geometry)
+            for gradients, geometry in zip(per_example_gradients, geometries)
+        ]
+    )
+    alphas = clip_factors(norms, config.privacy.clip_norm)
+    weights = alphas if example_weights is None else alphas * example_weights
+    clipped_sums = [
+        FactorGradients(*(torch.einsum("...b,...bdr->...dr", weights, g) for g in gradients))
+        for gradients in per_example_gradients
+    ]
+    return _step_from_clipped_sums(factors, geometries, clipped_sums, norms, alphas, config, generator, states)
+
+
+def _step_from_clipped_sums(
+    factors: Sequence[LoraFactors],
+    geometries,
+    clipped_sums: Sequence[FactorGradients],
+    norms: Tensor,
+    alphas: Tensor,
+    config: PrismStepConfig,
+    generator: Generators,
+    states: Sequence[PrismAdaptiveState] | None,
+) -> PrismStepResult:
+    """:func:`prism_step` after clipping.
+
+    Per module, lift ``Σ_i α_i w_i (g_A,i, g_B,i)`` (Eq. 14, linear, so this is the clipped sum of the
+    per-example lifts), add the noise (Eq. 17), adaptive direction, retraction, alignment.
+    """
+    if config.adaptive is not None and states is None:
+        states = [initial_adaptive_state(module_factors) for module_factors in factors]
+    new_factors, new_states, noisy_updates = [], [], []
+    for index, (module_factors, (geometry_A, geometry_B)) in enumerate(zip(factors, geometries)):
+        noisy = _noisy_mean(
+            _lift(clipped_sums[index], geometry_A, geometry_B), geometry_A, geometry_B, config.privacy, generator
+        )
+        noisy_updates.append(noisy)
+        direction = noisy
+        if config.adaptive is not None:
+            direction, state = _adaptive_direction(
+                states[index], noisy, geometry_A, geometry_B, config.privacy.noise_std, config.adaptive
+            )
+            new_states.append(state)
+        new_factors.append(align_gauge(retract(module_factors, direction, config.learning_rate), module_factors))
+    return PrismStepResult(
+        tuple(new_factors),
+        tuple(new_states) if config.adaptive is not None else None,
+        tuple(noisy_updates),
+        norms,
+        alphas,
+    )
+
+
+def prism_module_step(
+    factors: LoraFactors,
+    per_example_gradients: FactorGradients,
+    config: PrismStepConfig,
+    generator: Generators,
+    state: PrismAdaptiveState | None = None,
+    example_weights: Tensor | None = None,
+) -> PrismStepResult:
+    """:func:`prism_step` for a model with a single LoRA module (its norm is then the global norm)."""
+    return prism_step(
+        [factors], [per_example_gradients], config, generator, None if state is None else [state], example_weights
+    )
