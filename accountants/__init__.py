@@ -1,4 +1,4 @@
-"""Analytic and numerical privacy bounds (SPEC §2). Every bound returns :class:`accountants.result.Bound`.
+"""Analytic and numerical privacy bounds (docs/theory.md §2). Every bound returns :class:`accountants.result.Bound`.
 
 Modules (import the one you need; none imports torch or dpaudit):
 

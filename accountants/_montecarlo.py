@@ -74,7 +74,7 @@ def invert(bands: Bands, delta: float, grid: np.ndarray) -> tuple[float, float, 
 
 
 class SortedLosses:
-    """Profile of a mechanism from N sampled privacy losses (Monte Carlo, SPEC §2).
+    """Profile of a mechanism from N sampled privacy losses (Monte Carlo, docs/theory.md §2.4).
 
     Each draw i contributes ``g_i(eps) = 1`` if the output falls outside the other law's support
     (an "atom": infinite loss) and ``(1 - e^{eps - L_i})_+`` otherwise, so that

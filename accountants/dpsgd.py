@@ -1,7 +1,7 @@
 """T-fold composition of the Poisson-subsampled Gaussian mechanism (DP-SGD, DP-LoRA, DP-LoRA-FA, PRISM).
 
 A numerical privacy-loss-distribution (PLD) accountant, dp_accounting's (Doroshenko et al. 2022;
-SPEC §2). Each step releases ``sum of clipped gradients + N(0, sigma^2 C^2)`` on a Poisson sample of
+docs/theory.md §2.2). Each step releases ``sum of clipped gradients + N(0, sigma^2 C^2)`` on a Poisson sample of
 rate q; ``noise_multiplier = sigma``. PRISM is accounted the same way ([P] Thm 3.4).
 
 The PLD is built with ``pessimistic_estimate=True``: every discretisation interval yields an upper
@@ -81,7 +81,7 @@ def _inputs(noise_multiplier, sample_rate, steps, **query):
 def epsilon(
     noise_multiplier: float, sample_rate: float, steps: int, delta: float, neighbouring: Neighbouring = ADD_REMOVE
 ) -> Bound:
-    """epsilon(delta) after ``steps`` Poisson-subsampled Gaussian steps (SPEC §2, [P] Thm 3.4)."""
+    """epsilon(delta) after ``steps`` Poisson-subsampled Gaussian steps (docs/theory.md §2.2, [P] Thm 3.4)."""
     noise_multiplier, sample_rate, steps = _checked(noise_multiplier, sample_rate, steps, neighbouring)
     delta = check.open_unit("delta", delta)
     values, interval = _refined(

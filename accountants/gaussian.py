@@ -1,7 +1,7 @@
 """The Gaussian mechanism: exact profile, classical calibration, RDP, and the conversions of [S] Sec. 4.
 
 Notation: sensitivity Delta, noise standard deviation sigma, ``mu = Delta / sigma``. The privacy loss
-of ``f(D) + N(0, sigma^2 I)`` is ``L ~ N(mu^2/2, mu^2)`` (SPEC §2).
+of ``f(D) + N(0, sigma^2 I)`` is ``L ~ N(mu^2/2, mu^2)`` (docs/theory.md §2.1).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from accountants import validation as check
 from accountants._numeric import minimize_on_grid, solve_decreasing
 from accountants.result import REPLACE_ONE, Bound, Neighbouring, inapplicable
 
-_EXACT = "Gaussian exact profile (Balle & Wang 2018), SPEC §2"
+_EXACT = "Gaussian exact profile (Balle & Wang 2018), docs/theory.md §2.1"
 
 
 def delta_for_mu(epsilon, mu):
-    """Exact profile ``delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)`` (SPEC §2).
+    """Exact profile ``delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)`` (docs/theory.md §2.1).
 
     Vectorised over ``epsilon`` and ``mu`` (``mu = 0`` gives 0). Computed as
     ``Phi(a) * (1 - exp(eps + log Phi(b) - log Phi(a)))`` so that neither the difference of two
@@ -70,7 +70,7 @@ def privacy_loss_tail_epsilon(tail: float, mu: float) -> float:
 
 
 def delta(epsilon: float, sensitivity: float, sigma: float, neighbouring: Neighbouring = REPLACE_ONE) -> Bound:
-    """Exact delta(eps) of the Gaussian mechanism (Balle & Wang 2018; SPEC §2)."""
+    """Exact delta(eps) of the Gaussian mechanism (Balle & Wang 2018; docs/theory.md §2.1)."""
     epsilon = check.non_negative("epsilon", epsilon)
     mu = check.positive("sensitivity", sensitivity) / check.positive("sigma", sigma)
     return Bound(
@@ -84,7 +84,7 @@ def delta(epsilon: float, sensitivity: float, sigma: float, neighbouring: Neighb
 
 
 def epsilon(delta: float, sensitivity: float, sigma: float, neighbouring: Neighbouring = REPLACE_ONE) -> Bound:
-    """Exact eps(delta) of the Gaussian mechanism: inverse of the profile (SPEC §2)."""
+    """Exact eps(delta) of the Gaussian mechanism: inverse of the profile (docs/theory.md §2.1)."""
     delta = check.open_unit("delta", delta)
     mu = check.positive("sensitivity", sensitivity) / check.positive("sigma", sigma)
     return Bound(
@@ -126,7 +126,7 @@ def calibrate_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
 
 
 def classical_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
-    """Classical calibration ``sigma = Delta sqrt(2 ln(1.25/delta)) / eps`` (Dwork & Roth Thm A.1; SPEC §2).
+    """Classical calibration ``sigma = Delta sqrt(2 ln(1.25/delta)) / eps`` (Dwork & Roth Thm A.1; docs/theory.md §2.1).
 
     Only valid for eps < 1; larger eps raise ValueError (use :func:`calibrate_sigma`).
     """

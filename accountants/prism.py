@@ -1,7 +1,7 @@
-"""Intrinsic noise energy of private LoRA updates, [P] (PRISM): SPEC §1.6, §2.
+"""Intrinsic noise energy of private LoRA updates, [P] (PRISM): docs/theory.md §1.6, §2.9.
 
 Notation of [P]: ``Z = A B^T`` with ``A in R^{m x r}``, ``B in R^{n x r}`` (for peft, ``A = lora_B.weight``
-and ``B = lora_A.weight^T``, SPEC §0). The effective intrinsic noise of a random perturbation N_Z of
+and ``B = lora_A.weight^T``, docs/theory.md §0). The effective intrinsic noise of a random perturbation N_Z of
 Z is ``E_Z = sqrt(E |N_Z|_F^2)`` ([P] Def. 2.1).
 
 Privacy itself is DP-SGD accounting: each PRISM step is a Poisson-subsampled Gaussian mechanism

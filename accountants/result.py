@@ -1,10 +1,10 @@
-"""The result type every bound in ``accountants`` returns (SPEC §0, §2).
+"""The result type every bound in ``accountants`` returns (docs/theory.md §0, §2).
 
 A :class:`Bound` states "the mechanism is (epsilon, delta)-DP under ``neighbouring``", together with
 what the statement rests on: the inputs, the data-dependent assumptions (``conditional_on``) and,
 for Monte-Carlo estimates, a confidence interval.
 
-Conventions (SPEC §0):
+Conventions (docs/theory.md §0):
 
 * ``valid`` is True exactly when ``epsilon`` is finite. A bound whose theorem does not apply (a
   condition fails, or the requested delta is out of its reach) has ``epsilon = inf``,
@@ -123,7 +123,7 @@ def inapplicable(
     inputs: Mapping[str, Any] | None = None,
     conditional_on: tuple[str, ...] = (),
 ) -> Bound:
-    """A bound whose theorem does not apply: epsilon = inf with the reason (SPEC §0)."""
+    """A bound whose theorem does not apply: epsilon = inf with the reason (docs/theory.md §0)."""
     return Bound(
         epsilon=math.inf,
         delta=delta,

@@ -1,4 +1,4 @@
-"""Gaussian sketching / noisy LoRA-FA, [S] (Malekmohammadi & Farnadi): SPEC §1.4, §2.
+"""Gaussian sketching / noisy LoRA-FA, [S] (Malekmohammadi & Farnadi): docs/theory.md §1.4, §2.8.
 
 The release ``Q A^T + Z`` (``A ~ N(0, sigma_A^2)^{r x m}``, ``Z ~ N(0, sigma_g^2)^{n x r}``) is RDP for
 orders ``alpha in (1, Gamma)`` ([S] Lemma 7.1, Eq. 12):

@@ -1,4 +1,4 @@
-"""Privacy of Wishart projections, [W] (Hu, Düngler, Schölkopf, Sanyal): SPEC §1.1, §1.3, §2.
+"""Privacy of Wishart projections, [W] (Hu, Düngler, Schölkopf, Sanyal): docs/theory.md §1.1, §1.3, §2.3-2.7.
 
 ``M = Z Z^T`` with ``Z in R^{d x r}``, i.i.d. ``N(0, 1/r)`` entries. Neighbouring datasets differ in one
 record (replace-one, [W] Sec. 2). Three releases:
@@ -6,7 +6,7 @@ record (replace-one, [W] Sec. 2). Three releases:
 * vector ``y = M v`` with unit ``v`` and alignment ``rho = <v, v'>``: [W] Thm 1 and the exact profile
   (Lemma 8, sampled);
 * M1 ``M V + Xi``: Lemma 2, Lemma 14 (+ Lemma 15), Thm 4 (one column), Thm 3 (k columns);
-* M2 ``M (V + Xi)``: Thm 5, its multi-step use (App. F.2), and the mixture bound (SPEC §2, beyond [W]).
+* M2 ``M (V + Xi)``: Thm 5, its multi-step use (App. F.2), and the mixture bound (docs/theory.md §2.7, beyond [W]).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def theorem1(rho: float, d: int, r: int, delta_prime: float) -> Bound:
 
     With ``t = t_r(1 - delta')``, ``K = sqrt((1-rho^2)/r) t``, valid iff ``rho > K``:
     ``eps = (d-r+1)/2 ln(rho+K) + (1-rho+K) kappa_{d+r-1}(1-delta') / (2(rho-K))``,
-    ``delta = E_{x~chi2_r}[Phi(-rho sqrt(x)/sqrt(1-rho^2))] + 3 delta'`` (SPEC §2).
+    ``delta = E_{x~chi2_r}[Phi(-rho sqrt(x)/sqrt(1-rho^2))] + 3 delta'`` (docs/theory.md §2.3).
     """
     rho, d, r = _vector_inputs(rho, d, r)
     delta_prime = check.open_unit("delta_prime", delta_prime)
@@ -151,7 +151,7 @@ def theorem1_delta(epsilon: float, rho: float, d: int, r: int) -> Bound:
 
 @dataclass(frozen=True)
 class VectorProfile:
-    """Exact privacy profile of ``y = M v`` vs ``y' = M v'``, sampled (SPEC §2, [W] Lemma 8).
+    """Exact privacy profile of ``y = M v`` vs ``y' = M v'``, sampled (docs/theory.md §2.4, [W] Lemma 8).
 
     With independent ``K1 ~ chi2_r, K2 ~ N(0,1), K3 ~ chi2_{d-2}``: ``A = rho + sqrt(1-rho^2) K2/sqrt(K1)``,
     ``B = K1 + K2^2 + K3`` is the law of ``(v'^T y / v^T y, r |y|^2 / v^T y)`` for ``y ~ P``, and the
@@ -873,7 +873,7 @@ def _mixture(sensitivity, sigma, d, r, singular_values, samples, seed, confidenc
     return _Mixture(mu, d, r, SampledMixture(mus, gaussian.delta_for_mu, check.open_unit("confidence", confidence)))
 
 
-_MIXTURE = "M2 mixture bound (SPEC §2; joint convexity over M)"
+_MIXTURE = "M2 mixture bound (docs/theory.md §2.7; joint convexity over M)"
 
 
 def _mixture_inputs(mixture: _Mixture, sensitivity, sigma, singular_values, samples, seed, **query):
@@ -900,7 +900,7 @@ def m2_mixture_delta(
     seed: int = 0,
     confidence: float = 0.99,
 ) -> Bound:
-    """Mixture bound for M2: ``delta(eps) <= E_M[delta_Gauss(eps; |P_M Delta V|_F / sigma)]`` (SPEC §2).
+    """Mixture bound for M2: ``delta(eps) <= E_M[delta_Gauss(eps; |P_M Delta V|_F / sigma)]`` (docs/theory.md §2.7).
 
     Conditioned on M the release is a Gaussian mechanism on col(M) with sensitivity ``|P_M Delta V|_F``;
     joint convexity of the hockey-stick divergence gives the bound (it is the exact profile of the

@@ -1,6 +1,6 @@
 """Evidence side of dpaudit: membership scores from model outputs, and statistics from scores.
 
-Pure numpy/scipy; inputs are arrays of per-model outputs and membership masks (SPEC §3).
+Pure numpy/scipy; inputs are arrays of per-model outputs and membership masks (docs/theory.md §3).
 Convention everywhere: a higher score means "more likely a member".
 
 Modules: `designs` (who trains on what), `canary` ([W] App. F.1), `scores` (loss, LiRA's φ,

@@ -1,4 +1,4 @@
-"""Empirical ε lower bounds from IN/OUT attack scores (SPEC §3, "Empirical ε lower bound").
+"""Empirical ε lower bounds from IN/OUT attack scores (docs/theory.md §3.4-3.5, "Empirical ε lower bound").
 
 Setting. Each IN score comes from an independent run of the mechanism on D ∪ {canary} (IN) and
 each OUT score from a run on D (OUT), e.g. the single-canary design of [W] App. F.1. The trials

@@ -1,4 +1,4 @@
-"""Membership-inference metrics from IN and OUT scores (SPEC §3, "Metrics").
+"""Membership-inference metrics from IN and OUT scores (docs/theory.md §3.3).
 
 Convention: a higher score means "more likely a member"; the attack predicts IN when
 score ≥ threshold. `in_scores` are the scores of trials where the target was a member (IN

@@ -10,7 +10,7 @@ single model's (examples, classes) logits give an (examples,) signal.
   for p_y = 1 - 1e-12 (φ ≈ 27.6) and for logits of any magnitude, where log(p/(1-p)) gives inf.
 - Cross-entropy loss ℓ = -log softmax(z)_y = softplus(-φ), as p_y = sigmoid(φ): the stable
   log-softmax with full relative precision even for ℓ ≈ 1e-12. The membership score of the loss
-  attack is -ℓ (SPEC §3: lower loss = member).
+  attack is -ℓ (docs/theory.md §3.2: lower loss = member).
 
 Run file (`save_run_outputs` / `load_run_outputs`): one `.npz` holding `format_version`,
 `outputs` (models × examples, or models × examples × classes) and `membership` (models ×

@@ -1,6 +1,6 @@
 """From an analytic privacy guarantee to the best any attack can do, and the audit verdict.
 
-SPEC §3, "Theory vs audit". If a mechanism is (ε, δ)-DP for the neighbouring pair, every
+docs/theory.md §3.6-3.7, "Theory vs audit". If a mechanism is (ε, δ)-DP for the neighbouring pair, every
 membership test has (Kairouz, Oh & Viswanath 2015, Thm. 2.1; Dong, Roth & Su 2022)
 
     TPR ≤ min(e^ε FPR + δ,  1 - e^{-ε}(1 - δ - FPR))          (clipped to [0, 1]),
@@ -10,7 +10,7 @@ its complement. A privacy profile {(ε_k, δ_k)} holds for every pair at once, s
 the minimum of these curves over k: a concave, piecewise-linear curve, the lower envelope of the
 lines  TPR = e^{ε_k} FPR + δ_k,  TPR = e^{-ε_k} FPR + 1 - e^{-ε_k}(1 - δ_k)  and  TPR = 1.
 The largest AUC is its integral over FPR ∈ [0, 1], computed exactly from the envelope's pieces.
-A pair with ε = inf (a bound that does not apply, SPEC §0) constrains nothing.
+A pair with ε = inf (a bound that does not apply, docs/theory.md §0) constrains nothing.
 
 For the Gaussian mechanism with μ = Δ/σ, the full profile δ(ε) = Φ(-ε/μ + μ/2) - e^ε Φ(-ε/μ - μ/2)
 gives back its tradeoff curve 1 - Φ(Φ⁻¹(1 - FPR) - μ), whose AUC is Φ(μ/√2); a single (ε, δ)
@@ -169,7 +169,7 @@ def audit_verdict(
     """Compares an audit with an analytic bound. The rule, applied in this order:
 
     1. inconclusive: `analytic_epsilon` is None, NaN or +inf. There is no finite bound to test
-       (a bound whose theorem does not apply reports ε = inf, SPEC §0).
+       (a bound whose theorem does not apply reports ε = inf, docs/theory.md §0).
     2. violated: the empirical ε lower bound > `analytic_epsilon`, or (if given)
        `auc_lower` > `max_allowed_auc`. The first is wrong with probability
        ≤ 1 - `empirical.confidence`; with both routes the error probabilities add (union bound),

@@ -23,7 +23,7 @@ CONFIDENCE = 0.95
 
 
 def attack_scores(attack: str, plan: Plan, outputs: ChunkOutputs) -> np.ndarray:
-    """(models, targets) membership scores, higher = more likely IN (SPEC §3).
+    """(models, targets) membership scores, higher = more likely IN (docs/theory.md §3.2).
 
     ``canary-loss``: negated loss on the target ([W] App. F.1). ``lira-*``: LiRA on logit-scaled confidences,
     leave-one-out over the other shadow models (Carlini et al. 2022). ``reference``: [S] Eq. 16 with θ_ref the
@@ -113,7 +113,7 @@ def analyse(store: RunStore, attack: str = "canary-loss") -> Analysis:
 
 @dataclass(frozen=True)
 class Verdict:
-    """Theory vs audit (SPEC §3): does the audit contradict the analytic (ε, δ)?"""
+    """Theory vs audit (docs/theory.md §3.7): does the audit contradict the analytic (ε, δ)?"""
 
     outcome: str  # consistent | violated | inconclusive
     reason: str

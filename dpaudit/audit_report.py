@@ -2,7 +2,7 @@
 
 Sections: run configuration; the theory-vs-audit table (analytic ε at δ with its bound and whether it is
 conditional, empirical ε lower bound with its confidence, AUC with CI, the largest AUC the bound allows, verdict);
-per run a log-log ROC with the region the analytic (ε, δ) allows shaded ([S]/SPEC §3:
+per run a log-log ROC with the region the analytic (ε, δ) allows shaded ([S]/docs/theory.md §3.6:
 TPR ≤ min(e^ε FPR + δ, 1 − e^{−ε}(1 − δ − FPR))) and IN/OUT score histograms; for several runs, ε and AUC
 against the parameter that varies (rank or noise). Everything comes from the run directories alone.
 """

@@ -1,4 +1,4 @@
-"""The analytic (ε, δ) bound of a campaign's mechanism, in one place (SPEC §2; the accountants package).
+"""The analytic (ε, δ) bound of a campaign's mechanism, in one place (docs/theory.md §2.10; the accountants package).
 
 :func:`analytic_bound` maps a :class:`CampaignConfig` and the campaign's sampling facts to an accountants call,
 or to ``epsilon = None`` with the reason no bound exists:

@@ -1,6 +1,6 @@
 """A membership-inference campaign: plan, shadow training in chunks on workers, outputs streamed to the store.
 
-Data flow (ARCHITECTURE.md): config → :class:`Setup` (pretrained base, targets, membership plan; saved to the
+Data flow (docs/architecture.md §1): config → :class:`Setup` (pretrained base, targets, membership plan; saved to the
 run directory before any shadow model trains) → chunks of shadow models trained by the engine in worker
 processes (joblib: loky locally, dask across machines) → per-chunk outputs written atomically by the driver →
 :mod:`dpaudit.analysis` turns them into scores and statistics.

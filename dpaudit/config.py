@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from dpaudit.errors import UsageError
 
 MECHANISMS = ("none", "lora-fa", "m1", "m2", "sketch", "dp-sgd", "dp-lora", "dp-lora-fa", "prism")
-# Which options apply to which mechanisms (SPEC §1; dpaudit.mechanisms.registry builds them).
+# Which options apply to which mechanisms (docs/theory.md §1; dpaudit.mechanisms.registry builds them).
 NOISY_MECHANISMS = ("m1", "m2", "sketch", "dp-sgd", "dp-lora", "dp-lora-fa", "prism")  # --noise: σ, or σ_g
 CLIPPED_MECHANISMS = ("m1", "m2", "dp-sgd", "dp-lora", "dp-lora-fa", "prism")  # --clip C, Poisson sampling
 DENOISABLE_MECHANISMS = ("dp-sgd", "dp-lora", "dp-lora-fa")  # --denoise ([D] Alg. 1)

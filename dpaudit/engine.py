@@ -105,7 +105,7 @@ def build(
         for name in a_names
     }
     # Each model's stream yields its factors in layer order, as in WishartProjection.setup: both realisations of
-    # LoRA-FA (SPEC §1.2) share A.
+    # LoRA-FA (docs/theory.md §1.2) share A.
     lora_b = {
         name: torch.zeros(k, *t.shape, device=device, dtype=t.dtype)
         for name, t in tensors.items()
@@ -154,7 +154,7 @@ _FIRST_BLOCK_OVERFLOW = 1e-3
 
 @dataclass(frozen=True)
 class PoissonLayout:
-    """Poisson sampling of DP mechanisms (SPEC §1.5), fixed by the campaign, never by the models in a chunk.
+    """Poisson sampling of DP mechanisms (docs/theory.md §1.5), fixed by the campaign, never by the models in a chunk.
 
     ``N`` = the campaign's largest member count (:attr:`BatchLayout.members`) and ``b`` = the expected batch
     size: rate ``q = b / N``, ``steps = ⌈N / b⌉`` per epoch (as many as shuffled batches, so that an epoch visits
@@ -232,7 +232,7 @@ def shuffled_batches(
 def poisson_batches(
     membership: np.ndarray, randomness: Sequence[ModelRandomness], layout: PoissonLayout, epochs: int
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Per step: pool indices (K, w) and example weights (K, w) of Poisson-sampled batches (SPEC §1.5).
+    """Per step: pool indices (K, w) and example weights (K, w) of Poisson-sampled batches (docs/theory.md §1.5).
 
     Each member of model k is included independently with probability ``layout.sample_rate``, drawn from k's
     "data" stream (one uniform per member and step), so a model's batches do not depend on its chunk. Each step

@@ -7,7 +7,7 @@ under each input, scores every draw with the best attack it can compute, and tur
 
   - exact log-likelihood ratio ``L = log p(y)/q(y)`` where the release density is known
     (:func:`log_likelihood_ratio`): the Gaussian mechanism; the vector Wishart release by [W] Lemma 9 with the
-    exponent ``(r-d-1)/2`` derived in SPEC §2, ``L = (d+1-r)/2 ln A + B/2 (1/A - 1)``; the Gaussian sketch,
+    exponent ``(r-d-1)/2`` derived in docs/theory.md §2.4, ``L = (d+1-r)/2 ln A + B/2 (1/A - 1)``; the Gaussian sketch,
     whose columns are i.i.d. ``N(0, sigma_A^2 Q Q^T + sigma_g^2 I)`` ([S] App. D.1). ``L = +inf`` marks a
     draw outside the other input's support. By Neyman-Pearson no test of the same level beats L;
   - a learned distinguisher (scikit-learn gradient boosting) for M1/M2, trained on draws independent of the
@@ -118,7 +118,7 @@ def log_likelihood_ratio(mechanism, statistic: np.ndarray) -> np.ndarray:
     * Gaussian: ``L = (|v'|^2 - |v|^2 - 2T) / (2 sigma^2)``, ``T = <y, v' - v>``.
     * Vector Wishart, ``T = (s, s', |y|^2) = (v^T y, v'^T y, |y|^2)``: [W] Lemma 9 gives
       ``p(y) = C (v^T y)^{(r-d-1)/2} exp(-r |y|^2 / (2 v^T y))`` on ``{v^T y > 0}`` (sigma^2 = 1/r; the
-      paper's Eqs. 22/25 print the exponent (r-d+1)/2, SPEC §2), hence
+      paper's Eqs. 22/25 print the exponent (r-d+1)/2, docs/theory.md §2.4), hence
       ``L = (r-d-1)/2 (ln s - ln s') - r |y|^2 / 2 (1/s - 1/s') = (d+1-r)/2 ln A + B/2 (1/A - 1)``
       with ``A = s'/s``, ``B = r|y|^2/s`` ([W] Eq. 18); ``+inf`` where ``s > 0 >= s'`` (outside q's
       support), ``-inf`` where ``s' > 0 >= s``.
@@ -200,7 +200,7 @@ def _finite(in_scores: np.ndarray, out_scores: np.ndarray) -> tuple[np.ndarray, 
 
 @dataclass(frozen=True, eq=False)
 class ProfileEstimate:
-    """Empirical privacy profile from exact privacy-loss draws (SPEC §2's sampled profile, for any mechanism).
+    """Empirical privacy profile from exact privacy-loss draws (docs/theory.md §2.4, for any mechanism).
 
     ``delta(eps) = max(delta_PQ(eps), delta_QP(eps))`` with ``delta_PQ(eps) = P(L = +inf) + E_P[(1 - e^{eps-L})_+ ;
     L < inf]`` (the hockey-stick divergence written under P, e.g. [W] Thm 1's proof) and ``delta_QP`` the same
@@ -348,7 +348,7 @@ def analytic_bounds(mechanism, delta: float, *, seed: int = 0) -> tuple[Bound, .
                 None if rank_one else singular_values,
                 seed=_seed_int(seed, "exact profile"),
             ),
-            _relabel(baseline, "Gaussian mechanism on V + Xi, M as post-processing (SPEC §2)"),
+            _relabel(baseline, "Gaussian mechanism on V + Xi, M as post-processing (docs/theory.md §2.1)"),
         )
     if isinstance(mechanism, GaussianSketch):
         return _sketch_lemma71(mechanism, delta)
@@ -392,7 +392,7 @@ def _proposition2(mechanism: MatrixProjection, delta: float) -> Bound:
 
 
 def _lora_claim(mechanism: MatrixProjection, delta: float) -> Bound:
-    """[S]'s guarantee for noise-free LoRA-FA, whose release ``V^T A^T A`` is this projection (SPEC §1.2).
+    """[S]'s guarantee for noise-free LoRA-FA, whose release ``V^T A^T A`` is this projection (docs/theory.md §1.2).
 
     [S] Lemma 7.2's proof calls the released weights ``W_0 - eta (G A^T + Z) A`` a post-processing of the
     sketch ``G A^T + Z`` and applies Lemma 7.1 to it. Here ``Q = V^T`` (rows are the records' gradients),

@@ -2,7 +2,7 @@
 
 peft imports transformers (seconds), so it is imported inside :func:`attach_lora` only.
 
-Parameterizations (what a mechanism trains, SPEC §1):
+Parameterizations (what a mechanism trains, docs/theory.md §1):
 
 * ``full``: the weight matrices of every Linear/Conv2d layer (biases stay at their pretrained values, as in
   LoRA fine-tuning, so that full fine-tuning and LoRA variants train the same layers);
@@ -120,7 +120,7 @@ class LoraSpec:
     """Options of a LoRA adapter: ``scale = alpha / rank`` multiplies ``B A`` (peft's ``lora_alpha / r``)."""
 
     rank: int
-    alpha: float | None = None  # None: alpha = rank, so scale 1 and W's update is -η G AᵀA (SPEC §1.2)
+    alpha: float | None = None  # None: alpha = rank, so scale 1 and W's update is -η G AᵀA (docs/theory.md §1.2)
 
     @property
     def scale(self) -> float:
@@ -152,7 +152,7 @@ def attach_lora(model: nn.Module, spec: LoraSpec) -> nn.Module:
 def draw_lora_a(shape: tuple[int, ...], rank: int, generator: torch.Generator) -> torch.Tensor:
     """LoRA-FA's frozen factor: i.i.d. N(0, 1/r) entries, so that ``AᵀA`` is Wishart W(I/r, r) with E = I.
 
-    peft's ``init_lora_weights="gaussian"`` uses std 1/r, which is a different mechanism (SPEC §1.2).
+    peft's ``init_lora_weights="gaussian"`` uses std 1/r, which is a different mechanism (docs/theory.md §1.2).
     ``shape`` is ``lora_A``'s weight shape: (r, d_in) for Linear, (r, c_in, kh, kw) for Conv2d.
     """
     return torch.randn(shape, generator=generator) / math.sqrt(rank)

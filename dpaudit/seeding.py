@@ -1,7 +1,7 @@
 """Per-model randomness derived from (campaign seed, model index, purpose) only.
 
 A shadow model's draws never depend on which chunk, worker or device trains it, so results do not change with
-chunking, worker count or order (ARCHITECTURE.md, "Seams worth keeping"). No code path uses global RNG state.
+chunking, worker count or order (docs/architecture.md §4, "Seams worth keeping"). No code path uses global RNG state.
 """
 
 from __future__ import annotations

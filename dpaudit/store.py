@@ -1,4 +1,4 @@
-"""The run directory: the only state of a campaign (ARCHITECTURE.md). Numpy + json only, no torch.
+"""The run directory: the only state of a campaign (docs/architecture.md §4). Numpy + json only, no torch.
 
 Layout::
 

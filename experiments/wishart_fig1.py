@@ -1,7 +1,7 @@
 """Analogue of [W] Fig. 1: eps vs rank r of the vector projection y = M v at d = 400, delta = 0.01.
 
 Two curves per alignment rho: [W] Thm 1 (delta' = (delta - P(A <= 0)) / 3, its best choice) and the
-exact privacy profile sampled from [W] Lemma 8 (SPEC §2), with its 99% confidence interval.
+exact privacy profile sampled from [W] Lemma 8 (docs/theory.md §2.4), with its 99% confidence interval.
 Thm 1 is inf where its condition rho > K fails.
 
 Writes ``wishart_fig1.csv`` and ``wishart_fig1.png`` to ``--out``.

@@ -1,6 +1,6 @@
 """Analogue of [W] Fig. 2: eps vs noise sigma for M2 = M(V + Xi) at d = 2000, delta = 1e-5, |Delta V|_F = 1.
 
-Curves: [W] Thm 5 minimised over alpha (s = 1) and the M2 mixture bound (SPEC §2) for several ranks r,
+Curves: [W] Thm 5 minimised over alpha (s = 1) and the M2 mixture bound (docs/theory.md §2.7) for several ranks r,
 against two Gaussian baselines that ignore M: the exact Gaussian profile and [W] Eq. (10) (the
 two-sided tail T, as plotted in the paper).
 

@@ -12,7 +12,7 @@ RNG_SEED = 20240611
 
 
 def test_exact_profile_matches_paper_value():
-    # SPEC §2 / [W] Fig. 2: Delta/sigma = 1, delta = 1e-5 gives eps ~ 4.38.
+    # docs/theory.md §2.1 / [W] Fig. 2: Delta/sigma = 1, delta = 1e-5 gives eps ~ 4.38.
     assert gaussian.epsilon(1e-5, 1.0, 1.0).epsilon == pytest.approx(4.38, rel=0.02)
     assert gaussian.epsilon(1e-5, 1.0, 1.0).epsilon == pytest.approx(4.377178, abs=1e-5)
 

@@ -9,7 +9,7 @@ from accountants import prism
 
 
 def _tangent_projection(a, b, g):
-    """[P] Eq. 13: P(G) = Pi_A G + G Pi_B - Pi_A G Pi_B (SPEC §1.6), written here independently."""
+    """[P] Eq. 13: P(G) = Pi_A G + G Pi_B - Pi_A G Pi_B (docs/theory.md §1.6), written here independently."""
     pi_a = a @ np.linalg.pinv(a.T @ a) @ a.T
     pi_b = b @ np.linalg.pinv(b.T @ b) @ b.T
     return pi_a @ g + g @ pi_b - pi_a @ g @ pi_b

@@ -1,4 +1,4 @@
-"""The Bound result type: its invariants (SPEC §0) are enforced at construction."""
+"""The Bound result type: its invariants (docs/theory.md §0) are enforced at construction."""
 
 import json
 import math

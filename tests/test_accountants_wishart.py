@@ -29,7 +29,7 @@ def test_theorem1_reproduces_paper_example():
 
 @pytest.mark.parametrize("r, theorem5, mixture", [(8, 0.64, 0.26), (128, 1.47, 0.96)])
 def test_m2_bounds_reproduce_spec_values(r, theorem5, mixture):
-    # d = 2000, delta = 1e-5, |Delta V|/sigma = 1, s = 1 (SPEC §2, [W] Fig. 2).
+    # d = 2000, delta = 1e-5, |Delta V|/sigma = 1, s = 1 (docs/theory.md §2.7, [W] Fig. 2).
     assert wishart.theorem5_epsilon(1e-5, 1.0, 1.0, 2000, r, 1).epsilon == pytest.approx(theorem5, rel=0.02)
     assert wishart.m2_mixture_epsilon(1e-5, 1.0, 1.0, 2000, r).epsilon == pytest.approx(mixture, rel=0.02)
 

@@ -1,4 +1,4 @@
-"""Attacks on real shadow models: LiRA and friends on the all-examples design ([SPEC §3], Carlini et al. 2022)."""
+"""Attacks on real shadow models: LiRA and friends, all-examples design (docs/theory.md §3.2; Carlini et al. 2022)."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""Spectral denoising of DP gradients ([D] Alg. 1, Sec. 3.2, App. D-E; SPEC §1.7). float64, fixed seeds."""
+"""Spectral denoising of DP gradients ([D] Alg. 1, Sec. 3.2, App. D-E; docs/theory.md §1.7). float64, fixed seeds."""
 
 from __future__ import annotations
 

@@ -63,7 +63,7 @@ def test_batched_engine_matches_per_model_loop(setting, parameterization, mechan
 
 
 def test_lora_fa_realisations_agree_after_20_sgd_steps(setting):
-    """SPEC §1.2: peft with frozen A (a) and full weights with G ← G·AᵀA (b) give the same W to 1e-5."""
+    """docs/theory.md §1.2: peft with frozen A (a) and full weights with G ← G·AᵀA (b) give the same W to 1e-5."""
     base, x, y, membership = setting
     randomness = seeding.shadow_randomness(5, range(len(membership)))
     batch_size = -(-int(membership.sum(1).max()) // 10)  # 10 steps per epoch, 2 epochs

@@ -118,7 +118,7 @@ def _lemma9_log_density(s: np.ndarray, squared_norm: np.ndarray, d: int, r: int)
     Written independently of dpaudit from the proof of Lemma 9 (``S = v^T y ~ sigma^2 chi2_r`` and
     ``y_perp | S ~ N(0, sigma^2 S I_{d-1})``): ``log C + (r-d-1)/2 log s - |y|^2 / (2 sigma^2 s)`` with
     ``C = 1 / (2^{r/2} Gamma(r/2) sigma^{d+r-1} (2 pi)^{(d-1)/2})``. The paper prints the exponent (r-d+1)/2
-    (SPEC §2) and ``sigma^{d-r-1}`` in C; the constant cancels in the likelihood ratio.
+    (docs/theory.md §2.4) and ``sigma^{d-r-1}`` in C; the constant cancels in the likelihood ratio.
     """
     sigma2 = 1.0 / r
     log_c = -(

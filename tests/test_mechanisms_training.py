@@ -60,7 +60,7 @@ def test_m2_noise_is_projected_and_m1_noise_is_not(setting):
 
 
 def test_noise_free_m2_is_the_wishart_projection_of_the_clipped_mean(setting):
-    """σ = 0, C = inf, M fixed: M2's update is (Σ g_i / b) AᵀA with LoRA-FA's A (SPEC §1.2 (b), §1.3)."""
+    """σ = 0, C = inf, M fixed: M2's update is (Σ g_i / b) AᵀA with LoRA-FA's A (docs/theory.md §1.2 (b), §1.3)."""
     randomness = seeding.shadow_randomness(2, range(3))
     shadow, step = _step(setting, randomness)
     shapes = {name: t.shape[1:] for name, t in shadow.trainable.items()}

@@ -1,4 +1,4 @@
-"""Mechanisms: how shadow-model gradients are turned into updates (SPEC §1), one module per family.
+"""Mechanisms: how shadow-model gradients are turned into updates (docs/theory.md §1), one module per family.
 
 A mechanism names the tensors it trains (its ``parameterization``, see :mod:`dpaudit.models`), draws its
 per-model randomness in :meth:`Mechanism.setup`, and maps each step's gradients to the update the optimiser
@@ -7,7 +7,7 @@ applies in :meth:`Mechanism.transform` (or owns the update through the optional 
 
 Modules: ``nonprivate`` (none, lora-fa), ``wishart`` (noise-free projection, M1, M2), ``sketch`` (noisy
 LoRA-FA), ``dpsgd`` (DP-SGD, DP-LoRA, DP-LoRA-FA; the shared clipping and noise), ``prism``, ``denoise``;
-``registry`` maps the CLI names to them (SPEC §1).
+``registry`` maps the CLI names to them (docs/theory.md §1).
 
 The package itself imports nothing: :mod:`dpaudit.mechanisms.releases` (mechanism-level audits, numpy only)
 must load without torch.

@@ -1,4 +1,4 @@
-"""The :class:`Mechanism` protocol between the batched engine and every mechanism of SPEC §1."""
+"""The :class:`Mechanism` protocol between the batched engine and every mechanism of docs/theory.md §1."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ class PerExampleGradients(Protocol):
 
     The engine picks the representation (materialised ``vmap(grad)`` tensors, or a Linear layer's input
     activations and output gradients, from which ``g_i = Σ_t δ_{i,t} x_{i,t}ᵀ`` is exact); mechanisms use only
-    these operations, so clipping is exact per example either way (SPEC §1.5).
+    these operations, so clipping is exact per example either way (docs/theory.md §1.5).
     """
 
     def squared_norms(self) -> torch.Tensor:
@@ -48,7 +48,7 @@ class Step:
     ``gradients``: for a mechanism with ``per_example = False``, each trained tensor's name → its (K, ...)
     batch-mean gradient; with ``per_example = True``, a :class:`PerExampleGradients` whose example weights are
     ``weights`` (K, b) (0 marks padding: models' batches are padded to a common width b).
-    ``expected_batch_size``: under Poisson sampling, ``q · N`` (SPEC §1.5: the divisor of the clipped sum);
+    ``expected_batch_size``: under Poisson sampling, ``q · N`` (docs/theory.md §1.5: the divisor of the clipped sum);
     None under shuffled batches. ``steps``: how many steps the run has (set by the engine), so that a mechanism
     knows whether another step follows (e.g. to draw its noise ahead); None when unknown. ``parameters``: the K
     models' trained tensors (K, ...) before this step, to read (shapes, dtype, device), never to change.
@@ -68,7 +68,7 @@ class Step:
 
 
 class Mechanism(Protocol):
-    """A gradient transform / update rule for K shadow models trained together (ARCHITECTURE.md).
+    """A gradient transform / update rule for K shadow models trained together (docs/architecture.md §4).
 
     Required: ``name``, ``parameterization``, ``per_example``, :meth:`setup`, :meth:`transform`.
 
@@ -77,7 +77,7 @@ class Mechanism(Protocol):
 
     * ``sampling = "shuffle"``: how batches are drawn. ``"shuffle"``: every member once per epoch in the model's
       own order (:func:`dpaudit.engine.shuffled_batches`); ``"poisson"``: each member independently with rate
-      q per step (:func:`dpaudit.engine.poisson_batches`, SPEC §1.5), and ``Step.expected_batch_size`` is set.
+      q per step (:func:`dpaudit.engine.poisson_batches`, docs/theory.md §1.5), and ``Step.expected_batch_size`` is set.
     * ``initialise(params, state) -> None``: overwrite the starting values of the trained (K, ...) tensors in
       place, once, before the first step (PRISM needs full-rank factors, [P] Thm 3.1).
     * ``update(params, step, state, learning_rate) -> None``: apply the step to the trained tensors in place

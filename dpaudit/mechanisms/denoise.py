@@ -1,4 +1,4 @@
-"""Spectral denoising of DP gradients ([D] Alg. 1, Secs. 2.3, 3.2, App. D-E; SPEC §1.7).
+"""Spectral denoising of DP gradients ([D] Alg. 1, Secs. 2.3, 3.2, App. D-E; docs/theory.md §1.7).
 
 Post-processing of one linear layer's noisy gradient ``g̃ = ḡ + Δ`` (..., n, m), ``Δ`` with i.i.d.
 ``N(0, σ_e²)`` entries. ``σ_e`` is the per-entry noise std *of the tensor passed in*: ``σC`` for the noisy sum,

@@ -1,4 +1,4 @@
-"""DP-SGD and its LoRA variants (SPEC §1.5): per-example clipping, Gaussian noise, Poisson sampling.
+"""DP-SGD and its LoRA variants (docs/theory.md §1.5): per-example clipping, Gaussian noise, Poisson sampling.
 
 One class covers the three DP baselines; they differ only in what is trained (the parameterization):
 
@@ -33,7 +33,7 @@ def noise_std(noise_multiplier: float, clip_norm: float) -> float:
 
 def clip_coefficients(examples: PerExampleGradients, weights: torch.Tensor, clip_norm: float) -> torch.Tensor:
     """(K, b): ``c_i = w_i min(1, C/‖g_i‖)``, so that ``examples.weighted_sum(c)`` is the clipped sum
-    ``Σ_i w_i min(1, C/‖g_i‖) g_i`` per trained tensor (SPEC §1.5; [W] Alg. 2-3; [P] Alg. 1).
+    ``Σ_i w_i min(1, C/‖g_i‖) g_i`` per trained tensor (docs/theory.md §1.5; [W] Alg. 2-3; [P] Alg. 1).
 
     ``‖g_i‖`` is the L2 norm over *all* trained tensors of example i, so one example moves the sum by at most
     C in Frobenius norm; ``weights`` (K, b) are 1 for sampled examples and 0 for padding. ``C = inf`` clips
@@ -104,7 +104,7 @@ class GaussianNoiseStream:
 
 
 def as_matrix(tensor: torch.Tensor) -> torch.Tensor:
-    """(K, d_out, ...) → (K, d_out, rest): a weight as the matrix the spectral estimators see (SPEC §1.2)."""
+    """(K, d_out, ...) → (K, d_out, rest): a weight as the matrix the spectral estimators see (docs/theory.md §1.2)."""
     return tensor.reshape(tensor.shape[0], tensor.shape[1], -1)
 
 
@@ -118,7 +118,7 @@ def denoise_update(update: dict[str, torch.Tensor], noise_std: float) -> dict[st
 
 @dataclass(frozen=True)
 class DpSgd:
-    """DP-SGD on the tensors of ``parameterization`` (SPEC §1.5, [D] Alg. 1):
+    """DP-SGD on the tensors of ``parameterization`` (docs/theory.md §1.5, [D] Alg. 1):
 
     ``g̃ = (Σ_{i∈B} clip_C(g_i) + N(0, σ²C² I)) / b`` with B a Poisson sample of rate q and b = qN the
     *expected* batch size (``Step.expected_batch_size``); the engine's SGD with momentum then applies g̃.

@@ -28,5 +28,5 @@ class NonPrivate:
 
 
 def lora_fa() -> NonPrivate:
-    """Noise-free LoRA-FA, realised as a peft model with frozen ``lora_A`` (SPEC §1.2 (a))."""
+    """Noise-free LoRA-FA, realised as a peft model with frozen ``lora_A`` (docs/theory.md §1.2 (a))."""
     return NonPrivate(name="lora-fa", parameterization="lora-fa")

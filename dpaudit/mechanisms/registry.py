@@ -1,7 +1,7 @@
-"""Mechanism names of the CLI (``--mechanism``) → mechanism objects (SPEC §1).
+"""Mechanism names of the CLI (``--mechanism``) → mechanism objects (docs/theory.md §1).
 
 =============  ==============================================  ====================================
-name           mechanism                                       SPEC
+name           mechanism                                       docs/theory.md
 =============  ==============================================  ====================================
 none           plain SGD on the full weights                    (baseline)
 lora-fa        noise-free LoRA-FA (peft, frozen A)              §1.2, [W] Sec. 2, App. E

@@ -1,11 +1,11 @@
 """Releases of the [W] and [S] mechanisms, sampled directly, and the neighbouring pairs their theorems speak of.
 
-What each sampler releases is exactly the object of a theorem (SPEC §1.1, §1.3, §1.4):
+What each sampler releases is exactly the object of a theorem (docs/theory.md §1.1, §1.3, §1.4):
 
 ==========================  ===================================  ==============================================
 class                       release (one draw)                   theorem
 ==========================  ===================================  ==============================================
-:class:`GaussianMechanism`  ``v + N(0, sigma^2 I_d)``            Gaussian mechanism (Balle & Wang, SPEC §2)
+:class:`GaussianMechanism`  ``v + N(0, sigma^2 I_d)``            Gaussian mechanism (Balle & Wang, docs/theory.md §2.1)
 :class:`WishartVector`      ``M v``                              [W] Def. 1, Thm 1 (vector release)
 :class:`MatrixProjection`   ``M V``                              [W] Def. 1, Prop. 2 (noise-free, not DP)
 :class:`NoisyProjectionM1`  ``M V + Xi``                         [W] Def. 3 (M1), Thm 3/4
@@ -442,7 +442,7 @@ class _Release:
 
 @dataclass(frozen=True, eq=False)
 class GaussianMechanism(_Release):
-    """``y = v + N(0, sigma^2 I_d)`` on a :class:`VectorPair` (SPEC §2, ``mu = |v - v'| / sigma``).
+    """``y = v + N(0, sigma^2 I_d)`` on a :class:`VectorPair` (docs/theory.md §2.1, ``mu = |v - v'| / sigma``).
 
     Statistic ``T = <y, v' - v>`` (shape (count, 1)). The log-likelihood ratio
     ``(|y - v'|^2 - |y - v|^2) / (2 sigma^2) = (|v'|^2 - |v|^2 - 2 T) / (2 sigma^2)`` depends on y only through

@@ -1,4 +1,4 @@
-"""Gaussian sketch / noisy LoRA-FA ([S] Eq. 1, Eqs. 13-14; SPEC §1.4).
+"""Gaussian sketch / noisy LoRA-FA ([S] Eq. 1, Eqs. 13-14; docs/theory.md §1.4).
 
 LoRA-FA with frozen ``A ∼ N(0, 1/r)^{r×m}`` and ``B_0 = 0`` trained by SGD ends at
 ``W_T = W_0 - η (Σ_t ∇_W L^t Aᵀ) A`` ([S] Eq. 13): a Gaussian sketch ``Q Aᵀ`` of the cumulative gradient

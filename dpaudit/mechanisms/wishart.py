@@ -1,12 +1,12 @@
-"""Wishart projection of gradients ([W] Def. 1, Eq. 36; SPEC §1.1-1.3).
+"""Wishart projection of gradients ([W] Def. 1, Eq. 36; docs/theory.md §1.1-1.3).
 
 Full-weight training where each layer's gradient is right-multiplied by ``M = s² AᵀA``, A with i.i.d.
 N(0, 1/r) entries drawn per model and per layer ([W] App. F.1, Eq. 36; conv weights flattened to
-d_out × (all other dims)). With the same A this is the second realisation of noise-free LoRA-FA (SPEC §1.2 (b)):
+d_out × (all other dims)). With the same A this is realisation (b) of noise-free LoRA-FA (docs/theory.md §1.2):
 by linearity of momentum SGD, ``W_t = W_0 + s B_t A`` evolves identically.
 
 The noisy projections M1 ``V ↦ M V + Ξ`` and M2 ``V ↦ M (V + Ξ)`` ([W] Def. 3) in training ([W] Alg. 3,
-App. F.2; SPEC §1.3): V is the sum of clipped per-example gradients of a Poisson batch, Ξ Gaussian noise, and
+App. F.2; docs/theory.md §1.3): V is the sum of clipped per-example gradients of a Poisson batch, Ξ Gaussian noise, and
 M either fixed for the run (the LoRA-FA view, [W] Table 2) or drawn afresh every step ([W] App. F.2).
 """
 
@@ -76,7 +76,7 @@ class WishartProjection:
 
 @dataclass(frozen=True)
 class NoisyProjection:
-    """M1 / M2 of [W] Def. 3 as a training rule on full weights ([W] Alg. 3, App. F.2; SPEC §1.3).
+    """M1 / M2 of [W] Def. 3 as a training rule on full weights ([W] Alg. 3, App. F.2; docs/theory.md §1.3).
 
     Per step and weight (the gradient right-multiplied, as in Eq. 36, so M = AᵀA acts on the rows of ``Vᵀ``):
 
