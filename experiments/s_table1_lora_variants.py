@@ -149,6 +149,7 @@ def lemma72_rows(measured: dict, rank: int, lr: float, batch_size: int) -> list[
                     measured["steps"],
                     rank,
                 ),
+                delta=DELTA,
                 lemma72_epsilon=bound.epsilon,
                 lemma72_reason=bound.reason,
             )
