@@ -15,6 +15,7 @@ from attacks import metrics as metrics_lib
 from attacks import scores as score_lib
 from dpaudit.bounds import AnalyticBound, LayerShape, analytic_bound
 from dpaudit.config import CampaignConfig
+from dpaudit.errors import UsageError
 from dpaudit.store import ChunkOutputs, Plan, RunStore
 
 ATTACKS = ("canary-loss", "lira-online", "lira-offline", "reference", "rmia")
@@ -33,6 +34,7 @@ def attack_scores(attack: str, plan: Plan, outputs: ChunkOutputs) -> np.ndarray:
     if attack == "canary-loss":
         return loss.loss_scores(score_lib.cross_entropy_loss(outputs.target_logits, labels))
     if attack in ("lira-online", "lira-offline"):
+        _check_lira_models(attack, plan.membership)
         confidences = score_lib.logit_scaled_confidence(outputs.target_logits, labels)
         fit = lira.lira_online_scores if attack == "lira-online" else lira.lira_offline_scores
         return fit(confidences, plan.membership)
@@ -47,7 +49,18 @@ def attack_scores(attack: str, plan: Plan, outputs: ChunkOutputs) -> np.ndarray:
             plan.membership,
             score_lib.true_label_log_probability(outputs.population_logits, plan.population_labels),
         )
-    raise ValueError(f"unknown attack {attack!r}: use one of {', '.join(ATTACKS)}")
+    raise UsageError(f"unknown attack {attack!r}: use one of {', '.join(ATTACKS)}")
+
+
+def _check_lira_models(attack: str, membership: np.ndarray) -> None:
+    """LiRA fits a Gaussian to the IN and OUT outputs of the *other* models: at least 2 of each per target."""
+    others = min(membership.sum(axis=0).min(), (~membership).sum(axis=0).min()) - 1
+    if others < 2:
+        raise UsageError(
+            f"--attack {attack} needs at least 3 IN and 3 OUT shadow models per target (leave-one-out leaves 2 to"
+            f" fit each Gaussian); this campaign has {len(membership)} models: run one with --models 6 or more,"
+            " or use another --attack"
+        )
 
 
 @dataclass(frozen=True)
@@ -78,10 +91,10 @@ class Analysis:
 def analyse(store: RunStore, attack: str = "canary-loss") -> Analysis:
     """Recompute every statistic of a finished campaign from its run directory."""
     if attack not in ATTACKS:
-        raise ValueError(f"unknown attack {attack!r}: use one of {', '.join(ATTACKS)}")
+        raise UsageError(f"unknown attack {attack!r}: use one of {', '.join(ATTACKS)}")
     config = store.config()
     plan = store.plan()
-    outputs = store.outputs(config.models)
+    outputs = store.outputs()
     scores = attack_scores(attack, plan, outputs)
     membership = plan.membership.astype(bool)
     in_scores, out_scores = scores[membership], scores[~membership]

@@ -13,6 +13,7 @@ import base64
 import html
 import io
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,9 +21,9 @@ import numpy as np
 
 from attacks import metrics as metrics_lib
 from attacks import tradeoff
-from dpaudit.analysis import Analysis, analyse
+from dpaudit.analysis import ATTACKS, Analysis, analyse
 from dpaudit.errors import UsageError
-from dpaudit.store import RunStore
+from dpaudit.store import RunStore, read_json, write_file
 
 _SWEEP_PARAMETERS = ("rank", "noise", "clip", "epochs", "models")
 
@@ -49,35 +50,44 @@ class RunEntry:
 
 
 def load(root: Path) -> RunEntry:
-    """A finished run directory; a clear error for a missing or foreign one."""
+    """A finished run directory, analysed again: its summary.json only says which attack was analysed.
+
+    Every number of the report is recomputed from the campaign's outputs, so a damaged or edited summary.json
+    cannot change one.
+    """
+    from dpaudit import report  # report imports this module
+
     root = Path(root)
-    path = root / "summary.json"
-    if not path.is_file():
+    fix = f"rewrite it with `dpaudit analyse {root} --attack ATTACK`"
+    summary = read_json(root, "summary.json", fix)
+    if summary is None:
         raise UsageError(f"{root} has no summary.json: finish the campaign first (`dpaudit resume {root}`)")
-    try:
-        summary = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path} is corrupt ({exc}); rewrite it with `dpaudit analyse {root}`") from None
-    if "verdict" not in summary:
-        raise UsageError(f"{path} was written by an older dpaudit; rewrite it with `dpaudit analyse {root}`")
-    return RunEntry(root, summary, analyse(RunStore(root), summary["attack"]))
+    attack = summary.get("attack") if isinstance(summary, dict) else None
+    if attack not in ATTACKS:
+        raise UsageError(f"{root / 'summary.json'} does not name the attack it analysed: {fix}")
+    analysis = analyse(RunStore(root), attack)
+    return RunEntry(root, report.summary(analysis), analysis)
 
 
 # -- figures ----------------------------------------------------------------------------------------------------
 
 
-def _figure_png(draw) -> bytes:
+def figure_png(draw, size: tuple[float, float] = (4.8, 4.0), dpi: int = 110) -> bytes:
+    """A PNG of one axes drawn by ``draw(ax)``; text is shown as given (a run named ``$x$`` is no formula)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(4.8, 4.0))
-    draw(ax)
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
+    with matplotlib.rc_context({"text.parse_math": False}):
+        fig, ax = plt.subplots(figsize=size)
+        try:
+            draw(ax)
+            fig.tight_layout()
+            buffer = io.BytesIO()
+            fig.savefig(buffer, format="png", dpi=dpi)
+        finally:
+            plt.close(fig)
     return buffer.getvalue()
 
 
@@ -108,7 +118,7 @@ def roc_figure(entry: RunEntry) -> bytes:
         ax.set(xscale="log", yscale="log", xlabel="false positive rate", ylabel="true positive rate", title=entry.label)
         ax.legend(loc="lower right", fontsize=7)
 
-    return _figure_png(draw)
+    return figure_png(draw)
 
 
 def histogram_figure(entry: RunEntry) -> bytes:
@@ -121,7 +131,7 @@ def histogram_figure(entry: RunEntry) -> bytes:
         ax.set(xlabel=f"score ({entry.summary['attack']}; higher = member)", ylabel="density", title=entry.label)
         ax.legend(fontsize=7)
 
-    return _figure_png(draw)
+    return figure_png(draw)
 
 
 def _varying_parameter(entries: list[RunEntry]) -> str | None:
@@ -150,7 +160,7 @@ def sweep_figure(entries: list[RunEntry], parameter: str) -> bytes:
         more = twin.get_legend_handles_labels()
         ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=7, loc="best")
 
-    return _figure_png(draw)
+    return figure_png(draw)
 
 
 # -- tables -----------------------------------------------------------------------------------------------------
@@ -184,7 +194,9 @@ def theory_vs_audit_rows(entries: list[RunEntry]) -> list[dict[str, str]]:
                 "parameters": _parameters(s),
                 "analytic ε": _number(s.get("analytic_epsilon")),
                 "bound": bound,
-                "empirical ε ≥ (95%)": f"{_number(s['epsilon_lower_bound'])} (GDP {_number(s['epsilon_lower_bound_gdp'])})",
+                "empirical ε ≥ (95%)": (
+                    f"{_number(s['epsilon_lower_bound'])} (GDP {_number(s['epsilon_lower_bound_gdp'])})"
+                ),
                 "AUC (95% CI)": f"{s['auc']:.3f} ({lo:.3f}–{hi:.3f})",
                 "max AUC allowed": _number(entry.max_allowed_auc),
                 "verdict": outcome,
@@ -240,35 +252,50 @@ the empirical ε lower bound (or the AUC's lower confidence limit) exceeds what 
 """
 
 
-def _markdown(entries: list[RunEntry], rows: list[dict[str, str]], figures) -> str:
-    def cell(text: str) -> str:
-        return text.replace("|", "\\|").replace("\n", " ")
+_MARKDOWN_MARKUP = re.compile(r"([\\`*_\[\]|#])")
 
+
+def _markdown_text(text: str) -> str:
+    """``text`` shown as itself in markdown: on one line, its markup characters escaped, any HTML inert."""
+    return html.escape(_MARKDOWN_MARKUP.sub(r"\\\1", " ".join(str(text).split())), quote=False)
+
+
+def _code_block(text: str, language: str) -> list[str]:
+    """A fenced code block that ``text`` cannot close: the fence is longer than any run of backticks in it."""
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall("`+", text)), default=0))
+    return [fence + language, text, fence]
+
+
+def _markdown(entries: list[RunEntry], rows: list[dict[str, str]], figures) -> str:
     lines = [
         "# dpaudit report",
         "",
         "## Theory vs audit",
         "",
-        "| " + " | ".join(rows[0]) + " |",
+        "| " + " | ".join(map(_markdown_text, rows[0])) + " |",
         "|" + "---|" * len(rows[0]),
     ]
-    lines += ["| " + " | ".join(cell(v) for v in row.values()) + " |" for row in rows]
-    lines += ["", "## Figures", ""] + [f"![{caption}]({name})" for name, caption, _ in figures]
+    lines += ["| " + " | ".join(_markdown_text(v) for v in row.values()) + " |" for row in rows]
+    lines += ["", "## Figures", ""] + [f"![{_markdown_text(caption)}]({name})" for name, caption, _ in figures]
     lines += ["", "## Run configuration", ""]
     for entry in entries:
-        lines += [f"### {entry.label}", "", "```json", json.dumps(entry.summary["config"], indent=1), "```", ""]
+        config = json.dumps(entry.summary["config"], indent=1)
+        lines += [f"### {_markdown_text(entry.label)}", "", *_code_block(config, "json"), ""]
     return "\n".join(lines)
 
 
 def write_entries(entries: list[RunEntry], out: Path) -> tuple[Path, Path]:
-    """Write report.html and report.md (+ the figures as PNG for the markdown) of ``entries`` into ``out``."""
+    """Write report.html and report.md (+ the figures as PNG for the markdown) of ``entries`` into ``out``.
+
+    Each file is replaced atomically, and a link at any of their names is replaced, never followed.
+    """
     out.mkdir(parents=True, exist_ok=True)
     rows = theory_vs_audit_rows(entries)
     figures = _figures(entries)
     for name, _, png in figures:
-        (out / name).write_bytes(png)
-    (out / "report.html").write_text(_html(entries, rows, figures))
-    (out / "report.md").write_text(_markdown(entries, rows, figures))
+        write_file(out, name, png)
+    write_file(out, "report.html", _html(entries, rows, figures).encode())
+    write_file(out, "report.md", _markdown(entries, rows, figures).encode())
     return out / "report.html", out / "report.md"
 
 

@@ -11,8 +11,11 @@ Designs: ``canary`` ([W] App. F.1: a static-poison canary, IN for half of the mo
 
 from __future__ import annotations
 
+import functools
+import io
 import math
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,7 +35,7 @@ from dpaudit.errors import UsageError
 from dpaudit.mechanisms import registry
 from dpaudit.mechanisms.base import Mechanism
 from dpaudit.seeding import ModelRandomness, campaign_rng, shadow_randomness
-from dpaudit.store import ChunkOutputs, Plan, RunStore
+from dpaudit.store import ChunkOutputs, Plan, RunStore, checksum
 
 _CPU_CHUNK_RANGE = (16, 128)  # models per chunk: small enough to balance workers, large enough to batch well
 
@@ -76,8 +79,9 @@ def _training(config: CampaignConfig) -> engine.TrainingConfig:
 
 @contextmanager
 def _one_thread_precision(config: CampaignConfig, device: torch.device) -> Iterator[None]:
-    """One torch thread (thread count changes float results: bit-identity across worker counts needs a fixed
-    one) and the campaign's precision.
+    """One torch thread and the campaign's precision.
+
+    The thread count changes float results: bit-identity across worker counts needs a fixed one.
     """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -136,26 +140,67 @@ def _canary_label(
     return canary_lib.least_likely_label(engine.logits(shadow, x_q)[0, 0].cpu().numpy())
 
 
-def prepare(config: CampaignConfig, store: RunStore, device: torch.device) -> Setup:
-    """The campaign's setup: created (and saved to ``store``) on first use, loaded from it on resume.
+def _base_checksum(base: nn.Module) -> str:
+    return checksum({name: tensor.cpu().numpy() for name, tensor in base.state_dict().items()})
 
-    Pretraining and the canary's label are computed once and stored, so a resumed campaign continues with
-    exactly the base and canary its finished chunks were trained with.
+
+def _stored_base(store: RunStore, architecture: nn.Module, plan: Plan | None) -> nn.Module | None:
+    """base.pt loaded into ``architecture``, or None if it must be pretrained again (deterministic given the seed).
+
+    None: absent, unreadable (a crash or a full disk while it was written) or not the base the plan was made with.
+    """
+    data = store.read_base()
+    if data is None:
+        return None
+    try:
+        architecture.load_state_dict(torch.load(io.BytesIO(data), weights_only=True))
+    except Exception:  # noqa: BLE001 - truncated, garbage or foreign: torch raises many types; all mean "remake"
+        return None
+    base = architecture.eval().requires_grad_(False)
+    if plan is not None and _base_checksum(base) != str(plan.base_checksum):
+        return None
+    return base
+
+
+def check_inputs(config: CampaignConfig) -> tuple[data_lib.Dataset, nn.Module, Mechanism]:
+    """The campaign's dataset, untrained architecture and mechanism, checked before anything is written.
+
+    The checks that need them: the dataset exists, the rank fits every adapted layer, the mechanism accepts
+    its options.
     """
     dataset = data_lib.load(config.dataset)
     architecture = models.for_input(dataset.input_shape, dataset.num_classes)
     mechanism = registry.build(config)
-    if mechanism.parameterization != "full":
-        models.check_rank(architecture, config.rank)  # before pretraining: bad input fails fast
+    if config.rank is not None:  # LoRA or m1/m2's projection: r <= d_in
+        models.check_rank(architecture, config.rank)
+    return dataset, architecture, mechanism
+
+
+def prepare(config: CampaignConfig, store: RunStore, device: torch.device) -> Setup:
+    """The campaign's setup: created (and saved to ``store``) on first use, loaded from it on resume.
+
+    Pretraining and the canary's label are computed once and stored, so a resumed campaign continues with
+    exactly the base and canary its finished chunks were trained with. base.pt is written before plan.npz, whose
+    presence marks a complete setup; either, missing or damaged, is made again (both are deterministic), and a
+    re-pretrained base must match the checksum the plan recorded.
+    """
+    dataset, architecture, mechanism = check_inputs(config)
     resumed = store.create_or_check(config, dataset.fingerprint())
-    if resumed and store.base_path.is_file():
-        architecture.load_state_dict(torch.load(store.base_path, weights_only=True))
-        base = architecture.eval().requires_grad_(False)
-        plan = store.plan()
-        canary_label = int(plan.target_labels[-1])
-    else:
+    plan = store.saved_plan() if resumed else None
+    base = _stored_base(store, architecture, plan) if resumed else None
+    if base is None:
+        # pretrain() re-initialises every parameter from the seed, so a half-loaded architecture changes nothing.
         base = models.pretrain(architecture, dataset.public.x, dataset.public.y, seed=config.seed)
-        plan, canary_label = None, None
+        if plan is not None and _base_checksum(base) != str(plan.base_checksum):
+            raise UsageError(
+                f"{store.root / 'base.pt'} was damaged, and pretraining again gives another base than the one its"
+                " models were trained with (another machine or torch version?): re-run the campaign into a new"
+                " directory"
+            )
+        buffer = io.BytesIO()
+        torch.save(base.state_dict(), buffer)
+        store.write_base(buffer.getvalue())
+    canary_label = None if plan is None else int(plan.target_labels[-1])
     if config.design == "canary":
         x_q = canary_lib.draw_canary_input((1, *dataset.input_shape), campaign_rng(config.seed, "canary"))
         x_q = x_q.astype(np.float32)
@@ -188,23 +233,36 @@ def prepare(config: CampaignConfig, store: RunStore, device: torch.device) -> Se
                 dataset.test.y,
                 np.array(layout.members),
                 shapes,
+                np.array(_base_checksum(base)),
             )
         )
-        torch.save(base.state_dict(), store.base_path)  # last: its presence marks a complete setup
     return setup
+
+
+class Diverged(Exception):
+    """Shadow models whose outputs are not finite (their training diverged); ``args[0]``: their indices."""
 
 
 def train_chunk(
     setup: Setup, indices: np.ndarray, device: torch.device, on_step: Callable[[int], None] | None = None
 ) -> ChunkOutputs:
-    """Train shadow models ``indices`` and return their outputs on the targets and the population (test split)."""
+    """Train shadow models ``indices`` and return their outputs on the targets and the population (test split).
+
+    Raises :class:`Diverged` rather than return non-finite outputs (which would be stored as finished).
+    """
     randomness = shadow_randomness(setup.config.seed, indices)
     shadow = _train(setup, randomness, setup.pool_membership[indices], device, on_step)
-    return ChunkOutputs(
+    outputs = ChunkOutputs(
         indices=np.asarray(indices, dtype=np.int64),
         target_logits=engine.logits(shadow, setup.targets_x).float().cpu().numpy(),
         population_logits=engine.logits(shadow, setup.dataset.test.x).float().cpu().numpy(),
     )
+    finite = np.isfinite(outputs.target_logits).all(axis=(1, 2)) & np.isfinite(outputs.population_logits).all(
+        axis=(1, 2)
+    )
+    if not finite.all():
+        raise Diverged(tuple(int(i) for i in outputs.indices[~finite]))
+    return outputs
 
 
 def _auto_chunk_size(setup: Setup, device: torch.device, workers: int) -> int:
@@ -219,8 +277,22 @@ def _auto_chunk_size(setup: Setup, device: torch.device, workers: int) -> int:
     return int(max(1, min(n, free // 2 // per_model)))
 
 
+@functools.cache
+def _exit_with_parent() -> None:
+    """Make this worker process exit when its parent dies (kill -9 of the driver), instead of training on."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="dpaudit-parent-watch", daemon=True).start()
+
+
 def _chunk_task(setup: Setup, indices: np.ndarray, device_name: str) -> ChunkOutputs:
     """A worker's job: train one chunk on its device; only the outputs travel back."""
+    _exit_with_parent()
     return train_chunk(setup, indices, torch.device(device_name))
 
 
@@ -250,17 +322,45 @@ def run(config: CampaignConfig, execution: Execution, out: Path) -> RunStore:
 
     Finished chunks are never retrained; a chunk killed half-way is retrained from its start. Per-model
     randomness depends on (seed, model index) only, so chunk size, worker count and order change nothing.
+    One process trains a run directory at a time (:meth:`RunStore.lock`).
     """
+    store = RunStore(out)
+    check_inputs(config)  # a refused campaign leaves no directory: the lock below creates it
+    with store.lock():
+        try:
+            _run_locked(config, execution, store)
+        except Diverged as diverged:
+            raise _divergence_error(config, store, diverged.args[0]) from None
+    return store
+
+
+def _divergence_error(config: CampaignConfig, store: RunStore, models: tuple[int, ...]) -> UsageError:
+    shown = ", ".join(map(str, models[:10])) + (", …" if len(models) > 10 else "")
+    finished = int(store.finished().sum())
+    again = (
+        f"run `dpaudit audit` with the new values and --out {store.root} (no model has finished, so the directory"
+        " starts over)"
+        if finished == 0
+        else f"run the campaign with the new values into a new --out ({finished} finished models in {store.root}"
+        " belong to this configuration)"
+    )
+    return UsageError(
+        f"shadow model(s) {shown} diverged (non-finite outputs) with --lr {config.lr:g} and --batch-size"
+        f" {config.batch_size}; nothing of theirs was stored: lower --lr or raise --batch-size, then {again}"
+    )
+
+
+def _run_locked(config: CampaignConfig, execution: Execution, store: RunStore) -> None:
     import joblib
     from tqdm.auto import tqdm
 
     start = time.perf_counter()
     device = resolve_device(execution.device)
-    store = RunStore(out)
     setup = prepare(config, store, device)
+    store.make_chunks_directory()
     gpus = torch.cuda.device_count() if device.type == "cuda" else 0
     workers = execution.workers or gpus or os.cpu_count() or 1
-    todo = np.flatnonzero(~store.finished(config.models))
+    todo = np.flatnonzero(~store.finished())
     chunk_size = execution.chunk_size or _auto_chunk_size(setup, device, workers)
     chunks = [todo[i : i + chunk_size] for i in range(0, len(todo), chunk_size)]
     devices = [f"cuda:{i % gpus}" if gpus else str(device) for i in range(len(chunks))]
@@ -269,14 +369,16 @@ def run(config: CampaignConfig, execution: Execution, out: Path) -> RunStore:
         initial=config.models - len(todo),
         unit="model",
         disable=not execution.progress,
-        desc=f"{config.mechanism} r={config.rank}",
+        desc=config.mechanism if config.rank is None else f"{config.mechanism} r={config.rank}",
         bar_format="{l_bar}{bar}| {n:.0f}/{total} [{elapsed}<{remaining}, {rate_fmt}]",
     )
     with bar:
         if workers == 1 or len(chunks) <= 1:
             for chunk, device_name in zip(chunks, devices):
                 per_step = len(chunk) / (config.epochs * setup.layout.steps)
-                store.write_chunk(train_chunk(setup, chunk, torch.device(device_name), lambda _: bar.update(per_step)))
+                store.write_chunk(
+                    train_chunk(setup, chunk, torch.device(device_name), lambda _, n=per_step: bar.update(n))
+                )
         else:
             backend = (
                 _dask_backend(execution, workers)
@@ -289,4 +391,3 @@ def run(config: CampaignConfig, execution: Execution, out: Path) -> RunStore:
                     store.write_chunk(outputs)
                     bar.update(len(outputs.indices))
     store.record_seconds(time.perf_counter() - start)
-    return store

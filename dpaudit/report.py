@@ -1,4 +1,4 @@
-"""Run-directory files of an audit: summary.json, scores.csv, ROC plots, and its report (:mod:`dpaudit.audit_report`)."""
+"""Run-directory files of an audit: summary.json, scores.csv, ROC plots, its report (:mod:`dpaudit.audit_report`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 from attacks import metrics as metrics_lib
 from dpaudit import audit_report
 from dpaudit.analysis import CONFIDENCE, FPRS, Analysis, verdict
-from dpaudit.store import replace_atomically, write_json
+from dpaudit.store import json_text, write_file
 
 
 def _bound_fields(prefix: str, bound) -> dict:
@@ -58,28 +58,23 @@ def summary(analysis: Analysis) -> dict:
     return numbers
 
 
-def _plot_roc(in_scores: np.ndarray, out_scores: np.ndarray, title: str, path: Path, loglog: bool) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def _roc_png(in_scores: np.ndarray, out_scores: np.ndarray, title: str, loglog: bool) -> bytes:
     roc = metrics_lib.roc_curve(in_scores, out_scores)
-    fig, ax = plt.subplots(figsize=(4.5, 4.5))
     floor = 0.5 / max(roc.n_out, roc.n_in) if loglog else 0.0
-    # On log axes a rate of 0 has no place: draw it at half the smallest non-zero rate, as is customary.
-    ax.plot(np.maximum(roc.fpr, floor), np.maximum(roc.tpr, floor), drawstyle="steps-post", label="attack")
-    ax.plot([floor or 0, 1], [floor or 0, 1], ":", color="grey", label="chance")
-    if loglog:
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-    ax.set_xlabel("false positive rate")
-    ax.set_ylabel("true positive rate")
-    ax.set_title(title, fontsize=9)
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    replace_atomically(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
-    plt.close(fig)
+
+    def draw(ax) -> None:
+        # On log axes a rate of 0 has no place: draw it at half the smallest non-zero rate, as is customary.
+        ax.plot(np.maximum(roc.fpr, floor), np.maximum(roc.tpr, floor), drawstyle="steps-post", label="attack")
+        ax.plot([floor or 0, 1], [floor or 0, 1], ":", color="grey", label="chance")
+        if loglog:
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+        ax.set_xlabel("false positive rate")
+        ax.set_ylabel("true positive rate")
+        ax.set_title(title, fontsize=9)
+        ax.legend(loc="lower right")
+
+    return audit_report.figure_png(draw, size=(4.5, 4.5), dpi=120)
 
 
 def write_run(analysis: Analysis, out: Path) -> dict:
@@ -96,13 +91,13 @@ def write_run(analysis: Analysis, out: Path) -> dict:
         del columns["target"]
         columns["test_accuracy"] = analysis.test_accuracy
     table = pd.DataFrame(columns)
-    replace_atomically(out / "scores.csv", lambda tmp: table.to_csv(tmp, index=False))
-    write_json(out / "summary.json", numbers)
+    write_file(out, "scores.csv", table.to_csv(index=False).encode())
+    write_file(out, "summary.json", json_text(numbers).encode())
     title = (
         f"{numbers['mechanism']} r={numbers['rank']} on {numbers['dataset']}, {numbers['attack']}: "
         f"AUC {numbers['auc']:.3f}"
     )
-    _plot_roc(analysis.in_scores, analysis.out_scores, title, out / "roc.png", loglog=False)
-    _plot_roc(analysis.in_scores, analysis.out_scores, title, out / "roc_loglog.png", loglog=True)
+    write_file(out, "roc.png", _roc_png(analysis.in_scores, analysis.out_scores, title, loglog=False))
+    write_file(out, "roc_loglog.png", _roc_png(analysis.in_scores, analysis.out_scores, title, loglog=True))
     audit_report.write_entries([audit_report.RunEntry(out, numbers, analysis)], out)
     return numbers

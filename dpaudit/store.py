@@ -1,36 +1,62 @@
-"""The run directory: the only state of a campaign (docs/architecture.md §4). Numpy + json only, no torch.
+"""The run directory, a campaign's only state (docs/architecture.md §4, docs/run-directory.md). Numpy + json, no torch.
 
 Layout::
 
     RUN_DIR/campaign.json            format version, config, its hash, the data's fingerprint
-    RUN_DIR/plan.npz                 targets, design membership, canary, reference logits (everything analysis needs)
     RUN_DIR/base.pt                  the pretrained base model's weights (so resuming never re-pretrains)
-    RUN_DIR/chunks/models-A-B.npz    outputs of shadow models A..B-1, with a checksum
-    RUN_DIR/summary.json, scores.csv, roc*.png, report.md   written by the analysis
+    RUN_DIR/plan.npz                 targets, design membership, canary, reference logits (everything analysis needs)
+    RUN_DIR/chunks/models-A-B.npz    outputs of shadow models A..B-1
+    RUN_DIR/timing.json              the campaign's wall time, summed over sessions
+    RUN_DIR/.lock                    held (flock) by the process that trains
+    RUN_DIR/summary.json, scores.csv, roc*.png, report.*   written by the analysis
 
-Every file is written to a temporary name and renamed, so a crash or ``kill -9`` leaves either the whole file
-or none. A chunk whose checksum or shape does not match is treated as absent: it is recomputed.
+Every file is written to a temporary file created exclusively in its directory (``O_EXCL | O_NOFOLLOW``), synced
+and renamed over its name, so a crash, ``kill -9`` or a full disk leaves the whole old file or the whole new one,
+and a link planted at any name is replaced, never followed. A run directory that contains a link is refused.
+
+``plan.npz`` and every chunk carry a checksum of their arrays and a copy of ``campaign.json`` as it was when they
+were made: a file whose checksum fails (a crash artifact) is recomputed; a ``campaign.json`` that no longer
+matches what was made under it (edited by hand) is refused, naming the field. This protects against mistakes and
+casual edits, not against a forger who rewrites every file consistently.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
+import io
 import json
+import math
 import os
+import re
+import secrets
 import time
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from dpaudit import __version__
+from dpaudit import config as config_lib
 from dpaudit.config import CampaignConfig
 from dpaudit.errors import UsageError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _CHUNK_ARRAYS = ("indices", "target_logits", "population_logits")
+_METADATA_FIELDS = {
+    "format_version": int,
+    "dpaudit_version": str,
+    "created": str,
+    "config": dict,
+    "config_hash": str,
+    "data_fingerprint": str,
+}
+_REMAKE_PLAN = "delete it; `dpaudit resume` remakes it"
+_TEMPORARY = re.compile(r"^\..+\.(\d+)(-[0-9a-f]{8})?\.tmp$")  # .NAME.PID-RANDOM.tmp (older: .NAME.PID.tmp)
 
 
 @dataclass(frozen=True)
@@ -48,6 +74,7 @@ class Plan:
     population_labels: np.ndarray  # (population,) the test split: in no model's training set (RMIA's z)
     max_members: np.ndarray  # () the largest member count N of any model: with the batch size it fixes q and T
     layer_shapes: np.ndarray  # (layers, 3) d_out, d_in, example rank of each adapted layer (dpaudit.bounds)
+    base_checksum: np.ndarray  # () str: checksum of base.pt's tensors, so a re-pretrained base is checked
 
 
 @dataclass(frozen=True)
@@ -59,7 +86,11 @@ class ChunkOutputs:
     population_logits: np.ndarray  # (K, population, classes) float32
 
 
-def _checksum(arrays: dict[str, np.ndarray]) -> str:
+# -- files: atomic, exclusive, never through a link --------------------------------------------------------------
+
+
+def checksum(arrays: dict[str, np.ndarray]) -> str:
+    """SHA-256 of named arrays: names, dtypes, shapes and contents."""
     digest = hashlib.sha256()
     for name in sorted(arrays):
         array = np.ascontiguousarray(arrays[name])
@@ -68,41 +99,167 @@ def _checksum(arrays: dict[str, np.ndarray]) -> str:
     return digest.hexdigest()
 
 
-def replace_atomically(path: Path, write) -> None:
-    """``write(tmp)`` then rename tmp to ``path``: a crash leaves the old file or the new one, never half of one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def _open_directory(root: Path, parts: tuple[str, ...]) -> int:
+    """A descriptor of ``root/parts…``: ``root`` itself may be a link (the user's choice), nothing below it."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    for part in parts:
+        try:
+            child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+        finally:
+            os.close(fd)
+        fd = child
+    return fd
+
+
+def write_file(root: Path, relative: str, data: bytes) -> None:
+    """Write ``root/relative`` atomically: a crash leaves the old file or the new one; a link there is replaced.
+
+    The temporary file is created exclusively (``O_EXCL | O_NOFOLLOW``, a random name) in the target's
+    directory, which is opened without following links below ``root``.
+    """
+    *parents, name = Path(relative).parts
+    path = Path(root, relative)
     try:
-        write(tmp)
-        os.replace(tmp, path)
+        directory = _open_directory(Path(root), tuple(parents))
+        try:
+            for _ in range(100):
+                tmp = f".{name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+                with suppress(FileExistsError):
+                    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=directory)
+                    break
+            else:
+                raise FileExistsError(f"no free temporary name beside {path}")
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                os.replace(tmp, name, src_dir_fd=directory, dst_dir_fd=directory)
+                os.fsync(directory)
+            except BaseException:
+                with suppress(FileNotFoundError):
+                    os.unlink(tmp, dir_fd=directory)
+                raise
+        finally:
+            os.close(directory)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write {path}: {exc.strerror or exc}; the old file, if any, is intact: free disk space or fix"
+            " the directory (it must not contain links) and run the command again"
+        ) from None
+
+
+def read_file(root: Path, relative: str) -> bytes | None:
+    """The contents of ``root/relative``, or None if it does not exist; a link there is an error."""
+    *parents, name = Path(relative).parts
+    try:
+        directory = _open_directory(Path(root), tuple(parents))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise _link_error(Path(root, *parents), exc) from None
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=directory)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise _link_error(Path(root, relative), exc) from None
     finally:
-        tmp.unlink(missing_ok=True)
+        os.close(directory)
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read()
 
 
-def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    def write(tmp: Path) -> None:
-        with open(tmp, "wb") as handle:
-            np.savez(handle, checksum=np.array(_checksum(arrays)), **arrays)
-            handle.flush()
-            os.fsync(handle.fileno())
-
-    replace_atomically(path, write)
+def _link_error(path: Path, exc: OSError) -> UsageError:
+    return UsageError(f"cannot read {path} ({exc.strerror or exc}): a run directory must hold no links; remove it")
 
 
-def _load_npz(path: Path) -> dict[str, np.ndarray] | None:
-    """The arrays of an npz written by :func:`_save_npz`, or None if it is truncated or corrupt."""
+def _json_safe(value):
+    """``value`` with every non-finite float spelled as a string ("inf", "-inf", "nan"): JSON has no Infinity."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(float(value))
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(item) for item in value]
+    return value
+
+
+def json_text(value) -> str:
+    """Strict JSON (no NaN or Infinity tokens) for every JSON file and ``--json`` output."""
+    return json.dumps(_json_safe(value), indent=2, allow_nan=False) + "\n"
+
+
+def _reject_constant(token: str):
+    raise ValueError(f"{token} is not JSON")
+
+
+def read_json(root: Path, name: str, fix: str):
+    """A JSON file of the run directory (strictly parsed), or None if absent; an error naming it and ``fix``."""
+    data = read_file(root, name)
+    if data is None:
+        return None
     try:
-        with np.load(path, allow_pickle=False) as archive:
+        return json.loads(data, parse_constant=_reject_constant)
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise UsageError(f"{Path(root, name)} is corrupt ({exc}): {fix}") from None
+
+
+def _save_npz(root: Path, relative: str, arrays: dict[str, np.ndarray], record: str) -> None:
+    """An npz with its checksum and the campaign record (campaign.json as it was) it was made under."""
+    buffer = io.BytesIO()
+    np.savez(buffer, checksum=np.array(checksum(arrays)), campaign=np.array(record), **arrays)
+    write_file(root, relative, buffer.getvalue())
+
+
+def _load_npz(root: Path, relative: str) -> tuple[dict[str, np.ndarray], str] | None:
+    """(arrays, campaign record) of an npz written by :func:`_save_npz`; None if absent, truncated or corrupt."""
+    data = read_file(root, relative)
+    if data is None:
+        return None
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
             arrays = {name: archive[name] for name in archive.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError):
         return None
-    checksum = arrays.pop("checksum", None)
-    if checksum is None or str(checksum) != _checksum(arrays):
+    stored, record = arrays.pop("checksum", None), arrays.pop("campaign", None)
+    if stored is None or record is None or stored.shape or str(stored) != checksum(arrays):
         return None
-    return arrays
+    return arrays, str(record)
 
 
-def write_json(path: Path, value: dict) -> None:
-    replace_atomically(path, lambda tmp: tmp.write_text(json.dumps(value, indent=2) + "\n"))
+def _differences(made: dict, now: dict, prefix: str = "") -> list[str]:
+    """``field: A when made, B now`` for each (nested) field of two campaign records that differs."""
+    found = []
+    for key in sorted(set(made) | set(now), key=str):
+        before, after = made.get(key, "(absent)"), now.get(key, "(absent)")
+        if isinstance(before, dict) and isinstance(after, dict):
+            found += _differences(before, after, f"{prefix}{key}.")
+        elif before != after or type(before) is not type(after):
+            found.append(f"{prefix}{key}: {before!r} when made, {after!r} now")
+    return found
+
+
+def _config_from_json(raw: dict, path: Path) -> CampaignConfig:
+    """The config stored in campaign.json: keys and types checked, "inf"/"-inf"/"nan" read back as floats."""
+    fields = {field.name: field.type for field in dataclasses.fields(CampaignConfig)}
+    unknown = sorted(set(raw) - set(fields), key=str)
+    if unknown:
+        raise UsageError(
+            f"{path}: unknown config field(s) {', '.join(map(str, unknown))}; restore it, or re-run the campaign"
+        )
+    values = {
+        name: float(value) if "float" in fields[name] and value in ("inf", "-inf", "nan") else value
+        for name, value in raw.items()
+    }
+    try:
+        config_lib.from_mapping(values)  # names a mistyped key or an invalid value
+        return CampaignConfig(**values)  # the stored values as they are (from_mapping turns ints into floats)
+    except UsageError as exc:
+        raise UsageError(f"{path}: {exc}; restore it, or re-run the campaign into a new directory") from None
+
+
+# -- the run directory -------------------------------------------------------------------------------------------
 
 
 class RunStore:
@@ -112,65 +269,118 @@ class RunStore:
         self.root = Path(root)
         self.chunks = self.root / "chunks"
 
+    def _damaged(self, name: str, problem: str, fix: str) -> UsageError:
+        return UsageError(f"{self.root / name} {problem}: {fix}")
+
+    def check_no_links(self) -> None:
+        """Refuse a run directory that holds a link: every write must stay inside it."""
+        for directory in (self.root, self.chunks):  # chunks/ is scanned only once the root showed it is no link
+            if not directory.is_dir():
+                return
+            for entry in os.scandir(directory):
+                if entry.is_symlink():
+                    raise UsageError(f"{entry.path} is a link: a run directory must hold no links; remove it")
+
     # -- campaign metadata -------------------------------------------------------------------------------------
 
     def create_or_check(self, config: CampaignConfig, data_fingerprint: str) -> bool:
-        """Record a new campaign, or check that the directory holds this very campaign; True if it existed."""
-        existing = self.root / "campaign.json"
-        if existing.exists():
-            stored = self.config()
-            differences = stored.differences(config)
-            if differences:
+        """Record a new campaign, or check that the directory holds this very campaign; True if it existed.
+
+        A directory whose campaign has no finished model yet (killed during setup, or diverged in its first
+        chunk) is restarted with the new config: nothing made under the old one would be mixed in.
+        """
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.check_no_links()
+        if read_file(self.root, "campaign.json") is not None:
+            differences = self.config().differences(config)
+            if not differences:
+                self.check_data(data_fingerprint)
+                return True
+            if any(self.chunks.glob("models-*.npz")):
                 raise UsageError(
                     f"{self.root} holds a campaign with a different config ({'; '.join(differences)}):"
                     f" use another --out, or `dpaudit resume {self.root}` to continue it"
                 )
-            self.check_data(data_fingerprint)
-            return True
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.chunks.mkdir(exist_ok=True)
-        write_json(
-            existing,
-            {
-                "format_version": FORMAT_VERSION,
-                "dpaudit_version": __version__,
-                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "config": dataclasses.asdict(config),
-                "config_hash": config.canonical_hash(),
-                "data_fingerprint": data_fingerprint,
-            },
-        )
+            for name in ("plan.npz", "base.pt", "timing.json"):
+                (self.root / name).unlink(missing_ok=True)
+        metadata = {
+            "format_version": FORMAT_VERSION,
+            "dpaudit_version": __version__,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "config": dataclasses.asdict(config),
+            "config_hash": config.canonical_hash(),
+            "data_fingerprint": data_fingerprint,
+        }
+        write_file(self.root, "campaign.json", json_text(metadata).encode())
+        self.make_chunks_directory()
         return False
 
+    def make_chunks_directory(self) -> None:
+        with suppress(FileExistsError):
+            self.chunks.mkdir()
+        self.check_no_links()
+
     def _metadata(self) -> dict:
+        """campaign.json, its fields present and of the right types."""
+        self.check_no_links()
         path = self.root / "campaign.json"
-        if not path.is_file():
+        fix = "restore it from a backup, or re-run the campaign into a new directory"
+        metadata = read_json(self.root, "campaign.json", fix)
+        if metadata is None:
             raise UsageError(
                 f"{self.root} is not a dpaudit run directory (no campaign.json); "
                 "start one with `dpaudit audit --out DIR`"
             )
-        try:
-            metadata = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{path} is corrupt ({exc}); the run cannot be resumed or analysed") from None
+        if not isinstance(metadata, dict):
+            raise UsageError(f"{path} holds a {type(metadata).__name__}, not a campaign record: {fix}")
         if metadata.get("format_version") != FORMAT_VERSION:
             raise UsageError(
                 f"{self.root} was written by dpaudit {metadata.get('dpaudit_version', '< 0.1')} "
                 f"(run format {metadata.get('format_version')}); this dpaudit {__version__} reads "
                 f"format {FORMAT_VERSION}: re-run the campaign"
             )
+        for name, kind in _METADATA_FIELDS.items():
+            if not isinstance(metadata.get(name), kind):
+                raise UsageError(f"{path}: field {name!r} is missing or not a {kind.__name__}: {fix}")
         return metadata
 
-    def config(self) -> CampaignConfig:
-        metadata = self._metadata()
+    def _record(self) -> str:
+        """campaign.json in canonical form: stored in plan.npz and every chunk, which it binds to the config."""
+        return json.dumps(self._metadata(), sort_keys=True)
+
+    def _check_record(self, name: str, record: str) -> None:
+        """Refuse a campaign.json that differs from the one ``name`` was made under, naming the fields."""
+        now = self._metadata()
         try:
-            config = CampaignConfig(**metadata["config"])
-        except (TypeError, KeyError) as exc:
-            raise UsageError(f"{self.root}/campaign.json has an unreadable config ({exc})") from None
-        if config.canonical_hash() != metadata.get("config_hash"):
+            made = json.loads(record)
+        except ValueError:
+            made = None
+        if not isinstance(made, dict):
+            raise self._damaged(name, "has an unreadable campaign record", "delete it; `dpaudit resume` remakes it")
+        differences = _differences(made, now)
+        if differences:
             raise UsageError(
-                f"{self.root}/campaign.json: the config does not match its recorded hash "
-                "(edited by hand?); re-run the campaign"
+                f"{self.root / 'campaign.json'} does not match the one {name} was made under "
+                f"({'; '.join(differences)}): campaign.json was edited; restore it, or re-run the campaign"
+                " into a new directory"
+            )
+
+    def config(self) -> CampaignConfig:
+        """The campaign's config, checked against its hash and against what was made under it."""
+        metadata = self._metadata()
+        path = self.root / "campaign.json"
+        # What was made under it names an edited field (even one whose hash was recomputed).
+        if self.saved_plan() is None:
+            for chunk in sorted(self.chunks.glob("models-*.npz")):
+                loaded = _load_npz(self.root, f"chunks/{chunk.name}")
+                if loaded is not None:
+                    self._check_record(f"chunks/{chunk.name}", loaded[1])
+                    break
+        config = _config_from_json(metadata["config"], path)
+        if config.canonical_hash() != metadata["config_hash"]:
+            raise UsageError(
+                f"{path}: the config does not match its recorded config_hash (edited by hand?): restore it,"
+                " or re-run the campaign into a new directory"
             )
         return config
 
@@ -185,55 +395,96 @@ class RunStore:
     # -- plan and base model ----------------------------------------------------------------------------------
 
     def save_plan(self, plan: Plan) -> None:
-        _save_npz(self.root / "plan.npz", dataclasses.asdict(plan))
+        """Written last in a campaign's setup: its presence marks a complete setup."""
+        _save_npz(self.root, "plan.npz", dataclasses.asdict(plan), self._record())
+
+    def saved_plan(self) -> Plan | None:
+        """The plan, None if absent or damaged by a crash (it is then remade); an error if it was tampered with."""
+        loaded = _load_npz(self.root, "plan.npz")
+        if loaded is None:
+            return None
+        arrays, record = loaded
+        self._check_record("plan.npz", record)
+        names = {f.name for f in dataclasses.fields(Plan)}
+        if set(arrays) != names:
+            raise self._damaged("plan.npz", f"holds arrays {sorted(arrays)}, not {sorted(names)}", _REMAKE_PLAN)
+        plan = Plan(**arrays)
+        models = self._metadata()["config"].get("models")
+        labels, membership, reference = plan.target_labels, plan.membership, plan.reference_logits
+        problem = None
+        if labels.ndim != 1 or labels.dtype.kind not in "iu" or plan.population_labels.dtype.kind not in "iu":
+            problem = "has target or population labels that are not integer vectors"
+        elif membership.dtype != bool or membership.shape != (models, len(labels)):
+            problem = f"has a membership of shape {membership.shape} ({membership.dtype}), not ({models}, targets) bool"
+        elif reference.ndim != 2 or len(reference) != len(labels):
+            problem = f"has reference logits of shape {reference.shape}, not (targets, classes)"
+        elif plan.layer_shapes.ndim != 2 or plan.layer_shapes.shape[1:] != (3,) or plan.max_members.shape:
+            problem = "has malformed layer shapes or member count"
+        if problem is not None:
+            raise self._damaged("plan.npz", problem, _REMAKE_PLAN)
+        return plan
 
     def plan(self) -> Plan:
-        path = self.root / "plan.npz"
-        arrays = _load_npz(path) if path.is_file() else None
-        if arrays is None or set(arrays) != {f.name for f in dataclasses.fields(Plan)}:
-            raise UsageError(f"{path} is missing or corrupt: re-run the campaign")
-        return Plan(**arrays)
+        plan = self.saved_plan()
+        if plan is None:
+            raise self._damaged(
+                "plan.npz", "is missing or damaged", f"`dpaudit resume {self.root}` remakes it, then analyse"
+            )
+        return plan
 
-    @property
-    def base_path(self) -> Path:
-        return self.root / "base.pt"
+    def read_base(self) -> bytes | None:
+        """base.pt's bytes (torch's format, read by dpaudit.campaign), None if absent."""
+        return read_file(self.root, "base.pt")
+
+    def write_base(self, data: bytes) -> None:
+        write_file(self.root, "base.pt", data)
 
     # -- chunks -----------------------------------------------------------------------------------------------
 
     def write_chunk(self, outputs: ChunkOutputs) -> None:
         first, last = int(outputs.indices[0]), int(outputs.indices[-1])
-        _save_npz(self.chunks / f"models-{first:07d}-{last + 1:07d}.npz", dataclasses.asdict(outputs))
+        name = f"chunks/models-{first:07d}-{last + 1:07d}.npz"
+        _save_npz(self.root, name, dataclasses.asdict(outputs), self._record())
 
-    def _valid_chunks(self, n_models: int) -> list[dict[str, np.ndarray]]:
-        """Chunks whose checksum, keys and indices are sound; others are ignored (and so recomputed)."""
+    def _valid_chunks(self, plan: Plan) -> list[dict[str, np.ndarray]]:
+        """The sound chunks; one damaged by a crash is ignored (and so recomputed), a tampered one is refused."""
+        n_models, targets = plan.membership.shape
+        classes = plan.reference_logits.shape[1]
+        fix = "delete it; `dpaudit resume` trains its models again"
         valid = []
         for path in sorted(self.chunks.glob("models-*.npz")):
-            arrays = _load_npz(path)
-            if arrays is None or set(arrays) != set(_CHUNK_ARRAYS):
+            name = f"chunks/{path.name}"
+            loaded = _load_npz(self.root, name)
+            if loaded is None:
                 continue
-            indices = arrays["indices"]
-            if (
-                indices.ndim != 1
-                or not len(indices)
-                or indices.min() < 0
-                or indices.max() >= n_models
-                or len(arrays["target_logits"]) != len(indices)
-                or len(arrays["population_logits"]) != len(indices)
-            ):
-                continue
+            arrays, record = loaded
+            self._check_record(name, record)
+            if set(arrays) != set(_CHUNK_ARRAYS):
+                raise self._damaged(name, f"holds arrays {sorted(arrays)}, not {sorted(_CHUNK_ARRAYS)}", fix)
+            indices, target, population = (arrays[key] for key in _CHUNK_ARRAYS)
+            k = len(indices) if indices.ndim == 1 else -1
+            if k < 1 or indices.dtype.kind not in "iu" or indices.min() < 0 or indices.max() >= n_models:
+                raise self._damaged(name, f"has model indices that are not integers in [0, {n_models})", fix)
+            if target.shape != (k, targets, classes) or population.shape != (k, len(plan.population_labels), classes):
+                raise self._damaged(name, f"has outputs of shapes {target.shape}, {population.shape}", fix)
+            if not (np.isfinite(target).all() and np.isfinite(population).all()):
+                raise self._damaged(name, "holds non-finite outputs (models that diverged)", fix)
             valid.append(arrays)
         return valid
 
-    def finished(self, n_models: int) -> np.ndarray:
-        """(n_models,) bool: the models whose outputs are safely on disk."""
-        done = np.zeros(n_models, dtype=bool)
-        for arrays in self._valid_chunks(n_models):
+    def finished(self) -> np.ndarray:
+        """(models,) bool: the models whose outputs are safely on disk."""
+        plan = self.plan()
+        done = np.zeros(len(plan.membership), dtype=bool)
+        for arrays in self._valid_chunks(plan):
             done[arrays["indices"]] = True
         return done
 
-    def outputs(self, n_models: int) -> ChunkOutputs:
+    def outputs(self) -> ChunkOutputs:
         """All models' outputs in model order; an error if any model is missing."""
-        chunks = self._valid_chunks(n_models)
+        plan = self.plan()
+        n_models = len(plan.membership)
+        chunks = self._valid_chunks(plan)
         indices = np.concatenate([c["indices"] for c in chunks]) if chunks else np.zeros(0, dtype=np.int64)
         unique, first = np.unique(indices, return_index=True)
         if len(unique) != n_models:
@@ -244,12 +495,62 @@ class RunStore:
         gathered = {name: np.concatenate([c[name] for c in chunks])[first] for name in _CHUNK_ARRAYS}
         return ChunkOutputs(**gathered)
 
+    # -- one trainer at a time --------------------------------------------------------------------------------
+
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """Held while a process trains this campaign (flock on RUN_DIR/.lock, released even by kill -9)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.check_no_links()
+        directory = _open_directory(self.root, ())
+        try:
+            fd = os.open(".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644, dir_fd=directory)
+        finally:
+            os.close(directory)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                raise UsageError(
+                    f"{self.root} is being trained by another dpaudit process (pid {holder}): wait for it to"
+                    " finish (then `dpaudit resume` or `analyse`), or stop it first"
+                ) from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            self._remove_stale_temporaries()
+            yield
+        finally:
+            os.close(fd)
+
+    def _remove_stale_temporaries(self) -> None:
+        """Temporary files left by a writer that died (kill -9, full disk) before renaming them."""
+        for directory in (self.root, self.chunks):
+            if not directory.is_dir():
+                continue
+            for entry in os.scandir(directory):
+                match = _TEMPORARY.match(entry.name)
+                if match is None or int(match.group(1)) == os.getpid():
+                    continue
+                try:
+                    os.kill(int(match.group(1)), 0)
+                except ProcessLookupError:
+                    Path(entry.path).unlink(missing_ok=True)
+                except (PermissionError, OverflowError):
+                    continue
+
     # -- timing ------------------------------------------------------------------------------------------------
 
     def record_seconds(self, seconds: float) -> None:
         """Add a session's wall time (setup + training) to the campaign's total, across resumes."""
-        write_json(self.root / "timing.json", {"seconds": self.seconds() + seconds})
+        write_file(self.root, "timing.json", json_text({"seconds": self.seconds() + seconds}).encode())
 
     def seconds(self) -> float:
-        path = self.root / "timing.json"
-        return float(json.loads(path.read_text())["seconds"]) if path.is_file() else 0.0
+        fix = "delete it (only the campaign's recorded duration is lost)"
+        timing = read_json(self.root, "timing.json", fix)
+        if timing is None:
+            return 0.0
+        seconds = timing.get("seconds") if isinstance(timing, dict) else None
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds < math.inf:
+            raise self._damaged("timing.json", 'is not {"seconds": a number >= 0}', fix)
+        return float(seconds)

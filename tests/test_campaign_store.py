@@ -19,7 +19,7 @@ SMALL = CampaignConfig(models=24, epochs=1, batch_size=64, seed=3)
 
 
 def _logits(store: RunStore) -> np.ndarray:
-    return store.outputs(SMALL.models).target_logits
+    return store.outputs().target_logits
 
 
 @pytest.fixture(scope="module")
@@ -97,10 +97,10 @@ def test_truncated_and_corrupted_chunks_are_detected_and_recomputed(reference_ru
     data = bytearray(flipped.read_bytes())
     data[len(data) // 2] ^= 0xFF
     flipped.write_bytes(bytes(data))
-    assert store.finished(SMALL.models).sum() == 8
+    assert store.finished().sum() == 8
     untouched = _chunk_files(out)[files[2].name]
     campaign.run(SMALL, Execution(chunk_size=8, workers=1, progress=False), out)
-    assert store.finished(SMALL.models).all()
+    assert store.finished().all()
     assert _chunk_files(out)[files[2].name] == untouched
     assert np.array_equal(_logits(store), _logits(reference_run))
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from dpaudit.analysis import ATTACKS
@@ -26,7 +25,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dpaudit.store import RunStore
+    from dpaudit.store import RunStore, json_text
 
     store = RunStore(args.run_dir)
     if args.attack != "all":
@@ -35,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
 
     rows = {attack: report.summary(analysis.analyse(store, attack)) for attack in ATTACKS}
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json_text(rows), end="")
         return 0
     print(f"{'attack':<14}{'AUC':>8}{'TPR@10%':>10}{'TPR@1%':>10}{'TPR@0.1%':>10}{'ε (CP)':>10}")
     for attack, numbers in rows.items():

@@ -8,12 +8,14 @@ a different campaign is refused, naming the differing fields.
 from __future__ import annotations
 
 import argparse
-import json
+import errno
+import os
 import time
 from pathlib import Path
 
 from dpaudit import config as config_lib
 from dpaudit.analysis import ATTACKS
+from dpaudit.errors import UsageError
 
 
 def register(subparsers) -> None:
@@ -33,16 +35,28 @@ def register(subparsers) -> None:
         choices=config_lib.DESIGNS,
         help=f"canary ([W] App. F.1) or all-examples (LiRA's) ({defaults.design})",
     )
-    campaign.add_argument("--rank", type=int, help=f"LoRA rank r ({defaults.rank})")
-    campaign.add_argument("--alpha", type=float, help="LoRA alpha; scale = alpha/r (alpha = r)")
-    campaign.add_argument("--models", type=int, help=f"shadow models, half IN, half OUT ({defaults.models})")
-    campaign.add_argument("--epochs", type=int, help=f"({defaults.epochs})")
+    campaign.add_argument(
+        "--rank",
+        type=int,
+        help=f"LoRA rank r, or the projection's rank for m1/m2; not for none, dp-sgd ({config_lib.DEFAULT_RANK})",
+    )
+    campaign.add_argument(
+        "--alpha",
+        type=float,
+        help=f"LoRA alpha, scale = alpha/r, of {', '.join(config_lib.SCALED_MECHANISMS)} (alpha = r)",
+    )
+    campaign.add_argument(
+        "--models",
+        type=int,
+        help=f"shadow models, half IN, half OUT, even, at most {config_lib.MAX_MODELS} ({defaults.models})",
+    )
+    campaign.add_argument("--epochs", type=int, help=f"at most {config_lib.MAX_EPOCHS:g} ({defaults.epochs})")
     campaign.add_argument(
         "--batch-size",
         type=int,
         help=f"batch size; the expected (Poisson) batch size of DP mechanisms ({defaults.batch_size})",
     )
-    campaign.add_argument("--lr", type=float, help=f"({defaults.lr})")
+    campaign.add_argument("--lr", type=float, help=f"learning rate in (0, {config_lib.MAX_LR:g}] ({defaults.lr})")
     campaign.add_argument("--seed", type=int, help=f"({defaults.seed})")
     campaign.add_argument("--delta", type=float, help=f"δ of the empirical ε lower bound ({defaults.delta})")
     campaign.add_argument(
@@ -90,9 +104,13 @@ def add_execution_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("execution (never changes a score)")
     group.add_argument("--device", choices=config_lib.DEVICES, help="auto: cuda if available")
     group.add_argument("--chunk-size", type=int, help="models trained together (auto: from cores or GPU memory)")
-    group.add_argument("--workers", type=int, help="worker processes, one torch thread each (one per core)")
+    group.add_argument(
+        "--workers",
+        type=int,
+        help=f"worker processes, one torch thread each, at most {config_lib.MAX_WORKERS} (one per core)",
+    )
     group.add_argument("--backend", choices=config_lib.BACKENDS, help="joblib backend: loky, or dask for clusters")
-    group.add_argument("--scheduler", help="dask scheduler address (default: a local cluster)")
+    group.add_argument("--scheduler", help="dask scheduler address, with --backend dask (default: a local cluster)")
     group.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -112,11 +130,27 @@ def run(args: argparse.Namespace) -> int:
     values.update(given_options(args))
     config, execution = config_lib.from_mapping(values, source=str(args.config or "options"))
     out = args.out or Path("dpaudit-runs") / time.strftime("%Y%m%d-%H%M%S")
-    out.mkdir(parents=True, exist_ok=True)  # fail before training if the directory cannot be made
+    check_creatable(out)
 
     from dpaudit import campaign  # torch and peft load here, not for `dpaudit bounds`
 
     return finish(campaign.run(config, execution, out), args.attack, args.json)
+
+
+def check_creatable(out: Path) -> None:
+    """Refuse an ``--out`` that cannot become a run directory, without creating it.
+
+    The run directory is created by the campaign only after every check of the config, the dataset and the
+    mechanism has passed, so that a refused audit leaves no directory behind; this check makes a path that
+    cannot be created fail as early.
+    """
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"--out {out} cannot be created: {existing} is a file ({os.strerror(errno.ENOTDIR)})")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out} cannot be created: {existing} is not writable ({os.strerror(errno.EACCES)})")
 
 
 def finish(store, attack: str, as_json: bool) -> int:
@@ -125,7 +159,9 @@ def finish(store, attack: str, as_json: bool) -> int:
 
     numbers = report.write_run(analysis.analyse(store, attack), store.root)
     if as_json:
-        print(json.dumps(numbers, indent=2))
+        from dpaudit.store import json_text  # strict JSON: a non-finite number is spelled "inf", never Infinity
+
+        print(json_text(numbers), end="")
         return 0
     tpr = "  ".join(f"TPR@{float(k):g}={v:.3f}" for k, v in numbers["tpr_at_fpr"].items())
     eps = numbers["epsilon_lower_bound"]
@@ -140,8 +176,9 @@ def finish(store, attack: str, as_json: bool) -> int:
         if numbers["analytic_epsilon"] is not None
         else f"no bound: {numbers['analytic_reason']}"
     )
+    trained = numbers["mechanism"] if numbers["rank"] is None else f"{numbers['mechanism']} rank {numbers['rank']}"
     print(
-        f"{numbers['mechanism']} rank {numbers['rank']} on {numbers['dataset']} ({numbers['design']} design, "
+        f"{trained} on {numbers['dataset']} ({numbers['design']} design, "
         f"{numbers['attack']}): {numbers['n_in']} IN / {numbers['n_out']} OUT in {numbers['seconds']:.1f} s\n"
         f"  AUC {numbers['auc']:.4f} (95% CI {numbers['auc_ci95'][0]:.4f}-{numbers['auc_ci95'][1]:.4f})  "
         f"balanced accuracy {numbers['balanced_accuracy']:.4f}  {tpr}\n"

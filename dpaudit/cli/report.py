@@ -10,9 +10,16 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "report", help="write report.html and report.md for one or several runs", description=__doc__
     )
-    p.add_argument("run_dirs", type=Path, nargs="+")
-    p.add_argument("--out", type=Path, help="where to write (default: the first run directory)")
+    p.add_argument("run_dirs", type=directory, nargs="+")
+    p.add_argument("--out", type=directory, help="where to write (default: the first run directory)")
     p.set_defaults(func=run)
+
+
+def directory(text: str) -> Path:
+    """A directory argument: an empty one would silently mean the current directory."""
+    if not text:
+        raise argparse.ArgumentTypeError("a directory must be named, got an empty string (use . for this one)")
+    return Path(text)
 
 
 def run(args: argparse.Namespace) -> int:
