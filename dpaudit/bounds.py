@@ -54,6 +54,15 @@ class AnalyticBound:
         return {"analytic_epsilon": self.epsilon, "analytic_bound": self.source, "analytic_reason": self.reason}
 
 
+def prism_rank(rank: int, d_out: int, d_in: int) -> int:
+    """The rank PRISM adapts a d_out×d_in layer at: the LoRA rank r, capped at min(d_out, d_in).
+
+    A rank-r factorisation needs r ≤ min(d_out, d_in) ([P] Thm 3.1: both factors of full column rank); at the cap
+    the tangent space is the whole d_out×d_in space (:class:`dpaudit.mechanisms.prism.PrismMechanism`).
+    """
+    return min(rank, d_out, d_in)
+
+
 def _none(reason: str) -> AnalyticBound:
     return AnalyticBound(None, None, reason)
 
@@ -92,9 +101,10 @@ def analytic_bound(config: CampaignConfig, members: int, layers: Sequence[LayerS
     poisson = PoissonLayout.for_members(members, config.batch_size)
     steps = config.epochs * poisson.steps
     if name in DP_SGD_FAMILY:
-        source = "Poisson-subsampled Gaussian, PLD accountant (accountants.dpsgd), add/remove" + (
-            "; [P] Thm 3.4" if name == "prism" else ""
-        )
+        source = "Poisson-subsampled Gaussian, PLD accountant (accountants.dpsgd), add/remove"
+        if name == "prism":
+            ranks = ", ".join(f"{s.d_out}×{s.d_in} at r={prism_rank(config.rank, s.d_out, s.d_in)}" for s in layers)
+            source += f"; [P] Thm 3.4, clipping and tangent noise on every adapted layer ({ranks})"
         return _from_accountant(dpsgd.epsilon(config.noise, poisson.sample_rate, steps, config.delta), source)
     if not config.resample_projection and steps > 1:
         return _none(

@@ -10,7 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accountants.validation import InvalidArgument
+from dpaudit import engine, models, seeding
 from dpaudit.mechanisms import prism, prism_noise_energy, prism_tangent, prism_update
+from dpaudit.mechanisms.base import Step
 from dpaudit.mechanisms.prism_tangent import FactorGradients, LoraFactors, TangentLift
 from dpaudit.mechanisms.prism_update import PrismAdaptiveConfig, PrismPrivacyConfig, PrismStepConfig
 
@@ -484,3 +486,62 @@ def test_factor_space_energy_grows_linearly_in_s_t_while_prism_matches_its_close
     assert np.all(np.abs(sweep.prism / sweep.prism_closed_form - 1) < 0.05)
     assert sweep.prism_closed_form[0] == pytest.approx(tau**2 * 4 * (40 + 24 - 4))
     assert sweep.factor_norm_statistic.max() > 5 * sweep.factor_norm_statistic.min()  # the gauges move S_t a lot
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The engine mechanism on a layer narrower than the LoRA rank
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _cloned(generators: list[torch.Generator]) -> list[torch.Generator]:
+    clones = []
+    for generator in generators:
+        clone = torch.Generator()
+        clone.set_state(generator.get_state())
+        clones.append(clone)
+    return clones
+
+
+def test_mechanism_adapts_a_narrow_layer_at_its_width_and_keeps_the_other_components_zero():
+    """A 3-output head at LoRA rank 4 is adapted at rank 3 = d_out (:func:`dpaudit.bounds.prism_rank`).
+
+    One engine step equals :func:`prism_update.prism_step` on the first r_ℓ components of every module, whatever
+    the gradients of the other components (random here), and those components stay exactly zero.
+    """
+    base = models.mlp(6, 3, hidden=(8,)).double().requires_grad_(False)  # layers 8×6 (r_ℓ = 4) and 3×8 (r_ℓ = 3)
+    randomness = seeding.shadow_randomness(5, range(2))
+    shadow = engine.build(base, "lora", models.LoraSpec(4), randomness, torch.device("cpu"))
+    params = {name: t.clone() for name, t in shadow.trainable.items()}
+    mechanism = prism.PrismMechanism(noise_multiplier=1.0, clip_norm=0.5)
+    state = mechanism.setup({name: t.shape[1:] for name, t in params.items()}, randomness)
+    assert state.ranks == (4, 3)
+    mechanism.initialise(params, state)
+    (a_head, b_head), b_first = state.modules[1], state.modules[0][1]
+    assert torch.equal(params[a_head][:, 3:], torch.zeros_like(params[a_head][:, 3:]))
+    assert torch.equal(params[b_head][..., 3:], torch.zeros_like(params[b_head][..., 3:]))
+    assert torch.linalg.matrix_rank(params[b_head][..., :3]).min() == 3
+
+    width = 5
+    examples = {name: normal(2, width, *t.shape[1:], seed=130 + i) for i, (name, t) in enumerate(params.items())}
+    weights = torch.tensor([[1.0, 1.0, 0.0, 1.0, 0.5], [1.0, 0.0, 1.0, 1.0, 1.0]], dtype=DTYPE)
+    step = Step(engine.DenseExampleGradients(examples), weights, 0, expected_batch_size=4.0, steps=1, parameters=params)
+    ranks = dict(zip(state.modules, state.ranks))
+    before = {name: t.clone() for name, t in params.items()}
+    reference_generators = _cloned(state.generators)
+    mechanism.update(params, step, state, learning_rate=0.05)
+
+    adapter = prism.PeftLoraAdapter(1.0)
+    expected = prism_update.prism_step(
+        [adapter.to_prism(before[a][:, :r], before[b][..., :r]) for (a, b), r in ranks.items()],
+        [adapter.gradients_to_prism(examples[a][:, :, :r], examples[b][..., :r]) for (a, b), r in ranks.items()],
+        PrismStepConfig(PrismPrivacyConfig(1.0, 0.5, 4.0), 0.05),
+        reference_generators,
+        example_weights=weights,
+    )
+    for ((a, b), r), new in zip(ranks.items(), expected.factors):
+        lora_A, lora_B = adapter.to_peft(new)
+        assert max_abs(params[a][:, :r] - lora_A) < 1e-12 and max_abs(params[b][..., :r] - lora_B) < 1e-12
+        assert torch.equal(params[a][:, r:], torch.zeros_like(params[a][:, r:]))
+        assert torch.equal(params[b][..., r:], torch.zeros_like(params[b][..., r:]))
+    assert max_abs(params[b_first] - before[b_first]) > 1e-3 and max_abs(params[b_head] - before[b_head]) > 1e-3
+    assert expected.clip_factors.min() < 1  # clipping is exercised on the capped module's norms too

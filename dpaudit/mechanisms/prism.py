@@ -8,13 +8,14 @@ maths live in :mod:`dpaudit.mechanisms.prism_tangent` (geometry) and :mod:`dpaud
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from accountants import validation as check
-from dpaudit.errors import UsageError
+from dpaudit.bounds import prism_rank
 from dpaudit.mechanisms.base import Step
 from dpaudit.mechanisms.prism_tangent import (
     FactorGradients,
@@ -80,12 +81,14 @@ class PeftLoraAdapter:
 class PrismTrainingState:
     """PRISM's state for one campaign chunk.
 
-    One noise generator per model, the (lora_A, lora_B) tensor names of each LoRA module, and the adaptive
-    moments of every module (None before the first step).
+    One noise generator per model, the (lora_A, lora_B) tensor names of each LoRA module, the rank PRISM adapts
+    each module at (:func:`dpaudit.bounds.prism_rank`), and the adaptive moments of every module (None before the
+    first step).
     """
 
     generators: list[torch.Generator]
     modules: tuple[tuple[str, str], ...]
+    ranks: tuple[int, ...]
     adaptive: tuple[PrismAdaptiveState, ...] | None = None
 
 
@@ -102,6 +105,13 @@ class PrismMechanism:
     the adaptive rule keeps its own moments, and its steps are Adam-sized (≈ η per entry), so PRISM wants a
     smaller ``--lr`` than SGD (0.01 on digits). Conv LoRA tensors are flattened (docs/theory.md §1.2 convention).
     Privacy: Poisson-subsampled Gaussian with multiplier σ per step ([P] Thm 3.4).
+
+    A layer with fewer outputs (or inputs) than the LoRA rank r, such as a 10-class head at r = 16, is adapted at
+    rank ``r_ℓ = min(r, d_out, d_in)`` (:func:`dpaudit.bounds.prism_rank`): a rank-r factorisation of a d_out×d_in
+    matrix needs r ≤ both, and at ``r_ℓ = min(d_out, d_in)`` the tangent space is every d_out×d_in matrix, so
+    the layer gets the full, isotropic Gaussian noise. peft's other ``r − r_ℓ`` components stay exactly zero
+    (zero rows of lora_A, zero columns of lora_B: no contribution to ΔW and zero gradients). Clipping and noise
+    cover every adapted layer, so [P] Thm 3.4's accounting is unchanged.
     """
 
     noise_multiplier: float
@@ -121,52 +131,76 @@ class PrismMechanism:
 
     def setup(self, shapes, randomness) -> PrismTrainingState:
         modules = tuple((name, name.replace(".lora_A.", ".lora_B.")) for name in shapes if ".lora_A." in name)
-        for a_name, b_name in modules:
-            rank, n_out = shapes[a_name][0], shapes[b_name][0]
-            if n_out < rank:
-                raise UsageError(
-                    f"--rank {rank} exceeds the {n_out} outputs of LoRA module {b_name!r}: PRISM needs "
-                    f"both factors of full column rank r ([P] Thm 3.1); use --rank <= {n_out}"
-                )
-        return PrismTrainingState([model.torch("noise") for model in randomness], modules)
+        # lora_A (r, d_in...), lora_B (d_out, r...): peft's shapes without the model axis.
+        ranks = tuple(
+            prism_rank(shapes[a_name][0], shapes[b_name][0], math.prod(shapes[a_name][1:]))
+            for a_name, b_name in modules
+        )
+        return PrismTrainingState([model.torch("noise") for model in randomness], modules, ranks)
 
     def initialise(self, params: dict[str, Tensor], state: PrismTrainingState) -> None:
         adapter = PeftLoraAdapter(self.lora_scale)
-        for a_name, b_name in state.modules:
-            lora_A, lora_B = params[a_name], params[b_name]
-            rank, m, n = lora_A.shape[1], lora_B.shape[1], lora_A[0].numel() // lora_A.shape[1]
+        for (a_name, b_name), rank in zip(state.modules, state.ranks):
+            lora_A, lora_B = params[a_name].flatten(2), params[b_name].flatten(2)
             starts = [
-                balanced_random_factors(m, n, rank, self.init_scale, generator, lora_A.dtype)
+                balanced_random_factors(
+                    lora_B.shape[1], lora_A.shape[2], rank, self.init_scale, generator, lora_A.dtype
+                )
                 for generator in state.generators
             ]
-            start_A, start_B = adapter.to_peft(LoraFactors(*(torch.stack(f) for f in zip(*starts))))
-            lora_A.copy_(start_A.reshape(lora_A.shape))
-            lora_B.copy_(start_B.reshape(lora_B.shape))
+            self._write(params, a_name, b_name, adapter.to_peft(LoraFactors(*(torch.stack(f) for f in zip(*starts)))))
+
+    @staticmethod
+    def _read(tensors: dict[str, Tensor], a_name: str, b_name: str, rank: int) -> tuple[Tensor, Tensor]:
+        """(lora_A, lora_B) of a module, flattened to (K, r_ℓ, d_in), (K, d_out, r_ℓ): its first r_ℓ components."""
+        return tensors[a_name].flatten(2)[:, :rank], tensors[b_name].flatten(2)[..., :rank]
+
+    @staticmethod
+    def _write(params: dict[str, Tensor], a_name: str, b_name: str, factors: tuple[Tensor, Tensor]) -> None:
+        """Set a module's first r_ℓ components to ``factors`` (lora_A, lora_B) and the others to zero."""
+        for name, value, rank_dim in ((a_name, factors[0], 1), (b_name, factors[1], 2)):
+            padded = params[name].flatten(2).new_zeros(params[name].flatten(2).shape)
+            padded.narrow(rank_dim, 0, value.shape[rank_dim]).copy_(value)
+            params[name].copy_(padded.reshape(params[name].shape))
 
     def update(self, params: dict[str, Tensor], step: Step, state: PrismTrainingState, learning_rate: float) -> None:
-        """One :func:`prism_step` on the engine's per-example gradients, which are never materialised: the
-        clipping norms come from :meth:`PerExampleGradients.transformed_squared_norms` and the clipped sums from
+        """One :func:`~dpaudit.mechanisms.prism_update.prism_step` on the engine's per-example gradients.
+
+        They are never materialised: the clipping norms come from
+        :meth:`PerExampleGradients.transformed_squared_norms` and the clipped sums from
         :meth:`PerExampleGradients.weighted_sum` (peft's ``lora_B`` gradient is ``g_A``, ``lora_A``'s is ``g_Bᵀ``).
         """
-        adapter = PeftLoraAdapter(self.lora_scale)
         examples = step.gradients
-        factors = [adapter.to_prism(params[a].flatten(2), params[b].flatten(2)) for a, b in state.modules]
+        if isinstance(examples, dict) or step.expected_batch_size is None:
+            raise TypeError("PRISM needs per-example gradients of a Poisson step (per_example, sampling = 'poisson')")
+        adapter = PeftLoraAdapter(self.lora_scale)
+        modules = list(zip(state.modules, state.ranks))
+        factors = [adapter.to_prism(*self._read(params, a, b, rank)) for (a, b), rank in modules]
         geometries = [_geometry(module_factors) for module_factors in factors]
 
-        def factor_sq_norm(a_name: str, b_name: str) -> FactorSqNorm:
+        def factor_sq_norm(a_name: str, b_name: str, rank: int) -> FactorSqNorm:
+            # The engine's gradients have peft's r components; zero-padding the r_ℓ-sized side of the transforms
+            # keeps only the first r_ℓ (the others are not PRISM's).
+            unused = params[a_name].shape[1] - rank
+
             def norm(factor: str, left: Tensor | None, right: Tensor) -> Tensor:
-                if factor == "A":
-                    return examples.transformed_squared_norms(b_name, left, right)
-                return examples.transformed_squared_norms(a_name, right.mT, None if left is None else left.mT)
+                if factor == "A":  # right (K, r_ℓ, q) multiplies lora_B's gradient (K, b, d_out, r)
+                    return examples.transformed_squared_norms(b_name, left, _zero_pad(right, unused, -2))
+                # ‖left g_B right‖ = ‖rightᵀ lora_A.grad leftᵀ‖, lora_A's gradient (K, b, r, d_in)
+                left_t = None if left is None else left.mT
+                return examples.transformed_squared_norms(a_name, _zero_pad(right.mT, unused, -1), left_t)
 
             return norm
 
         norms = global_intrinsic_norm(
-            [_tangent_sq_norms(factor_sq_norm(*names), *geometry) for names, geometry in zip(state.modules, geometries)]
+            [
+                _tangent_sq_norms(factor_sq_norm(a, b, rank), *geometry)
+                for ((a, b), rank), geometry in zip(modules, geometries)
+            ]
         )
         alphas = clip_factors(norms, self.clip_norm)
         sums = examples.weighted_sum(alphas * step.weights)
-        clipped_sums = [adapter.gradients_to_prism(sums[a].flatten(2), sums[b].flatten(2)) for a, b in state.modules]
+        clipped_sums = [adapter.gradients_to_prism(*self._read(sums, a, b, rank)) for (a, b), rank in modules]
         privacy = PrismPrivacyConfig(self.noise_multiplier, self.clip_norm, step.expected_batch_size)
         result = _step_from_clipped_sums(
             factors,
@@ -180,9 +214,14 @@ class PrismMechanism:
         )
         state.adaptive = result.states
         for (a, b), new in zip(state.modules, result.factors):
-            lora_A, lora_B = adapter.to_peft(new)
-            params[a].copy_(lora_A.reshape(params[a].shape))
-            params[b].copy_(lora_B.reshape(params[b].shape))
+            self._write(params, a, b, adapter.to_peft(new))
 
     def transform(self, step: Step, state) -> dict[str, Tensor]:
         raise TypeError("PRISM owns its update (a retraction, [P] Eq. 22): the engine calls update()")
+
+
+def _zero_pad(matrix: Tensor, count: int, dim: int) -> Tensor:
+    """``matrix`` with ``count`` rows (dim -2) or columns (dim -1) of zeros appended."""
+    if count == 0:
+        return matrix
+    return torch.nn.functional.pad(matrix, (0, count) if dim == -1 else (0, 0, 0, count))
