@@ -1,11 +1,13 @@
 """Run every reproduction script of ``experiments/`` at CPU scale, one after another, and print a timing table.
 
 Each script runs as its own process (``python experiments/SCRIPT --out OUT``) from the repository root; its
-CSV and PNG land in ``--out``. A script that fails does not stop the others, but the run ends with exit code 1
-naming every failed script (and its last output lines). ``experiments/RESULTS.md`` cites these outputs.
+CSV and PNG land in ``--out`` (default ``experiments/results/``, whose CSVs are committed), and each script's
+seconds in ``OUT/run_all_seconds.csv``. A script that fails does not stop the others, but the run ends with exit
+code 1 naming every failed script (and its last output lines). ``experiments/RESULTS.md`` is rendered from the
+CSVs by ``experiments/make_results.py``; regenerate the whole record with
 
-    python experiments/run_all.py                 # the whole CPU-scale suite, ~27 min on 2 shared cores
-    python experiments/run_all.py --only w_table1_lora_fa p_accuracy_at_epsilon
+    .venv/bin/python experiments/run_all.py && .venv/bin/python experiments/make_results.py   # ~27 min, 2 cores
+    .venv/bin/python experiments/run_all.py --only w_table1_lora_fa p_accuracy_at_epsilon     # some scripts
 """
 
 from __future__ import annotations
