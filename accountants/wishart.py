@@ -798,7 +798,7 @@ def captured_energy(rng: np.random.Generator, d: int, r: int, s: int, n: int, ch
     return np.concatenate(parts)
 
 
-def _wishart_factor(rng: np.random.Generator, dof: int, dim: int, n: int) -> np.ndarray:
+def _standard_wishart_factor(rng: np.random.Generator, dof: int, dim: int, n: int) -> np.ndarray:
     """F with ``F F^T ~ W_dim(dof, I)``: Bartlett's triangular factor if dof >= dim, else a Gaussian dim x dof."""
     if dof < dim:
         return rng.standard_normal((n, dim, dof))
@@ -810,12 +810,12 @@ def _wishart_factor(rng: np.random.Generator, dof: int, dim: int, n: int) -> np.
 
 def _captured_energy_chunk(rng, d, r, s, n):
     if s <= r:
-        signal = _wishart_factor(rng, r, s, n)  # X = F F^T, s x s
-        rest = _wishart_factor(rng, d - r, s, n) if d > r else np.zeros((n, s, 1))
+        signal = _standard_wishart_factor(rng, r, s, n)  # X = F F^T, s x s
+        rest = _standard_wishart_factor(rng, d - r, s, n) if d > r else np.zeros((n, s, 1))
         axis = 2  # row norms
     else:
         signal = rng.standard_normal((n, r, s))  # W^T: column j is z_j
-        rest = _wishart_factor(rng, d - s, r, n) if d > s else np.zeros((n, r, 1))
+        rest = _standard_wishart_factor(rng, d - s, r, n) if d > s else np.zeros((n, r, 1))
         axis = 1  # column norms
     gram = signal @ np.swapaxes(signal, 1, 2) + rest @ np.swapaxes(rest, 1, 2)
     whitened = np.linalg.solve(np.linalg.cholesky(gram), signal)

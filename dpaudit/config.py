@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from dpaudit.errors import UsageError
 
-MECHANISMS = ("none", "lora-fa", "m1", "m2", "sketch", "dp-sgd", "dp-lora", "dp-lora-fa", "prism")
+TRAINING_MECHANISMS = ("none", "lora-fa", "m1", "m2", "sketch", "dp-sgd", "dp-lora", "dp-lora-fa", "prism")
 # Which options apply to which mechanisms (docs/theory.md §1; dpaudit.mechanisms.registry builds them).
 NOISY_MECHANISMS = ("m1", "m2", "sketch", "dp-sgd", "dp-lora", "dp-lora-fa", "prism")  # --noise: σ, or σ_g
 CLIPPED_MECHANISMS = ("m1", "m2", "dp-sgd", "dp-lora", "dp-lora-fa", "prism")  # --clip C, Poisson sampling
@@ -56,8 +56,8 @@ class CampaignConfig:
     resample_projection: bool = False  # m1/m2: a fresh projection M every step ([W] App. F.2)
 
     def __post_init__(self):
-        if self.mechanism not in MECHANISMS:
-            raise UsageError(f"unknown mechanism {self.mechanism!r}: use one of {', '.join(MECHANISMS)}")
+        if self.mechanism not in TRAINING_MECHANISMS:
+            raise UsageError(f"unknown mechanism {self.mechanism!r}: use one of {', '.join(TRAINING_MECHANISMS)}")
         self._check_mechanism_options()
         _positive_int("rank", self.rank)
         _positive_int("epochs", self.epochs)

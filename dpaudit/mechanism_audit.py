@@ -77,7 +77,8 @@ from dpaudit.mechanisms.releases import (
 Outcome = Literal["consistent", "violated", "inconclusive", "not DP"]
 
 _EXACT_LIKELIHOOD = (GaussianMechanism, WishartVector, GaussianSketch)
-MECHANISMS = {
+# The release classes audit() accepts → their names in ``dpaudit audit-mechanism`` and in its results.
+RELEASE_NAMES = {
     GaussianMechanism: "gaussian",
     WishartVector: "wishart-vector",
     NoisyProjectionM1: "wishart-m1",
@@ -736,8 +737,9 @@ def audit(
       full_releases: score full releases instead of drawing the statistic from its law (exact either way; the
         full path is the slow cross-check). Matrix releases are always sampled in full.
     """
-    if type(mechanism) not in MECHANISMS:
-        raise ValueError(f"mechanism must be one of {[c.__name__ for c in MECHANISMS]}, got {type(mechanism).__name__}")
+    if type(mechanism) not in RELEASE_NAMES:
+        names = [c.__name__ for c in RELEASE_NAMES]
+        raise ValueError(f"mechanism must be one of {names}, got {type(mechanism).__name__}")
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
     if not 0 < confidence < 1:
@@ -812,7 +814,7 @@ def audit(
     )
     outcome, reason = _overall(comparisons, support)
     return MechanismAudit(
-        mechanism=MECHANISMS[type(mechanism)],
+        mechanism=RELEASE_NAMES[type(mechanism)],
         parameters=describe(mechanism),
         delta=delta,
         confidence=confidence,

@@ -14,7 +14,7 @@ import pytest
 from dpaudit import cli, config
 
 
-@pytest.mark.parametrize("mechanism", config.MECHANISMS)
+@pytest.mark.parametrize("mechanism", config.TRAINING_MECHANISMS)
 def test_mechanism_runs_at_its_defaults(mechanism, tmp_path, capsys):
     argv = ["audit", "--mechanism", mechanism, "--models", "16", "--epochs", "1", "--workers", "1"]
     assert cli.main([*argv, "--out", str(tmp_path), "--quiet", "--json"]) == 0

@@ -11,7 +11,7 @@ from dpaudit.mechanisms.base import Step
 from dpaudit.mechanisms.dpsgd import DenoiseCosineRecorder, DpSgd, clip_coefficients, denoise_update, dp_sgd
 from dpaudit.mechanisms.nonprivate import lora_fa
 from dpaudit.mechanisms.prism import PrismMechanism
-from dpaudit.mechanisms.sketch import GaussianSketch
+from dpaudit.mechanisms.sketch import NoisyLoraFa
 from dpaudit.mechanisms.wishart import NoisyProjection, WishartProjection
 
 
@@ -91,7 +91,7 @@ def test_sketch_adds_eta_z_to_lora_b_once(setting):
     membership = np.ones((2, len(y)), dtype=bool)
     config = engine.TrainingConfig(epochs=1, batch_size=50, lr=0.05)
     trained = {}
-    for label, mechanism in (("lora-fa", lora_fa()), ("0", GaussianSketch(0.0)), ("3", GaussianSketch(3.0))):
+    for label, mechanism in (("lora-fa", lora_fa()), ("0", NoisyLoraFa(0.0)), ("3", NoisyLoraFa(3.0))):
         shadow = engine.build(base, "lora-fa", models.LoraSpec(4), randomness, torch.device("cpu"))
         trained[label] = engine.train(shadow, mechanism, x, y, membership, randomness, config).trainable
     noise = torch.cat([(trained["3"][n] - trained["lora-fa"][n]).flatten() for n in trained["3"]])

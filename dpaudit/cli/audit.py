@@ -28,7 +28,7 @@ def register(subparsers) -> None:
     p.add_argument("--config", type=Path, help="campaign TOML file (keys: the options below, without --)")
     campaign = p.add_argument_group("campaign (changes the numbers; defaults in parentheses)")
     defaults = config_lib.CampaignConfig()
-    campaign.add_argument("--mechanism", choices=config_lib.MECHANISMS, help=f"({defaults.mechanism})")
+    campaign.add_argument("--mechanism", choices=config_lib.TRAINING_MECHANISMS, help=f"({defaults.mechanism})")
     campaign.add_argument("--dataset", help=f"digits | breast-cancer | synthetic | cifar10:PATH ({defaults.dataset})")
     campaign.add_argument(
         "--design",

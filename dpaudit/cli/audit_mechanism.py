@@ -13,7 +13,7 @@ import argparse
 import json
 import math
 
-_MECHANISMS = {
+_RELEASE_HELP = {
     "gaussian": "Gaussian mechanism v + N(0, sigma^2 I) on a pair at distance --sensitivity",
     "wishart-vector": "[W] vector release M v, unit vectors with alignment --rho (Thm 1)",
     "wishart-m1": "[W] M1: M V + Xi on a one-column change ([W] Def. 4; Thm 3/4)",
@@ -30,7 +30,7 @@ def register(subparsers) -> None:
         description=__doc__.splitlines()[0],
     )
     kinds = parser.add_subparsers(dest="mechanism", required=True, metavar="<mechanism>")
-    for name, help_text in _MECHANISMS.items():
+    for name, help_text in _RELEASE_HELP.items():
         sub = kinds.add_parser(name, help=help_text, description=help_text)
         _ARGUMENTS[name](sub)
         sub.add_argument("--samples", type=int, default=100_000, help="releases scored per input (default: 100000)")

@@ -24,7 +24,7 @@ from dpaudit.mechanisms.base import Mechanism
 from dpaudit.mechanisms.dpsgd import DP_SGD_PARAMETERIZATIONS, dp_sgd
 from dpaudit.mechanisms.nonprivate import NonPrivate, lora_fa
 from dpaudit.mechanisms.prism import PrismMechanism
-from dpaudit.mechanisms.sketch import GaussianSketch
+from dpaudit.mechanisms.sketch import NoisyLoraFa
 from dpaudit.mechanisms.wishart import PROJECTION_VARIANTS, NoisyProjection
 
 
@@ -40,7 +40,7 @@ def build(config: CampaignConfig) -> Mechanism:
     if name in PROJECTION_VARIANTS:
         return NoisyProjection(config.rank, config.noise, config.clip, name, config.resample_projection)
     if name == "sketch":
-        return GaussianSketch(config.noise)
+        return NoisyLoraFa(config.noise)
     if name == "prism":
         return PrismMechanism(config.noise, config.clip, models.LoraSpec(config.rank, config.alpha).scale)
     raise AssertionError(f"CampaignConfig accepted an unregistered mechanism {config.mechanism!r}")

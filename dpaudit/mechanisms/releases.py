@@ -414,7 +414,7 @@ def _chunks(count: int, elements_per_draw: int):
         yield min(per_chunk, count - start)
 
 
-def _wishart_factor(rng: np.random.Generator, count: int, d: int, r: int) -> np.ndarray:
+def _projection_factors(rng: np.random.Generator, count: int, d: int, r: int) -> np.ndarray:
     """``count`` draws of Z in R^{d x r}, i.i.d. N(0, 1/r) entries: ``M = Z Z^T`` ([W] Def. 1)."""
     return rng.standard_normal((count, d, r)) / math.sqrt(r)
 
@@ -507,7 +507,7 @@ class WishartVector(_Release):
         v = self.pair.input(side)
         parts = []
         for size in _chunks(count, self._elements_per_draw()):
-            z = _wishart_factor(rng, size, self.pair.d, self.r)
+            z = _projection_factors(rng, size, self.pair.d, self.r)
             parts.append(np.einsum("cdr,cr->cd", z, z.transpose(0, 2, 1) @ v))
         return np.concatenate(parts)
 
@@ -583,7 +583,7 @@ class MatrixProjection(_MatrixRelease):
             )
 
     def _release(self, rng, count, V):
-        z = _wishart_factor(rng, count, self.pair.d, self.r)
+        z = _projection_factors(rng, count, self.pair.d, self.r)
         return z @ (z.transpose(0, 2, 1) @ V)
 
 
@@ -598,7 +598,7 @@ class NoisyProjectionM1(_MatrixRelease):
         _real("sigma", self.sigma, 0.0, math.inf, low_open=True, high_open=True)
 
     def _release(self, rng, count, V):
-        z = _wishart_factor(rng, count, self.pair.d, self.r)
+        z = _projection_factors(rng, count, self.pair.d, self.r)
         return z @ (z.transpose(0, 2, 1) @ V) + self.sigma * rng.standard_normal((count, *V.shape))
 
 
@@ -613,7 +613,7 @@ class NoisyProjectionM2(_MatrixRelease):
         _real("sigma", self.sigma, 0.0, math.inf, low_open=True, high_open=True)
 
     def _release(self, rng, count, V):
-        z = _wishart_factor(rng, count, self.pair.d, self.r)
+        z = _projection_factors(rng, count, self.pair.d, self.r)
         return z @ (z.transpose(0, 2, 1) @ (V + self.sigma * rng.standard_normal((count, *V.shape))))
 
 

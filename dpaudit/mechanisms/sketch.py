@@ -8,18 +8,17 @@ LoRA-FA with frozen ``A ∼ N(0, 1/r)^{r×m}`` and ``B_0 = 0`` trained by SGD en
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
-from dpaudit.errors import UsageError
+from accountants import validation as check
 from dpaudit.mechanisms.base import Step
 from dpaudit.mechanisms.dpsgd import gaussian_noise
 
 
 @dataclass(frozen=True)
-class GaussianSketch:
+class NoisyLoraFa:
     """Noisy LoRA-FA: train ``lora_B`` as noise-free LoRA-FA, then ``B̃_T = B_T - η Z`` ([S] Eq. 14).
 
     ``noise_std`` is σ_g, the per-entry std of Z (absolute: there is no clipping), drawn once per model from its
@@ -35,8 +34,7 @@ class GaussianSketch:
     per_example: bool = False
 
     def __post_init__(self):
-        if not (math.isfinite(self.noise_std) and self.noise_std >= 0):
-            raise UsageError(f"--noise (σ_g) must be a finite number >= 0, got {self.noise_std}")
+        check.non_negative("--noise (σ_g)", self.noise_std)
 
     def setup(self, shapes, randomness) -> list[torch.Generator]:
         return [model.torch("noise") for model in randomness]
