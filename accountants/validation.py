@@ -72,7 +72,7 @@ def alignment(name: str, value) -> float:
 
 def count(name: str, value, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        if isinstance(value, numbers.Real) and float(value).is_integer():
+        if isinstance(value, numbers.Real) and float(value).is_integer() and not isinstance(value, bool):
             value = int(value)
         else:
             raise InvalidArgument(f"{name} must be an integer, got {value!r}")
@@ -94,7 +94,8 @@ def rank(r, d) -> tuple[int, int]:
 def integer(name: str, value, minimum: int | None = None, maximum: int | None = None) -> int:
     """An integer in [minimum, maximum] (either side optional); a float that is a whole number is accepted."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        if isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer():
+        whole = isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer()
+        if whole and not isinstance(value, bool):  # True is a Real equal to 1, but not a count
             value = int(value)
         else:
             raise InvalidArgument(f"{name} must be an integer, got {value!r}")
@@ -130,6 +131,13 @@ def boolean(name: str, value) -> bool:
     """A real bool: TOML's ``"yes"`` or ``1`` is refused rather than read as truthy."""
     if not isinstance(value, bool):
         raise InvalidArgument(f"{name} must be true or false, got {value!r}")
+    return value
+
+
+def string(name: str, value) -> str:
+    """A str: TOML's ``5`` or ``[...]`` is refused rather than turned into text."""
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{name} must be a string, got {value!r}")
     return value
 
 

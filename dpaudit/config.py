@@ -4,20 +4,49 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.util
 import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
+import numpy as np
+
+from accountants import validation as check
 from dpaudit.errors import UsageError
 
 TRAINING_MECHANISMS = ("none", "lora-fa", "m1", "m2", "sketch", "dp-sgd", "dp-lora", "dp-lora-fa", "prism")
 # Which options apply to which mechanisms (docs/theory.md §1; dpaudit.mechanisms.registry builds them).
 NOISY_MECHANISMS = ("m1", "m2", "sketch", "dp-sgd", "dp-lora", "dp-lora-fa", "prism")  # --noise: σ, or σ_g
 CLIPPED_MECHANISMS = ("m1", "m2", "dp-sgd", "dp-lora", "dp-lora-fa", "prism")  # --clip C, Poisson sampling
+FINITE_CLIP_MECHANISMS = ("prism",)  # clip in the tangent space, always ([P] Alg. 1): no --clip inf
 DENOISABLE_MECHANISMS = ("dp-sgd", "dp-lora", "dp-lora-fa")  # --denoise ([D] Alg. 1)
 PROJECTION_MECHANISMS = ("m1", "m2")  # --resample-projection ([W] App. F.2)
+# --rank: the LoRA rank r, or for m1/m2 the rank r of the projection M = AᵀA (A is r × d_in). none and dp-sgd
+# train the full weights with no A at all, so they have no rank.
+RANKED_MECHANISMS = ("lora-fa", "m1", "m2", "sketch", "dp-lora", "dp-lora-fa", "prism")
+# --alpha: the scale alpha/r of the adapter's product B A. m1/m2 project full-weight gradients with M = AᵀA
+# unscaled ([W] Def. 3), so alpha means nothing there.
+SCALED_MECHANISMS = ("lora-fa", "sketch", "dp-lora", "dp-lora-fa", "prism")
 DEFAULT_NOISE = 1.0  # σ (σ_g for the sketch) when --noise is not given
 DEFAULT_CLIP = 1.0  # C when --clip is not given
+DEFAULT_RANK = 16  # r when --rank is not given
+# [W] App. F.1 trains 2000 shadow models, LiRA 256. Every model's logits on the population (the test split)
+# are kept and analysed at once: 2^16 models of digits' 360 × 10 float32 logits are ~0.9 GB, of CIFAR-10's
+# 10^4 × 10 ~26 GB, about what one machine holds.
+MAX_MODELS = 2**16
+# The papers train for at most 30 epochs. 10^6 keeps the step count T = epochs · ⌈n/b⌉ below 2^53 (exact in
+# the accountants' float64) for any training set of fewer than 2^33 examples.
+MAX_EPOCHS = 10**6
+# A guard against typos (1e10 for 1e-1), not a promise that smaller rates train: SGD on digits' MLP with
+# momentum 0.9 already diverges to NaN at lr = 3. The papers use lr <= 1.
+MAX_LR = 10.0
+# joblib starts every worker process up front (each holding a few pipes): more than 1024 local processes
+# exceed the usual open-file limit (ulimit -n 1024) and the machine's memory long before they help.
+MAX_WORKERS = 1024
+# The noise std σC (σ_g for the sketch) is drawn, and the adapter's scale alpha/r applied, in float32 tensors:
+# above float32's largest value every draw (every adapted weight) would be ±inf and the models NaN.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 DESIGNS = ("canary", "all-examples")
 PRECISIONS = ("fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
@@ -34,12 +63,18 @@ class CampaignConfig:
     ``design="all-examples"``: every private example is a target, IN for exactly half of the models.
     ``precision="bf16"`` trains under bf16 autocast (faster on GPUs; its effect on scores is measured in
     ``benchmarks/bench_precision.py``), never the default.
+
+    Every field is checked here, so the Python API refuses what the command line refuses, before anything is
+    written; values are stored in their canonical types (``models=4.0`` is stored as 4, ``lr=1`` as 1.0).
+    ``noise``, ``clip``, ``rank`` and ``alpha`` apply to some mechanisms only (the ``*_MECHANISMS`` tuples):
+    given for another one they are refused; left None where they apply, ``noise``, ``clip`` and ``rank`` take
+    their documented defaults, so the stored config (and its hash) says which values were used.
     """
 
     mechanism: str = "lora-fa"
     dataset: str = "digits"
-    rank: int = 16
-    alpha: float | None = None
+    rank: int | None = None  # LoRA / projection rank r; None: DEFAULT_RANK where it applies
+    alpha: float | None = None  # LoRA alpha, scale alpha/r; None: alpha = r
     models: int = 256
     epochs: int = 10
     batch_size: int = 32
@@ -56,46 +91,57 @@ class CampaignConfig:
     resample_projection: bool = False  # m1/m2: a fresh projection M every step ([W] App. F.2)
 
     def __post_init__(self):
-        if self.mechanism not in TRAINING_MECHANISMS:
-            raise UsageError(f"unknown mechanism {self.mechanism!r}: use one of {', '.join(TRAINING_MECHANISMS)}")
-        self._check_mechanism_options()
-        _positive_int("rank", self.rank)
-        _positive_int("epochs", self.epochs)
-        _positive_int("batch-size", self.batch_size)
-        if not isinstance(self.models, int) or self.models < 2 or self.models % 2:
-            raise UsageError(f"--models must be an even number >= 2 (half IN, half OUT), got {self.models}")
-        if not (isinstance(self.delta, float | int) and 0 < self.delta < 1):
-            raise UsageError(f"--delta must be in (0, 1), got {self.delta}")
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise UsageError(f"--lr must be a positive number, got {self.lr}")
-        if self.alpha is not None and not self.alpha > 0:
-            raise UsageError(f"--alpha must be positive, got {self.alpha}")
-        _one_of("design", self.design, DESIGNS)
-        _one_of("precision", self.precision, PRECISIONS)
+        checked = {
+            "mechanism": check.one_of("--mechanism", self.mechanism, TRAINING_MECHANISMS),
+            "dataset": check.string("--dataset", self.dataset),
+            "models": _even_models(self.models),
+            "epochs": check.integer("--epochs", self.epochs, 1, MAX_EPOCHS),
+            "batch_size": check.count("--batch-size", self.batch_size),
+            "lr": check.real_in("--lr", self.lr, 0, MAX_LR, low_open=True),
+            "momentum": check.real_in("momentum", self.momentum, 0, 1, high_open=True),
+            "seed": check.seed("--seed", self.seed),
+            "delta": check.open_unit("--delta", self.delta),
+            "null": check.boolean("--null", self.null),
+            "design": check.one_of("--design", self.design, DESIGNS),
+            "precision": check.one_of("--precision", self.precision, PRECISIONS),
+            "denoise": check.boolean("--denoise", self.denoise),
+            "resample_projection": check.boolean("--resample-projection", self.resample_projection),
+            **self._mechanism_options(),
+        }
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
         if self.null and self.design != "canary":
             raise UsageError("--null applies to the canary design only")
-        if not isinstance(self.seed, int) or self.seed < 0:
-            raise UsageError(f"--seed must be a non-negative integer, got {self.seed}")
 
-    def _check_mechanism_options(self) -> None:
-        """Each mechanism option only where it applies; unset σ and C take their documented defaults, so that
-        the stored config (and its hash) says which values were used.
-        """
+    def _mechanism_options(self) -> dict:
+        """Rank, alpha, σ and C checked, each only where it applies; unset ones take their defaults."""
         name = self.mechanism
-        for option, value, applies in (
-            ("noise", self.noise, NOISY_MECHANISMS),
-            ("clip", self.clip, CLIPPED_MECHANISMS),
-            ("denoise", self.denoise, DENOISABLE_MECHANISMS),
-            ("resample-projection", self.resample_projection, PROJECTION_MECHANISMS),
+        for option, given, applies in (
+            ("noise", self.noise is not None, NOISY_MECHANISMS),
+            ("clip", self.clip is not None, CLIPPED_MECHANISMS),
+            ("rank", self.rank is not None, RANKED_MECHANISMS),
+            ("alpha", self.alpha is not None, SCALED_MECHANISMS),
+            ("denoise", self.denoise is True, DENOISABLE_MECHANISMS),
+            ("resample-projection", self.resample_projection is True, PROJECTION_MECHANISMS),
         ):
-            if value not in (None, False) and name not in applies:
+            if given and name not in applies:
                 raise UsageError(f"--{option} does not apply to mechanism {name!r}; it applies to {', '.join(applies)}")
-        if name in NOISY_MECHANISMS and self.noise is None:
-            object.__setattr__(self, "noise", DEFAULT_NOISE)
-        if name in CLIPPED_MECHANISMS and self.clip is None:
-            object.__setattr__(self, "clip", DEFAULT_CLIP)
-        if self.noise is not None:
-            check_noise_and_clip(self.noise, self.clip, self.denoise)
+        rank = alpha = None
+        if name in RANKED_MECHANISMS:
+            rank = check.count("--rank", DEFAULT_RANK if self.rank is None else self.rank)
+        if self.alpha is not None:
+            alpha = check.positive("--alpha", self.alpha)
+            if rank is not None and alpha / rank > FLOAT32_MAX:  # rank applies wherever alpha does
+                raise UsageError(f"--alpha {alpha:g}: the scale alpha/r = {alpha / rank:g} exceeds float32's maximum")
+        noise = (DEFAULT_NOISE if self.noise is None else self.noise) if name in NOISY_MECHANISMS else None
+        clip = (DEFAULT_CLIP if self.clip is None else self.clip) if name in CLIPPED_MECHANISMS else None
+        if noise is not None:
+            noise, clip = check_noise_and_clip(noise, clip, self.denoise)
+        if name in FINITE_CLIP_MECHANISMS and clip == math.inf:
+            raise UsageError(
+                f"--clip inf does not apply to mechanism {name!r}, which always clips: give a finite --clip"
+            )
+        return {"rank": rank, "alpha": alpha, "noise": noise, "clip": clip}
 
     def canonical_hash(self) -> str:
         """SHA-256 of the canonical JSON of every field."""
@@ -112,7 +158,8 @@ class Execution:
     """How a campaign runs; none of it changes a score (one torch thread per worker, whatever the count).
 
     ``chunk_size=None`` picks it: 128 models on CPU, from free memory on CUDA. ``backend="dask"`` runs chunks on
-    a dask cluster through joblib (``scheduler`` = its address; None starts a local cluster).
+    a dask cluster through joblib (``scheduler`` = its address; None starts a local cluster); it needs the
+    ``cluster`` extra, checked here so that its absence is a usage error before anything is written.
     """
 
     device: str = "auto"
@@ -123,65 +170,70 @@ class Execution:
     progress: bool = True
 
     def __post_init__(self):
-        _one_of("device", self.device, DEVICES)
-        _one_of("backend", self.backend, BACKENDS)
-        if self.chunk_size is not None:
-            _positive_int("chunk-size", self.chunk_size)
-        if self.workers is not None:
-            _positive_int("workers", self.workers)
+        checked = {
+            "device": check.one_of("--device", self.device, DEVICES),
+            "backend": check.one_of("--backend", self.backend, BACKENDS),
+            "chunk_size": None if self.chunk_size is None else check.count("--chunk-size", self.chunk_size),
+            "workers": None if self.workers is None else check.integer("--workers", self.workers, 1, MAX_WORKERS),
+            "scheduler": None if self.scheduler is None else check.string("--scheduler", self.scheduler),
+            "progress": check.boolean("progress", self.progress),
+        }
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+        if self.scheduler is not None and self.backend != "dask":
+            raise UsageError("--scheduler needs --backend dask (the loky backend runs on this machine only)")
+        if self.backend == "dask" and not all(importlib.util.find_spec(name) for name in ("dask", "distributed")):
+            raise UsageError(
+                "--backend dask needs the cluster extra: pip install -c constraints.txt 'dpaudit[cluster]'"
+            )
 
 
-def check_noise_and_clip(noise: float, clip: float | None, denoise: bool = False) -> None:
-    """σ finite and >= 0; C (None: no clipping) > 0, and C = inf only with σ = 0 (σC would be infinite);
+def check_noise_and_clip(noise, clip, denoise: bool = False) -> tuple[float, float | None]:
+    """σ and C (None: no clipping) checked and returned as floats.
+
+    σ finite and >= 0; C > 0, and C = inf (no clipping) only with σ = 0; the noise std σC (σ alone without
+    clipping: the sketch's σ_g) at most float32's largest value, the dtype it is drawn in (FLOAT32_MAX);
     denoising only with noise.
     """
+    noise = check.non_negative("--noise", noise)
     if denoise and noise == 0:
         raise UsageError("--denoise needs --noise > 0: without noise there is nothing to denoise")
-    if isinstance(noise, bool) or not isinstance(noise, float | int) or not (math.isfinite(noise) and noise >= 0):
-        raise UsageError(f"--noise must be a finite number >= 0, got {noise}")
     if clip is None:
-        return
-    if isinstance(clip, bool) or not isinstance(clip, float | int) or not clip > 0 or (math.isinf(clip) and noise > 0):
-        raise UsageError(f"--clip must be a number > 0 (inf only with --noise 0), got {clip}")
+        std = noise
+    else:
+        clip = check.real_in("--clip", clip, 0, math.inf, low_open=True)
+        if math.isinf(clip) and noise > 0:
+            raise UsageError("--clip inf (no clipping) needs --noise 0: the noise std σC would be infinite")
+        std = noise * clip if noise > 0 else 0.0
+    if std > FLOAT32_MAX:
+        raise UsageError(
+            f"the noise std {'--noise × --clip' if clip is not None else '--noise'} = {std:g} exceeds float32's "
+            f"largest value {FLOAT32_MAX:.4g}, the dtype the noise is drawn in; lower --noise"
+        )
+    return noise, clip
 
 
-def _positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UsageError(f"--{name} must be a positive integer, got {value}")
-
-
-def _one_of(name: str, value, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise UsageError(f"--{name} must be one of {', '.join(choices)}, got {value!r}")
-
-
-def _accepts(annotation: str, value) -> bool:
-    """Does ``value`` (as TOML parses it) fit a field annotated ``annotation`` (e.g. "float | None")?"""
-    kinds = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
-    for option in annotation.replace(" ", "").split("|"):
-        if option == "None" and value is None:
-            return True
-        if option in kinds and isinstance(value, kinds[option]) and not (option != "bool" and isinstance(value, bool)):
-            return True
-    return False
+def _even_models(value) -> int:
+    """Shadow models: half IN, half OUT, so an even count in [2, MAX_MODELS]."""
+    value = check.integer("--models", value)
+    if not (2 <= value <= MAX_MODELS and value % 2 == 0):
+        raise UsageError(f"--models must be an even number >= 2 and <= {MAX_MODELS} (half IN, half OUT), got {value}")
+    return value
 
 
 def from_mapping(values: dict, source: str = "config") -> tuple[CampaignConfig, Execution]:
     """Campaign and execution settings from flat ``key = value`` pairs (a TOML file, or CLI flags).
 
     Keys are the field names of :class:`CampaignConfig` and :class:`Execution` (``-`` and ``_`` both work);
-    an unknown key or a value of the wrong type is an error naming the key.
+    an unknown key is an error naming the key, a bad value one naming its option (the dataclasses check them).
     """
-    fields = {f.name: (cls, f.type) for cls in (CampaignConfig, Execution) for f in dataclasses.fields(cls)}
+    fields = {f.name: cls for cls in (CampaignConfig, Execution) for f in dataclasses.fields(cls)}
     chosen: dict[type, dict] = {CampaignConfig: {}, Execution: {}}
     for key, value in values.items():
         name = key.replace("-", "_")
         if name not in fields:
             raise UsageError(f"{source}: unknown key {key!r}; known keys: {', '.join(sorted(fields))}")
-        cls, annotation = fields[name]
-        if not _accepts(annotation, value):
-            raise UsageError(f"{source}: key {key!r} must be of type {annotation}, got {value!r}")
-        chosen[cls][name] = float(value) if annotation.startswith("float") and value is not None else value
+        chosen[fields[name]][name] = value
     return CampaignConfig(**chosen[CampaignConfig]), Execution(**chosen[Execution])
 
 
@@ -190,10 +242,12 @@ def load_toml(path) -> dict:
     import tomllib
 
     try:
-        with open(path, "rb") as handle:
-            table = tomllib.load(handle)
-    except FileNotFoundError:
-        raise UsageError(f"config file {path} does not exist") from None
+        # utf-8-sig: a byte-order mark, which some Windows editors write, is not TOML but not an error either
+        table = tomllib.loads(Path(path).read_text(encoding="utf-8-sig"))
+    except OSError as exc:  # missing, a directory, unreadable: the user's path, so a usage error
+        raise UsageError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"config file {path} is not UTF-8 text: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"config file {path} is not valid TOML: {exc}") from None
     nested = [key for key, value in table.items() if isinstance(value, dict)]

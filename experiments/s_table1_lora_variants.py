@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> None:
         config = CampaignConfig(
             mechanism=mechanism,
             dataset=args.dataset,
-            rank=rank,
+            rank=None if mechanism == "dp-sgd" else rank,  # full fine-tuning has no rank
             models=models_count,
             epochs=epochs,
             batch_size=batch_size,

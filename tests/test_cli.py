@@ -18,15 +18,15 @@ def _exit_code(argv: list[str]) -> int:
 @pytest.mark.parametrize(
     "argv,expected",
     [
-        (["audit", "--rank", "0"], "--rank must be a positive integer"),
+        (["audit", "--rank", "0"], "--rank must be an integer >= 1"),
         (["audit", "--rank", "100"], "larger than layer"),
         (["audit", "--models", "1"], "--models must be an even number >= 2"),
         (["audit", "--mechanism", "magic"], "invalid choice: 'magic'"),
         (["audit", "--dataset", "cifar10:/nonexistent/cifar"], "CIFAR-10 binary files missing"),
         (["audit", "--dataset", "mnist"], "unknown dataset 'mnist'"),
         (["audit", "--delta", "2"], "--delta must be in (0, 1)"),
-        (["audit", "--epochs", "-3"], "--epochs must be a positive integer"),
-        (["audit", "--lr", "nan"], "--lr must be a positive number"),
+        (["audit", "--epochs", "-3"], "--epochs must be an integer in [1, 1000000]"),
+        (["audit", "--lr", "nan"], "--lr must be a number, got NaN"),
     ],
 )
 def test_bad_audit_input_is_one_line_with_exit_2(argv, expected, capsys, tmp_path):

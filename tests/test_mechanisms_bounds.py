@@ -74,8 +74,8 @@ def test_config_normalises_and_checks_mechanism_options():
     [
         (["--mechanism", "lora-fa", "--noise", "1"], "--noise does not apply to mechanism 'lora-fa'"),
         (["--mechanism", "dp-sgd", "--noise", "-1"], "--noise must be a finite number >= 0"),
-        (["--mechanism", "dp-sgd", "--clip", "0"], "--clip must be a number > 0"),
-        (["--mechanism", "dp-sgd", "--clip", "inf"], "inf only with --noise 0"),
+        (["--mechanism", "dp-sgd", "--clip", "0"], "--clip must be in (0, inf]"),
+        (["--mechanism", "dp-sgd", "--clip", "inf"], "--clip inf (no clipping) needs --noise 0"),
         (["--mechanism", "sketch", "--clip", "1"], "--clip does not apply to mechanism 'sketch'"),
         (["--mechanism", "prism", "--denoise"], "--denoise does not apply to mechanism 'prism'"),
         (["--mechanism", "dp-sgd", "--noise", "0", "--denoise"], "--denoise needs --noise > 0"),

@@ -13,7 +13,10 @@ dp-lora-fa     DP-SGD on lora_B, A frozen                       §1.5, [W] Alg. 
 prism          tangent-space DP-LoRA                            §1.6, [P] Alg. 1
 =============  ==============================================  ====================================
 
-``config.denoise`` adds [D]'s spectral denoising (§1.7) to dp-sgd / dp-lora / dp-lora-fa.
+``config.denoise`` adds [D]'s spectral denoising (§1.7) to dp-sgd / dp-lora / dp-lora-fa. ``config.rank`` is the
+adapter's rank, or for m1/m2 the rank of the projection M = AᵀA; none and dp-sgd train the full weights without
+any A, so their rank is None (:data:`dpaudit.config.RANKED_MECHANISMS`). ``config.alpha`` scales the adapters only
+(:data:`dpaudit.config.SCALED_MECHANISMS`).
 """
 
 from __future__ import annotations
@@ -29,7 +32,10 @@ from dpaudit.mechanisms.wishart import PROJECTION_VARIANTS, NoisyProjection
 
 
 def build(config: CampaignConfig) -> Mechanism:
-    """The mechanism ``config.mechanism`` with σ = ``config.noise``, C = ``config.clip``, r = ``config.rank``."""
+    """The mechanism ``config.mechanism`` with σ = ``config.noise``, C = ``config.clip``, r = ``config.rank``.
+
+    ``config`` has checked which of them apply, so each is given only to a mechanism that uses it.
+    """
     name = config.mechanism
     if name == "none":
         return NonPrivate()
