@@ -6,7 +6,8 @@ applies in :meth:`Mechanism.transform` (or owns the update through the optional 
 :class:`dpaudit.mechanisms.base.Mechanism`). The engine knows nothing about privacy.
 
 Modules: ``nonprivate`` (none, lora-fa), ``wishart`` (noise-free projection, M1, M2), ``sketch`` (noisy
-LoRA-FA), ``dpsgd`` (DP-SGD, DP-LoRA, DP-LoRA-FA; the shared clipping and noise), ``prism``, ``denoise``;
+LoRA-FA), ``dpsgd`` (DP-SGD, DP-LoRA, DP-LoRA-FA; the shared clipping and noise), ``prism`` (its maths in
+``prism_tangent``, ``prism_update``, ``prism_noise_energy``), ``denoise``;
 ``registry`` maps the CLI names to them (docs/theory.md §1).
 
 The package itself imports nothing: :mod:`dpaudit.mechanisms.releases` (mechanism-level audits, numpy only)
