@@ -22,6 +22,7 @@ from scipy.optimize import brentq
 
 from accountants import validation as check
 from accountants.result import ADD_REMOVE, REPLACE_ONE, Bound, Neighbouring
+from accountants.validation import InvalidArgument
 
 _SOURCE = "Poisson-subsampled Gaussian, PLD accountant (dp_accounting)"
 _COARSE_INTERVAL = 1e-3
@@ -65,8 +66,7 @@ def _refined(query: Callable[[float], np.ndarray], scale: Callable[[np.ndarray],
 
 
 def _checked(noise_multiplier, sample_rate, steps, neighbouring):
-    if neighbouring not in _RELATIONS:
-        raise ValueError(f"neighbouring must be one of {tuple(_RELATIONS)}, got {neighbouring!r}")
+    check.one_of("neighbouring", neighbouring, tuple(_RELATIONS))
     return (
         check.positive("noise_multiplier", noise_multiplier),
         check.sample_rate("sample_rate", sample_rate),
@@ -113,7 +113,7 @@ def delta_curve(
     noise_multiplier, sample_rate, steps = _checked(noise_multiplier, sample_rate, steps, neighbouring)
     epsilons = [check.non_negative("epsilon", e) for e in epsilons]
     if not epsilons:
-        raise ValueError("epsilons must not be empty")
+        raise InvalidArgument("epsilons must not be empty")
 
     def deltas_at(interval: float) -> np.ndarray:
         pld = _pld(noise_multiplier, sample_rate, steps, interval, neighbouring)
@@ -174,7 +174,7 @@ def _bracket(log_excess) -> tuple[float, float]:
     lo = hi - math.log(2)
     while log_excess(lo) <= 0:
         if lo < math.log(_SMALLEST_SIGMA):
-            raise ValueError(
+            raise InvalidArgument(
                 f"target_epsilon is reached with noise_multiplier < {_SMALLEST_SIGMA}; "
                 "no calibration needed for such a loose target"
             )

@@ -15,6 +15,7 @@ from scipy.special import log_ndtr, ndtri
 from accountants import validation as check
 from accountants._numeric import minimize_on_grid, solve_decreasing
 from accountants.result import REPLACE_ONE, Bound, Neighbouring, inapplicable
+from accountants.validation import InvalidArgument
 
 _EXACT = "Gaussian exact profile (Balle & Wang 2018), docs/theory.md §2.1"
 
@@ -128,11 +129,11 @@ def calibrate_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
 def classical_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
     """Classical calibration ``sigma = Delta sqrt(2 ln(1.25/delta)) / eps`` (Dwork & Roth Thm A.1; docs/theory.md §2.1).
 
-    Only valid for eps < 1; larger eps raise ValueError (use :func:`calibrate_sigma`).
+    Only valid for eps < 1; larger eps raise InvalidArgument (use :func:`calibrate_sigma`).
     """
     epsilon = check.positive("epsilon", epsilon)
     if epsilon >= 1:
-        raise ValueError(
+        raise InvalidArgument(
             f"epsilon must be < 1 for the classical calibration, got {epsilon}; "
             "use accountants.gaussian.calibrate_sigma for the exact one"
         )
@@ -199,7 +200,7 @@ def tcdp_to_dp(delta: float, rho: float, omega: float) -> float:
     rho = check.positive("rho", rho)
     omega = check.positive("omega", omega)
     if omega <= 1:
-        raise ValueError(f"omega must be > 1 for tCDP, got {omega}")
+        raise InvalidArgument(f"omega must be > 1 for tCDP, got {omega}")
     log_inv_delta = math.log(1 / delta)
     if log_inv_delta <= (omega - 1) ** 2 * rho:
         return rho + 2 * math.sqrt(rho * log_inv_delta)

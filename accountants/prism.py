@@ -14,12 +14,13 @@ import math
 from dataclasses import dataclass
 
 from accountants import validation as check
+from accountants.validation import InvalidArgument
 
 
 def _layer(m, n, r) -> tuple[int, int, int]:
     m, n, r = check.count("m", m), check.count("n", n), check.count("r", r)
     if r > min(m, n):
-        raise ValueError(f"r must be <= min(m, n) = {min(m, n)} for a rank-r factorisation, got r={r}")
+        raise InvalidArgument(f"r must be <= min(m, n) = {min(m, n)} for a rank-r factorisation, got r={r}")
     return m, n, r
 
 

@@ -22,7 +22,6 @@ class InvalidArgument(ValueError):
     """Bad input a caller can fix: the message names the argument, what it must be, and what it got."""
 
 
-
 def _real(name: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InvalidArgument(f"{name} must be a real number, got {value!r}")
@@ -158,3 +157,26 @@ def finite_array(name: str, values, *, ndim: int) -> np.ndarray:
             "remove or repair those entries"
         )
     return array
+
+
+def score_vector(name: str, values) -> np.ndarray:
+    """A non-empty, finite, 1-D float64 vector of attack scores."""
+    array = finite_array(name, values, ndim=1)
+    if array.size == 0:
+        raise InvalidArgument(f"{name} is empty: the statistics need at least one score from each class (IN and OUT)")
+    return array
+
+
+def membership(name: str, value, *, shape: tuple[int, ...]) -> np.ndarray:
+    """A bool array of ``shape`` (True = IN), from a bool array or an integer array of 0 and 1 only."""
+    array = np.asarray(value)
+    if array.shape != shape:
+        raise InvalidArgument(f"{name} must have shape {shape} (one entry per model and example); got {array.shape}")
+    if array.dtype == np.bool_:
+        return array
+    if np.issubdtype(array.dtype, np.integer) and np.all((array == 0) | (array == 1)):
+        return array.astype(np.bool_)
+    raise InvalidArgument(
+        f"{name} must be boolean (True = the example was in the model's training set); "
+        f"got dtype {array.dtype} with values other than 0/1"
+    )

@@ -21,11 +21,12 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import betaincc, betainccinv, betaincinv, chdtri, stdtr, stdtrit
 
-from accountants import validation as check
 from accountants import gaussian
+from accountants import validation as check
 from accountants._montecarlo import SampledMixture, SortedLosses, invert
 from accountants._numeric import minimize_on_grid, solve_decreasing
 from accountants.result import ADD_REMOVE, REPLACE_ONE, Bound, inapplicable
+from accountants.validation import InvalidArgument
 
 GaussianCalibration = Literal["exact", "classical"]
 
@@ -221,7 +222,7 @@ def vector_profile(
     """Sample the exact profile of the vector projection ([W] Lemma 8) from ``seed``."""
     rho, d, r = _vector_inputs(rho, d, r)
     if d < 2:
-        raise ValueError(f"d must be >= 2 for the sampled profile (K3 ~ chi2_(d-2)), got {d}")
+        raise InvalidArgument(f"d must be >= 2 for the sampled profile (K3 ~ chi2_(d-2)), got {d}")
     samples = check.count("samples", samples, minimum=2)
     confidence = check.open_unit("confidence", confidence)
     rng = np.random.default_rng(check.count("seed", seed, minimum=0))
@@ -266,7 +267,7 @@ def _m1_dimensions(d, r, s) -> tuple[int, int, int]:
     r, d = check.rank(r, d)
     s = check.count("s", s, minimum=0)
     if s > d:
-        raise ValueError(f"s = dim span(V_-j) must be <= d, got s={s} > d={d}")
+        raise InvalidArgument(f"s = dim span(V_-j) must be <= d, got s={s} > d={d}")
     return d, r, s
 
 
@@ -297,7 +298,7 @@ def lemma2_residual(rho_perp: float, d: int, r: int, s: int, delta_prime: float,
     beta_perp = check.non_negative("beta_perp", beta_perp)
     inputs = dict(rho_perp=rho_perp, d=d, r=r, s=s, delta_prime=delta_prime, beta_perp=beta_perp)
     if s == d and beta_perp > 0:
-        raise ValueError("beta_perp must be 0 when s = d (the changed column has no component outside span(V_-j))")
+        raise InvalidArgument("beta_perp must be 0 when s = d (the changed column has no component outside span(V_-j))")
     m, q = d - s, r - min(s, r)
     if q == 0 or beta_perp == 0:
         return Bound(
@@ -341,7 +342,7 @@ def lemma15_correlated(
     """
     sensitivity = check.positive("sensitivity", sensitivity)
     if sensitivity > 2:
-        raise ValueError(f"sensitivity = |v_j - v'_j| must be <= 2 for unit columns, got {sensitivity}")
+        raise InvalidArgument(f"sensitivity = |v_j - v'_j| must be <= 2 for unit columns, got {sensitivity}")
     sigma = check.positive("sigma", sigma)
     delta_parallel = check.open_unit("delta_parallel", delta_parallel)
     delta_s = check.open_unit("delta_s", delta_s)
@@ -361,7 +362,7 @@ def lemma15_correlated(
     elif calibration == "exact":
         part = gaussian.epsilon(delta_parallel, gamma * sensitivity, sigma)
     else:
-        raise ValueError(f"calibration must be 'exact' or 'classical', got {calibration!r}")
+        raise InvalidArgument(f"calibration must be 'exact' or 'classical', got {calibration!r}")
     if not part.valid:
         return inapplicable(
             "[W] Lemma 15", REPLACE_ONE, part.reason, delta=min(delta_parallel + delta_s, 1.0), inputs=inputs
@@ -595,7 +596,7 @@ def _failure_probability(alpha: float, d: int, r: int, s: int) -> float:
 def _check_s(s, d) -> int:
     s = check.count("s", s)
     if s > d:
-        raise ValueError(f"s (rank of Delta V, at most min(n, d)) must be <= d, got s={s} > d={d}")
+        raise InvalidArgument(f"s (rank of Delta V, at most min(n, d)) must be <= d, got s={s} > d={d}")
     return s
 
 
@@ -724,7 +725,7 @@ def m2_multistep_epsilon(
         )
         delta_projection = math.exp(log_share) * delta / steps
     elif not 0 < delta_projection < delta / steps:
-        raise ValueError(
+        raise InvalidArgument(
             f"delta_projection must be in (0, delta/steps) = (0, {delta / steps:.3g}), got {delta_projection}"
         )
     composed = account(delta_projection)
@@ -825,7 +826,7 @@ def _captured_energy_chunk(rng, d, r, s, n):
 def _normalised_spectrum(singular_values, sensitivity: float) -> np.ndarray:
     values = np.asarray(singular_values, float).reshape(-1)
     if values.size == 0 or np.any(~np.isfinite(values)) or np.any(values < 0) or not np.any(values > 0):
-        raise ValueError("singular_values must be finite, >= 0, with at least one > 0")
+        raise InvalidArgument("singular_values must be finite, >= 0, with at least one > 0")
     values = values[values > 0]
     return values * sensitivity / np.linalg.norm(values)
 
@@ -866,7 +867,7 @@ def _mixture(sensitivity, sigma, d, r, singular_values, samples, seed, confidenc
     if spectrum is None or spectrum.size == 1 or r == d:
         return _Mixture(mu, d, r, None)
     if spectrum.size > d:
-        raise ValueError(f"Delta V has at most d = {d} non-zero singular values, got {spectrum.size}")
+        raise InvalidArgument(f"Delta V has at most d = {d} non-zero singular values, got {spectrum.size}")
     rng = np.random.default_rng(check.count("seed", seed, minimum=0))
     energy = captured_energy(rng, d, r, spectrum.size, check.count("samples", samples, minimum=2))
     mus = np.sqrt(energy @ spectrum**2) / sigma

@@ -14,7 +14,8 @@ import numbers
 
 import numpy as np
 
-from attacks import _validation
+from accountants import validation as check
+from accountants.validation import InvalidArgument
 
 
 def draw_canary_input(shape, rng: np.random.Generator) -> np.ndarray:
@@ -31,9 +32,9 @@ def draw_canary_input(shape, rng: np.random.Generator) -> np.ndarray:
         shape = (shape,)
     shape = tuple(shape)
     if not shape or any(isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 1 for d in shape):
-        raise ValueError(f"shape must be a non-empty tuple of positive integers; got {shape!r}.")
+        raise InvalidArgument(f"shape must be a non-empty tuple of positive integers; got {shape!r}.")
     if not isinstance(rng, np.random.Generator):
-        raise ValueError(
+        raise InvalidArgument(
             f"rng must be a numpy.random.Generator, e.g. numpy.random.default_rng(seed); got {type(rng).__name__}."
         )
     return rng.standard_normal(shape)
@@ -48,7 +49,7 @@ def least_likely_label(logits) -> int:
     Returns:
       The class with the smallest logit; on a tie the smallest such class index.
     """
-    logits = _validation.as_finite_array(logits, "logits", ndim=1)
+    logits = check.finite_array("logits", logits, ndim=1)
     if logits.size < 2:
-        raise ValueError(f"logits need at least 2 classes; got {logits.size}.")
+        raise InvalidArgument(f"logits need at least 2 classes; got {logits.size}.")
     return int(np.argmin(logits))

@@ -18,7 +18,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.stats
 
-from attacks import _validation
+from accountants import validation as check
+from accountants.validation import InvalidArgument
 
 
 def _check_counts(successes, trials) -> tuple[np.ndarray, np.ndarray]:
@@ -26,11 +27,11 @@ def _check_counts(successes, trials) -> tuple[np.ndarray, np.ndarray]:
     trials = np.asarray(trials)
     for name, counts in (("successes", successes), ("trials", trials)):
         if not np.issubdtype(counts.dtype, np.integer):
-            raise ValueError(f"{name} must be integer counts; got dtype {counts.dtype}.")
+            raise InvalidArgument(f"{name} must be integer counts; got dtype {counts.dtype}.")
     if np.any(trials < 1):
-        raise ValueError(f"trials must be at least 1; got {trials.min()}.")
+        raise InvalidArgument(f"trials must be at least 1; got {trials.min()}.")
     if np.any(successes < 0) or np.any(successes > trials):
-        raise ValueError("successes must lie in [0, trials] for every entry.")
+        raise InvalidArgument("successes must lie in [0, trials] for every entry.")
     return successes, trials
 
 
@@ -46,7 +47,7 @@ def clopper_pearson_lower(successes, trials, alpha: float) -> np.ndarray:
       float64 array of lower bounds (0 where k = 0).
     """
     successes, trials = _check_counts(successes, trials)
-    alpha = _validation.check_open_probability(alpha, "alpha")
+    alpha = check.open_unit("alpha", alpha)
     # beta.ppf needs a > 0; the k = 0 entries get their bound, 0, from np.where.
     safe_successes = np.maximum(successes, 1)
     bound = scipy.stats.beta.ppf(alpha, safe_successes, trials - successes + 1)
@@ -65,7 +66,7 @@ def clopper_pearson_upper(successes, trials, alpha: float) -> np.ndarray:
       float64 array of upper bounds (1 where k = n).
     """
     successes, trials = _check_counts(successes, trials)
-    alpha = _validation.check_open_probability(alpha, "alpha")
+    alpha = check.open_unit("alpha", alpha)
     # beta.isf(α) is the 1 - α quantile computed without the cancellation of 1 - ppf for tiny
     # bounds (k = 0, large n), where ε = ln(TPR_lo / FPR_hi) needs FPR_hi to full precision.
     safe_failures = np.maximum(trials - successes, 1)
@@ -79,7 +80,7 @@ def clopper_pearson_interval(successes, trials, confidence: float) -> tuple[np.n
     Returns:
       (lower, upper) float64 arrays.
     """
-    confidence = _validation.check_open_probability(confidence, "confidence")
+    confidence = check.open_unit("confidence", confidence)
     tail = (1.0 - confidence) / 2.0
     return (
         clopper_pearson_lower(successes, trials, tail),

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from attacks import _validation
+from accountants import validation as check
+from accountants.validation import InvalidArgument
 
 
 def _check_even_models(n_models) -> int:
-    n_models = _validation.check_positive_int(n_models, "n_models")
+    n_models = check.count("n_models", n_models)
     if n_models % 2:
-        raise ValueError(f"n_models must be even so that exactly half the models are IN; got {n_models}.")
+        raise InvalidArgument(f"n_models must be even so that exactly half the models are IN; got {n_models}.")
     return n_models
 
 
@@ -40,7 +41,7 @@ def single_canary_design(n_models: int, seed: int) -> np.ndarray:
       (n_models,) bool array, True = the model trains on D ∪ {canary}.
     """
     n_models = _check_even_models(n_models)
-    rng = np.random.default_rng(_validation.check_seed(seed))
+    rng = np.random.default_rng(check.seed("seed", seed))
     return rng.permutation(_balanced(n_models))
 
 
@@ -57,7 +58,7 @@ def all_examples_design(n_models: int, n_examples: int, seed: int) -> np.ndarray
       every column sums to n_models/2.
     """
     n_models = _check_even_models(n_models)
-    n_examples = _validation.check_positive_int(n_examples, "n_examples")
-    rng = np.random.default_rng(_validation.check_seed(seed))
+    n_examples = check.count("n_examples", n_examples)
+    rng = np.random.default_rng(check.seed("seed", seed))
     columns = np.broadcast_to(_balanced(n_models)[:, np.newaxis], (n_models, n_examples))
     return rng.permuted(columns, axis=0)

@@ -64,7 +64,8 @@ import numpy as np
 import scipy.optimize
 import scipy.stats
 
-from attacks import _validation
+from accountants import validation as check
+from accountants.validation import InvalidArgument
 from attacks.clopper_pearson import clopper_pearson_lower, clopper_pearson_upper
 from attacks.metrics import count_at_or_above, roc_curve
 
@@ -84,8 +85,8 @@ class SplitThreshold:
 
     def __post_init__(self):
         if not isinstance(self.selection_fraction, numbers.Real) or not 0.0 < self.selection_fraction < 1.0:
-            raise ValueError(f"selection_fraction must be in (0, 1), e.g. 0.5; got {self.selection_fraction!r}.")
-        _validation.check_seed(self.seed)
+            raise InvalidArgument(f"selection_fraction must be in (0, 1), e.g. 0.5; got {self.selection_fraction!r}.")
+        check.seed("seed", self.seed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +106,7 @@ class FixedThreshold:
 
     def __post_init__(self):
         if not isinstance(self.threshold, numbers.Real) or math.isnan(self.threshold):
-            raise ValueError(f"threshold must be a real number; got {self.threshold!r}.")
+            raise InvalidArgument(f"threshold must be a real number; got {self.threshold!r}.")
 
 
 ThresholdStrategy = SplitThreshold | BonferroniThresholds | FixedThreshold
@@ -178,11 +179,11 @@ def gaussian_dp_epsilon(mu: float, delta: float) -> float:
       ValueError: `delta` = 0 with μ > 0 (no finite ε exists), or bad arguments.
     """
     mu = _check_mu(mu)
-    delta = _validation.check_delta(delta)
+    delta = check.real_in("delta", delta, 0.0, 1.0, high_open=True)
     if mu == 0.0:
         return 0.0
     if delta == 0.0:
-        raise ValueError("delta must be > 0 for μ-GDP with μ > 0: it is not (ε, 0)-DP for any ε.")
+        raise InvalidArgument("delta must be > 0 for μ-GDP with μ > 0: it is not (ε, 0)-DP for any ε.")
     if 2.0 * scipy.stats.norm.cdf(mu / 2.0) - 1.0 <= delta:
         return 0.0
     log_delta = math.log(delta)
@@ -208,13 +209,13 @@ def _log_gaussian_dp_delta(mu: float, epsilon: float) -> float:
 
 def _check_mu(mu) -> float:
     if isinstance(mu, bool) or not isinstance(mu, numbers.Real) or not 0.0 <= mu < math.inf:
-        raise ValueError(f"mu must be a finite number ≥ 0; got {mu!r}.")
+        raise InvalidArgument(f"mu must be a finite number ≥ 0; got {mu!r}.")
     return float(mu)
 
 
 def _check_epsilon(epsilon) -> float:
     if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or not epsilon >= 0.0:
-        raise ValueError(f"epsilon must be ≥ 0; got {epsilon!r}.")
+        raise InvalidArgument(f"epsilon must be ≥ 0; got {epsilon!r}.")
     return float(epsilon)
 
 
@@ -254,12 +255,12 @@ def _epsilon_of(method: Method, objective: float, delta: float) -> float:
 
 
 def _lower_bound(method: Method, in_scores, out_scores, delta, confidence, strategy):
-    in_scores = _validation.as_score_vector(in_scores, "in_scores")
-    out_scores = _validation.as_score_vector(out_scores, "out_scores")
-    delta = _validation.check_delta(delta)
-    confidence = _validation.check_open_probability(confidence, "confidence")
+    in_scores = check.score_vector("in_scores", in_scores)
+    out_scores = check.score_vector("out_scores", out_scores)
+    delta = check.real_in("delta", delta, 0.0, 1.0, high_open=True)
+    confidence = check.open_unit("confidence", confidence)
     if method == "gaussian_dp" and delta == 0.0:
-        raise ValueError("delta must be > 0 for gdp_epsilon (μ-GDP is not (ε, 0)-DP); use e.g. 1e-5.")
+        raise InvalidArgument("delta must be > 0 for gdp_epsilon (μ-GDP is not (ε, 0)-DP); use e.g. 1e-5.")
     alpha = 1.0 - confidence
 
     if isinstance(strategy, SplitThreshold):
@@ -286,7 +287,7 @@ def _lower_bound(method: Method, in_scores, out_scores, delta, confidence, strat
         alpha_per_bound = alpha / 2.0
         candidates = np.array([float(strategy.threshold)])
     else:
-        raise ValueError(
+        raise InvalidArgument(
             f"strategy must be SplitThreshold(...), BonferroniThresholds() or FixedThreshold(...); got {strategy!r}."
         )
 
@@ -336,7 +337,7 @@ def _split(scores: np.ndarray, strategy: SplitThreshold, name: str, rng_stream: 
     """Seeded (selection, certification) partition of one class's scores."""
     n_select = int(strategy.selection_fraction * scores.size)
     if n_select < 1 or n_select >= scores.size:
-        raise ValueError(
+        raise InvalidArgument(
             f"{name} has {scores.size} score(s): SplitThreshold(selection_fraction="
             f"{strategy.selection_fraction}) leaves one part empty. Provide more trials or use "
             "BonferroniThresholds()."

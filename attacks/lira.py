@@ -30,12 +30,13 @@ import numbers
 
 import numpy as np
 
-from attacks import _validation
+from accountants import validation as check
+from accountants.validation import InvalidArgument
 
 
 def _inputs(confidences, membership) -> tuple[np.ndarray, np.ndarray]:
-    confidences = _validation.as_finite_array(confidences, "confidences", ndim=2)
-    membership = _validation.as_membership(membership, "membership", shape=confidences.shape)
+    confidences = check.finite_array("confidences", confidences, ndim=2)
+    membership = check.membership("membership", membership, shape=confidences.shape)
     # Centre each example on its mean over models so the sums of squares below do not cancel.
     centred = confidences - confidences.mean(axis=0, keepdims=True)
     return centred, membership
@@ -43,7 +44,7 @@ def _inputs(confidences, membership) -> tuple[np.ndarray, np.ndarray]:
 
 def _check_min_std(min_std) -> float:
     if isinstance(min_std, bool) or not isinstance(min_std, numbers.Real) or not min_std > 0.0:
-        raise ValueError(f"min_std must be > 0; got {min_std!r}.")
+        raise InvalidArgument(f"min_std must be > 0; got {min_std!r}.")
     return float(min_std)
 
 
@@ -61,7 +62,7 @@ def _leave_one_out_moments(values: np.ndarray, in_group: np.ndarray, group: str,
     if count.min() < minimum:
         example = int(np.argmin(count.min(axis=0)))
         hint = " or use fixed_variance=True (needs 1)" if minimum > 1 else ""
-        raise ValueError(
+        raise InvalidArgument(
             f"LiRA needs at least {minimum} {group} model(s) besides the target for every "
             f"example (leave-one-out); example {example} has {int(count[:, example].min())} "
             f"for some target. Train more shadow models{hint}."
@@ -80,7 +81,7 @@ def _variance(squared_deviations, degrees_of_freedom, fixed_variance: bool, min_
         squared_deviations = squared_deviations.sum(axis=1, keepdims=True)
         degrees_of_freedom = degrees_of_freedom.sum(axis=1, keepdims=True)
     if degrees_of_freedom.min() < 1:
-        raise ValueError(
+        raise InvalidArgument(
             "too few shadow models to estimate a variance with leave-one-out (some target has no "
             "degree of freedom left); train more shadow models."
         )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attacks import _validation
+from accountants import validation as check
 
 
 def loss_scores(losses) -> np.ndarray:
@@ -20,4 +20,4 @@ def loss_scores(losses) -> np.ndarray:
     Returns:
       (models, examples) scores, higher = more likely a member.
     """
-    return -_validation.as_finite_array(losses, "losses", ndim=2)
+    return -check.finite_array("losses", losses, ndim=2)

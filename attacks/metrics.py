@@ -39,8 +39,15 @@ import numpy as np
 import scipy.optimize
 import scipy.stats
 
-from attacks import _validation
+from accountants import validation as check
+from accountants.validation import InvalidArgument
 from attacks.clopper_pearson import clopper_pearson_interval
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    """``array`` marked read-only, so that the frozen result dataclasses holding it stay immutable."""
+    array.setflags(write=False)
+    return array
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -99,8 +106,8 @@ class MembershipMetrics:
 
 def _scores(in_scores, out_scores) -> tuple[np.ndarray, np.ndarray]:
     return (
-        _validation.as_score_vector(in_scores, "in_scores"),
-        _validation.as_score_vector(out_scores, "out_scores"),
+        check.score_vector("in_scores", in_scores),
+        check.score_vector("out_scores", out_scores),
     )
 
 
@@ -119,9 +126,9 @@ def roc_curve(in_scores, out_scores) -> RocCurve:
     distinct = np.unique(np.concatenate([in_scores, out_scores]))[::-1]
     thresholds = np.concatenate([[np.inf], distinct])
     return RocCurve(
-        thresholds=_validation.read_only(thresholds),
-        true_positives=_validation.read_only(count_at_or_above(in_scores, thresholds)),
-        false_positives=_validation.read_only(count_at_or_above(out_scores, thresholds)),
+        thresholds=_read_only(thresholds),
+        true_positives=_read_only(count_at_or_above(in_scores, thresholds)),
+        false_positives=_read_only(count_at_or_above(out_scores, thresholds)),
         n_in=in_scores.size,
         n_out=out_scores.size,
     )
@@ -152,7 +159,7 @@ def auc_confidence_interval(in_scores, out_scores, confidence: float = 0.95) -> 
     Returns:
       (lower, upper) with 0 ≤ lower ≤ Â ≤ upper ≤ 1.
     """
-    confidence = _validation.check_open_probability(confidence, "confidence")
+    confidence = check.open_unit("confidence", confidence)
     in_scores, out_scores = _scores(in_scores, out_scores)
     n_in, n_out = in_scores.size, out_scores.size
     estimate = auc(in_scores, out_scores)
@@ -189,7 +196,7 @@ def _check_fprs(fprs) -> tuple[float, ...]:
         fprs = (fprs,)
     checked = tuple(float(f) for f in fprs)
     if not checked or any(not 0.0 < f <= 1.0 for f in checked):
-        raise ValueError(f"fprs must be a non-empty sequence of rates in (0, 1]; got {fprs!r}.")
+        raise InvalidArgument(f"fprs must be a non-empty sequence of rates in (0, 1]; got {fprs!r}.")
     return checked
 
 
@@ -204,7 +211,7 @@ def tpr_at_fpr(
     Returns:
       {f: (tpr, (ci_lower, ci_upper))}, the interval two-sided Clopper-Pearson at `confidence`.
     """
-    confidence = _validation.check_open_probability(confidence, "confidence")
+    confidence = check.open_unit("confidence", confidence)
     return _tpr_at_fpr(roc_curve(in_scores, out_scores), _check_fprs(fprs), confidence)
 
 
@@ -235,7 +242,7 @@ def summarize(
     Raises:
       ValueError: a score array is empty, not 1-D or has a NaN/inf; or a bad `fprs`/`confidence`.
     """
-    confidence = _validation.check_open_probability(confidence, "confidence")
+    confidence = check.open_unit("confidence", confidence)
     fprs = _check_fprs(fprs)
     in_scores, out_scores = _scores(in_scores, out_scores)
     roc = roc_curve(in_scores, out_scores)
@@ -246,7 +253,7 @@ def summarize(
         balanced_accuracy=_balanced_accuracy(roc),
         tpr_at_fpr={f: tpr for f, (tpr, _) in tprs.items()},
         tpr_at_fpr_ci={f: interval for f, (_, interval) in tprs.items()},
-        roc=(_validation.read_only(roc.fpr), _validation.read_only(roc.tpr)),
+        roc=(_read_only(roc.fpr), _read_only(roc.tpr)),
         n_in=roc.n_in,
         n_out=roc.n_out,
         confidence=confidence,

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from attacks import _validation
+from accountants import validation as check
+from accountants.validation import InvalidArgument
 
 
 def reference_calibrated_scores(target_losses, reference_losses) -> np.ndarray:
@@ -26,12 +27,12 @@ def reference_calibrated_scores(target_losses, reference_losses) -> np.ndarray:
     Returns:
       (models, examples) scores.
     """
-    target_losses = _validation.as_finite_array(target_losses, "target_losses", ndim=2)
+    target_losses = check.finite_array("target_losses", target_losses, ndim=2)
     reference_losses = np.asarray(reference_losses, dtype=np.float64)
     if reference_losses.shape not in (target_losses.shape[1:], target_losses.shape):
-        raise ValueError(
+        raise InvalidArgument(
             f"reference_losses must have shape {target_losses.shape[1:]} (one reference model) or "
             f"{target_losses.shape} (one per audited model); got {reference_losses.shape}."
         )
-    reference_losses = _validation.as_finite_array(reference_losses, "reference_losses", ndim=reference_losses.ndim)
+    reference_losses = check.finite_array("reference_losses", reference_losses, ndim=reference_losses.ndim)
     return reference_losses - target_losses

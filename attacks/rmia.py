@@ -34,13 +34,14 @@ import numbers
 
 import numpy as np
 
-from attacks import _validation
+from accountants import validation as check
+from accountants.validation import InvalidArgument
 
 
 def _log_probabilities(values, name: str) -> np.ndarray:
-    array = _validation.as_finite_array(values, name, ndim=2)
+    array = check.finite_array(name, values, ndim=2)
     if np.any(array > 0.0):
-        raise ValueError(f"{name} must be log-probabilities (≤ 0); got a maximum of {array.max()}.")
+        raise InvalidArgument(f"{name} must be log-probabilities (≤ 0); got a maximum of {array.max()}.")
     return array
 
 
@@ -53,7 +54,7 @@ def _leave_one_out_log_mean(log_values: np.ndarray, included: np.ndarray, what: 
     count = included.sum(axis=0, keepdims=True) - included
     if count.min() < 1:
         point = int(np.argmin(count.min(axis=0)))
-        raise ValueError(
+        raise InvalidArgument(
             f"RMIA needs at least one {what} reference model besides the target for every point; "
             f"point {point} has none for some target model. Train more models."
         )
@@ -110,22 +111,22 @@ def rmia_scores(
         usable reference model.
     """
     target = _log_probabilities(target_log_probabilities, "target_log_probabilities")
-    membership = _validation.as_membership(membership, "membership", shape=target.shape)
+    membership = check.membership("membership", membership, shape=target.shape)
     population = _log_probabilities(population_log_probabilities, "population_log_probabilities")
     if population.shape[0] != target.shape[0] or population.shape[1] < 1:
-        raise ValueError(
+        raise InvalidArgument(
             f"population_log_probabilities must have shape ({target.shape[0]}, population ≥ 1), "
             f"one row per model as in target_log_probabilities; got {population.shape}."
         )
     if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real) or not gamma > 0.0:
-        raise ValueError(f"gamma must be > 0, e.g. 1.0; got {gamma!r}.")
+        raise InvalidArgument(f"gamma must be > 0, e.g. 1.0; got {gamma!r}.")
     every_model = np.ones(population.shape, dtype=bool)
     if offline_a is None:
         log_p_x = _leave_one_out_log_mean(target, np.ones_like(membership), "IN or OUT")
         log_p_z = _leave_one_out_log_mean(population, every_model, "population")
     else:
         if isinstance(offline_a, bool) or not isinstance(offline_a, numbers.Real) or not 0.0 <= offline_a <= 1.0:
-            raise ValueError(f"offline_a must be None (online) or in [0, 1]; got {offline_a!r}.")
+            raise InvalidArgument(f"offline_a must be None (online) or in [0, 1]; got {offline_a!r}.")
         log_p_x = _offline_correction(_leave_one_out_log_mean(target, ~membership, "OUT"), float(offline_a))
         log_p_z = _offline_correction(_leave_one_out_log_mean(population, every_model, "population"), float(offline_a))
     log_ratio_x = target - log_p_x

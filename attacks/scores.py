@@ -27,7 +27,8 @@ import zipfile
 import numpy as np
 import scipy.special
 
-from attacks import _validation
+from accountants import validation as check
+from accountants.validation import InvalidArgument
 
 RUN_OUTPUTS_FORMAT_VERSION = 1
 _RUN_OUTPUTS_KEYS = frozenset({"format_version", "outputs", "membership"})
@@ -36,19 +37,19 @@ _RUN_OUTPUTS_KEYS = frozenset({"format_version", "outputs", "membership"})
 def _logits_and_labels(logits, labels) -> tuple[np.ndarray, np.ndarray]:
     logits = np.asarray(logits, dtype=np.float64)
     if logits.ndim < 2:
-        raise ValueError(f"logits must have shape (..., examples, classes); got shape {logits.shape}.")
-    logits = _validation.as_finite_array(logits, "logits", ndim=logits.ndim)
+        raise InvalidArgument(f"logits must have shape (..., examples, classes); got shape {logits.shape}.")
+    logits = check.finite_array("logits", logits, ndim=logits.ndim)
     n_examples, n_classes = logits.shape[-2:]
     if n_classes < 2:
-        raise ValueError(f"logits need at least 2 classes on the last axis; got {n_classes}.")
+        raise InvalidArgument(f"logits need at least 2 classes on the last axis; got {n_classes}.")
     labels = np.asarray(labels)
     if labels.shape != (n_examples,) or not np.issubdtype(labels.dtype, np.integer):
-        raise ValueError(
+        raise InvalidArgument(
             f"labels must be integer class indices of shape ({n_examples},), one per example; "
             f"got dtype {labels.dtype}, shape {labels.shape}."
         )
     if np.any(labels < 0) or np.any(labels >= n_classes):
-        raise ValueError(f"labels must lie in [0, {n_classes}); got {labels.min()}..{labels.max()}.")
+        raise InvalidArgument(f"labels must lie in [0, {n_classes}); got {labels.min()}..{labels.max()}.")
     return logits, labels
 
 
@@ -108,11 +109,11 @@ class RunOutputs:
 def _check_run_outputs(outputs, membership, source: str) -> RunOutputs:
     outputs = np.asarray(outputs)
     if outputs.ndim not in (2, 3) or not np.issubdtype(outputs.dtype, np.floating):
-        raise ValueError(
+        raise InvalidArgument(
             f"{source}: outputs must be a float array of shape (models, examples) or (models, "
             f"examples, classes); got dtype {outputs.dtype}, shape {outputs.shape}."
         )
-    membership = _validation.as_membership(membership, f"{source}: membership", shape=outputs.shape[:2])
+    membership = check.membership(f"{source}: membership", membership, shape=outputs.shape[:2])
     return RunOutputs(outputs=outputs, membership=membership)
 
 
@@ -126,7 +127,7 @@ def save_run_outputs(path, outputs, membership) -> None:
     """
     path = pathlib.Path(path)
     if path.suffix != ".npz":
-        raise ValueError(f"path must end in .npz; got {str(path)!r}.")
+        raise InvalidArgument(f"path must end in .npz; got {str(path)!r}.")
     run = _check_run_outputs(outputs, membership, "save_run_outputs")
     partial = path.with_name(path.name + ".partial")
     try:
@@ -151,17 +152,17 @@ def load_run_outputs(path) -> RunOutputs:
     """
     path = pathlib.Path(path)
     if not path.is_file():
-        raise ValueError(f"run outputs file {str(path)!r} does not exist.")
+        raise InvalidArgument(f"run outputs file {str(path)!r} does not exist.")
     try:
         archive = np.load(path, allow_pickle=False)
         if not isinstance(archive, np.lib.npyio.NpzFile):
-            raise ValueError("it holds a single array")
+            raise InvalidArgument("it holds a single array")
         with archive:
             stored = {key: archive[key] for key in archive.files}
     except (OSError, ValueError, zipfile.BadZipFile) as error:
-        raise ValueError(f"{str(path)!r} is not a readable .npz archive ({error}).") from None
+        raise InvalidArgument(f"{str(path)!r} is not a readable .npz archive ({error}).") from None
     if "format_version" not in stored:
-        raise ValueError(
+        raise InvalidArgument(
             f"{str(path)!r} has no format_version: it was not written by save_run_outputs "
             f"(or predates format version {RUN_OUTPUTS_FORMAT_VERSION}); re-create it."
         )
@@ -171,11 +172,11 @@ def load_run_outputs(path) -> RunOutputs:
         or not np.issubdtype(version.dtype, np.integer)
         or int(version) != RUN_OUTPUTS_FORMAT_VERSION
     ):
-        raise ValueError(
+        raise InvalidArgument(
             f"{str(path)!r} has format_version {version.tolist()}, this code reads version "
             f"{RUN_OUTPUTS_FORMAT_VERSION}; re-create the file with this version of dpaudit."
         )
     missing = _RUN_OUTPUTS_KEYS - stored.keys()
     if missing:
-        raise ValueError(f"{str(path)!r} lacks {sorted(missing)}; re-create it with save_run_outputs.")
+        raise InvalidArgument(f"{str(path)!r} lacks {sorted(missing)}; re-create it with save_run_outputs.")
     return _check_run_outputs(stored["outputs"], stored["membership"], str(path))

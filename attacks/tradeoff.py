@@ -26,6 +26,7 @@ from typing import Literal
 
 import numpy as np
 
+from accountants.validation import InvalidArgument
 from attacks.epsilon import EpsilonLowerBound
 
 Outcome = Literal["consistent", "violated", "inconclusive"]
@@ -36,18 +37,18 @@ def _as_profile(privacy_profile) -> tuple[np.ndarray, np.ndarray]:
     try:
         pairs = np.atleast_2d(np.asarray(privacy_profile, dtype=np.float64))
     except (TypeError, ValueError):
-        raise ValueError(
+        raise InvalidArgument(
             f"privacy_profile must be an (ε, δ) pair or a sequence of pairs; got {privacy_profile!r}."
         ) from None
     if pairs.ndim != 2 or pairs.shape[1] != 2 or pairs.shape[0] == 0:
-        raise ValueError(
+        raise InvalidArgument(
             f"privacy_profile must be an (ε, δ) pair or an array of shape (P, 2) with P ≥ 1; got shape {pairs.shape}."
         )
     epsilons, deltas = pairs[:, 0], pairs[:, 1]
     if np.any(np.isnan(pairs)) or np.any(epsilons < 0.0):
-        raise ValueError("privacy_profile ε values must be ≥ 0 (inf allowed) and not NaN.")
+        raise InvalidArgument("privacy_profile ε values must be ≥ 0 (inf allowed) and not NaN.")
     if np.any(deltas < 0.0) or np.any(deltas > 1.0):
-        raise ValueError("privacy_profile δ values must lie in [0, 1].")
+        raise InvalidArgument("privacy_profile δ values must lie in [0, 1].")
     return epsilons, deltas
 
 
@@ -78,7 +79,7 @@ def max_tpr_at_fpr(fpr, privacy_profile) -> np.ndarray:
     """
     fpr = np.asarray(fpr, dtype=np.float64)
     if np.any(np.isnan(fpr)) or np.any(fpr < 0.0) or np.any(fpr > 1.0):
-        raise ValueError(f"fpr must lie in [0, 1]; got {fpr!r}.")
+        raise InvalidArgument(f"fpr must lie in [0, 1]; got {fpr!r}.")
     epsilons, deltas = _as_profile(privacy_profile)
     applies = np.isfinite(epsilons)
     epsilons, deltas = epsilons[applies], deltas[applies]
@@ -190,17 +191,17 @@ def audit_verdict(
       max_allowed_auc: `max_auc(profile)` of the analytic guarantee. Give both or neither.
     """
     if not isinstance(empirical, EpsilonLowerBound):
-        raise ValueError(
+        raise InvalidArgument(
             "empirical must be an EpsilonLowerBound from clopper_pearson_epsilon or gdp_epsilon; "
             f"got {type(empirical).__name__}."
         )
     if (auc_lower is None) != (max_allowed_auc is None):
-        raise ValueError("auc_lower and max_allowed_auc go together: give both or neither.")
+        raise InvalidArgument("auc_lower and max_allowed_auc go together: give both or neither.")
     for name, value in (("auc_lower", auc_lower), ("max_allowed_auc", max_allowed_auc)):
         if value is not None and not (isinstance(value, numbers.Real) and 0.0 <= value <= 1.0):
-            raise ValueError(f"{name} must be in [0, 1]; got {value!r}.")
+            raise InvalidArgument(f"{name} must be in [0, 1]; got {value!r}.")
     if analytic_epsilon is not None and (not isinstance(analytic_epsilon, numbers.Real) or analytic_epsilon < 0.0):
-        raise ValueError(f"analytic_epsilon must be ≥ 0, inf, NaN or None; got {analytic_epsilon!r}.")
+        raise InvalidArgument(f"analytic_epsilon must be ≥ 0, inf, NaN or None; got {analytic_epsilon!r}.")
 
     def verdict(outcome: Outcome, reason: str) -> AuditVerdict:
         return AuditVerdict(

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from accountants.validation import InvalidArgument
 from attacks import designs
 
 
@@ -37,14 +38,14 @@ def test_all_examples_design_has_exact_fractions_and_independent_columns():
     "call, message",
     [
         (lambda: designs.single_canary_design(5, 0), "n_models must be even"),
-        (lambda: designs.single_canary_design(0, 0), "n_models must be a positive integer"),
+        (lambda: designs.single_canary_design(0, 0), "n_models must be an integer >= 1"),
         (lambda: designs.single_canary_design(4, -1), "seed"),
         (lambda: designs.single_canary_design(4, 1.5), "seed"),
         (lambda: designs.all_examples_design(7, 3, 0), "n_models must be even"),
         (lambda: designs.all_examples_design(8, 0, 0), "n_examples"),
-        (lambda: designs.all_examples_design(8.0, 3, 0), "n_models"),
+        (lambda: designs.all_examples_design(8.5, 3, 0), "n_models must be an integer"),
     ],
 )
 def test_designs_reject_bad_arguments(call, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(InvalidArgument, match=message):
         call()
