@@ -39,7 +39,9 @@ Two analyses of (M, r, v):
   is the ε(δ) of μ_lo-GDP (`attacks.epsilon.gaussian_dp_epsilon`). Like `attacks.epsilon.gdp_epsilon`
   it assumes the mechanism's tradeoff curve is Gaussian-shaped; the (ε, δ) route assumes nothing.
 
-Choosing (k₊, k₋) after seeing the scores voids both statements, so the bound is taken at every
+Both theorems fix only the number of guesses r in advance: which canaries are guessed, and how many
+IN, may depend on the scores (the run's output) but never on the membership. Keeping the best of
+several r after counting the correct guesses voids both statements, so the bound is taken at every
 point of a grid of guess counts fixed before the scores are seen, each at β/|grid| (Bonferroni), and
 the largest is reported. The default grid (`default_guess_grid`) has r = M, M/2, M/4, …, down to 8
 guesses (at most 8 points), each split evenly between IN and OUT guesses. A caller who fixed
@@ -137,8 +139,9 @@ def one_run_epsilon(
         canary must have been included independently with probability ½.
       delta: δ in [0, 1/(2M)] (the p-value is monotone in ε only there; see the module docstring).
       confidence: 1 - β, the probability that the reported ε is ≤ the true ε(δ).
-      guesses: None for `default_guess_grid(M)`; a pair (k₊, k₋) fixed in advance; or a sequence of
-        such pairs fixed in advance (Bonferroni over them).
+      guesses: None for `default_guess_grid(M)`; a pair (k₊, k₋); or a sequence of pairs (Bonferroni over
+        them). Their totals must be fixed before the scores are seen; the split may depend on the scores,
+        never on the membership.
       seed: seed of the generator that breaks ties between equal scores. Fix it before looking at the
         scores: trying several seeds and keeping the best bound voids the guarantee.
 
