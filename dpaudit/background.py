@@ -13,7 +13,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 Item = TypeVar("Item")
-_END = object()
 
 
 @functools.cache
@@ -25,7 +24,14 @@ def thread() -> ThreadPoolExecutor:
 def ahead(items: Iterable[Item]) -> Iterator[Item]:
     """``items``, each next one computed on the background thread while the caller works on the current one."""
     iterator = iter(items)
-    pending = thread().submit(next, iterator, _END)
-    while (item := pending.result()) is not _END:
-        pending = thread().submit(next, iterator, _END)
-        yield item
+    pending = thread().submit(_next, iterator)
+    while (boxed := pending.result()) is not None:
+        pending = thread().submit(_next, iterator)
+        yield boxed[0]
+
+
+def _next(iterator: Iterator[Item]) -> tuple[Item] | None:
+    """The next item in a 1-tuple (so that an item None passes through), or None at the end."""
+    for item in iterator:
+        return (item,)
+    return None

@@ -98,25 +98,30 @@ def analytic_bound(config: CampaignConfig, members: int, layers: Sequence[LayerS
     from accountants import dpsgd
     from dpaudit.engine import PoissonLayout
 
+    noise = config.noise
+    assert noise is not None, "CampaignConfig sets σ for every noisy mechanism"
+
     poisson = PoissonLayout.for_members(members, config.batch_size)
     steps = config.epochs * poisson.steps
     if name in DP_SGD_FAMILY:
         source = "Poisson-subsampled Gaussian, PLD accountant (accountants.dpsgd), add/remove"
         if name == "prism":
+            assert config.rank is not None, "CampaignConfig sets the rank of every LoRA mechanism"
             ranks = ", ".join(f"{s.d_out}×{s.d_in} at r={prism_rank(config.rank, s.d_out, s.d_in)}" for s in layers)
             source += f"; [P] Thm 3.4, clipping and tangent noise on every adapted layer ({ranks})"
-        return _from_accountant(dpsgd.epsilon(config.noise, poisson.sample_rate, steps, config.delta), source)
+        return _from_accountant(dpsgd.epsilon(noise, poisson.sample_rate, steps, config.delta), source)
     if not config.resample_projection and steps > 1:
         return _none(
             "[W] Thm 5 needs M independent of ΔV; with M fixed for T > 1 steps later gradients depend "
             "on M through the trajectory, and [W] App. F.2 composes only with M resampled every step "
             "(--resample-projection)"
         )
-    return _m2_multistep(config, poisson.sample_rate, steps, layers)
+    assert config.rank is not None, "CampaignConfig sets M2's projection rank"
+    return _m2_multistep(config, noise, config.rank, poisson.sample_rate, steps, layers)
 
 
 def _m2_multistep(
-    config: CampaignConfig, sample_rate: float, steps: int, layers: Sequence[LayerShape]
+    config: CampaignConfig, noise: float, rank: int, sample_rate: float, steps: int, layers: Sequence[LayerShape]
 ) -> AnalyticBound:
     """[W] Thm 5 + App. F.2 for all adapted layers at once.
 
@@ -130,11 +135,11 @@ def _m2_multistep(
     d = min(layer.d_in for layer in layers)
     s = sum(layer.example_rank for layer in layers)
     source = f"[W] Thm 5 + App. F.2 (M resampled every step), d = min d_in = {d}, s = Σ rank(ΔV_ℓ) = {s}, add/remove"
-    if config.rank >= d:
-        return AnalyticBound(None, source, f"[W] Lemma 17 needs r <= d - 1 = {d - 1}, got r = {config.rank}")
+    if rank >= d:
+        return AnalyticBound(None, source, f"[W] Lemma 17 needs r <= d - 1 = {d - 1}, got r = {rank}")
     if s > d:
         return AnalyticBound(None, source, f"the union bound over s = {s} directions exceeds d = {d}")
-    bound = wishart.m2_multistep_epsilon(config.delta, 1.0, config.noise, d, config.rank, s, sample_rate, steps)
+    bound = wishart.m2_multistep_epsilon(config.delta, 1.0, noise, d, rank, s, sample_rate, steps)
     return _from_accountant(bound, source)
 
 

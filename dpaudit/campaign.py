@@ -55,8 +55,9 @@ class Setup:
     layout: engine.BatchLayout
 
     @property
-    def lora(self) -> models.LoraSpec:
-        return models.LoraSpec(self.config.rank, self.config.alpha)
+    def lora(self) -> models.LoraSpec | None:
+        """The LoRA adapter of the campaign's mechanism; None for full fine-tuning (no rank)."""
+        return None if self.config.rank is None else models.LoraSpec(self.config.rank, self.config.alpha)
 
     @property
     def targets_x(self) -> np.ndarray:
@@ -377,7 +378,7 @@ def _run_locked(config: CampaignConfig, execution: Execution, store: RunStore) -
             for chunk, device_name in zip(chunks, devices):
                 per_step = len(chunk) / (config.epochs * setup.layout.steps)
                 store.write_chunk(
-                    train_chunk(setup, chunk, torch.device(device_name), lambda _, n=per_step: bar.update(n))
+                    train_chunk(setup, chunk, torch.device(device_name), functools.partial(_advance, bar, per_step))
                 )
         else:
             backend = (
@@ -391,3 +392,8 @@ def _run_locked(config: CampaignConfig, execution: Execution, store: RunStore) -
                     store.write_chunk(outputs)
                     bar.update(len(outputs.indices))
     store.record_seconds(time.perf_counter() - start)
+
+
+def _advance(bar, amount: float, _step: int) -> None:
+    """A chunk's ``on_step``: one step of ``amount`` models' training on the progress bar."""
+    bar.update(amount)

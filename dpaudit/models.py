@@ -75,8 +75,9 @@ def pretrain(
     with torch.random.fork_rng(devices=[]):  # module initialisers use the global generator: seed a private fork
         torch.manual_seed(seed)
         for module in model.modules():
-            if hasattr(module, "reset_parameters"):
-                module.reset_parameters()
+            reset = getattr(module, "reset_parameters", None)
+            if callable(reset):
+                reset()
     order_rng = np.random.default_rng(seed)
     inputs, labels = torch.from_numpy(x), torch.from_numpy(y)
     optimiser = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
@@ -92,12 +93,12 @@ def pretrain(
     return model
 
 
-def adapted_layers(model: nn.Module) -> dict[str, nn.Module]:
+def adapted_layers(model: nn.Module) -> dict[str, nn.Linear | nn.Conv2d]:
     """Name → layer for every Linear/Conv2d layer: the layers LoRA (or a projection) adapts."""
     return {name: m for name, m in model.named_modules() if isinstance(m, _ADAPTED_TYPES)}
 
 
-def projection_dim(layer: nn.Module) -> int:
+def projection_dim(layer: nn.Linear | nn.Conv2d) -> int:
     """d_i of [W] Eq. 36: the weight flattened to d_out × (all other dims)."""
     return int(np.prod(layer.weight.shape[1:]))
 
@@ -139,7 +140,8 @@ def attach_lora(model: nn.Module, spec: LoraSpec) -> nn.Module:
     model = copy.deepcopy(model)  # peft wraps in place; the caller's base model stays a plain module
     config = peft.LoraConfig(
         r=spec.rank,
-        lora_alpha=spec.rank * spec.scale,
+        # peft annotates lora_alpha as int but only divides it by r: a fractional alpha (--alpha 8.5) is valid.
+        lora_alpha=spec.rank * spec.scale,  # type: ignore[arg-type]
         lora_dropout=0.0,
         target_modules=list(adapted_layers(model)),
         init_lora_weights=False,

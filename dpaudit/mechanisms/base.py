@@ -66,6 +66,30 @@ class Step:
         """Whether another step of the same run follows this one."""
         return self.steps is not None and self.index + 1 < self.steps
 
+    def example_gradients(self) -> PerExampleGradients:
+        """``gradients`` of a mechanism with ``per_example = True``; TypeError for batch-mean gradients."""
+        if isinstance(self.gradients, dict):
+            raise TypeError("this step holds batch-mean gradients: a clipping mechanism needs per_example = True")
+        return self.gradients
+
+    def mean_gradients(self) -> dict[str, torch.Tensor]:
+        """``gradients`` of a mechanism with ``per_example = False``; TypeError for per-example gradients."""
+        if not isinstance(self.gradients, dict):
+            raise TypeError("this step holds per-example gradients: the mechanism has per_example = True")
+        return self.gradients
+
+    def poisson_batch_size(self) -> float:
+        """``expected_batch_size`` of a Poisson step (q·N); TypeError under shuffled batches."""
+        if self.expected_batch_size is None:
+            raise TypeError("this step is not Poisson-sampled: the mechanism needs sampling = 'poisson'")
+        return self.expected_batch_size
+
+    def trained_tensors(self) -> dict[str, torch.Tensor]:
+        """``parameters``, the trained tensors before this step; TypeError where the engine did not pass them."""
+        if self.parameters is None:
+            raise TypeError("this step carries no parameters (the engine sets Step.parameters)")
+        return self.parameters
+
 
 class Mechanism(Protocol):
     """A gradient transform / update rule for K shadow models trained together (docs/architecture.md §4).
@@ -87,9 +111,19 @@ class Mechanism(Protocol):
       last step (the sketch's noise on the cumulative gradient, [S] Eq. 14); ``learning_rate`` is the base rate.
     """
 
-    name: str
-    parameterization: str  # "full" | "lora" | "lora-fa" (dpaudit.models.PARAMETERIZATIONS)
-    per_example: bool  # whether ``transform`` needs per-example gradients (clipping)
+    # Read-only properties: mechanisms are frozen dataclasses, and the engine only reads these.
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def parameterization(self) -> str:
+        """``"full"`` | ``"lora"`` | ``"lora-fa"`` (:data:`dpaudit.models.PARAMETERIZATIONS`)."""
+        ...
+
+    @property
+    def per_example(self) -> bool:
+        """Whether ``transform`` needs per-example gradients (clipping)."""
+        ...
 
     def setup(self, shapes: dict[str, torch.Size], randomness: Sequence[ModelRandomness]) -> Any:
         """Draw the mechanism's per-model state (projections, noise generators) for models with these streams."""

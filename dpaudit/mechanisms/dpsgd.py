@@ -148,16 +148,16 @@ class DpSgd:
         sum (:func:`clip_coefficients` ``coefficients``) scaled by 1/b accumulated into it (no separate pass over
         the weights to form the sum, then add).
         """
-        noisy = noise.draw(step.parameters, step, self.entry_noise_std(step))
-        step.gradients.add_weighted_sum(noisy, coefficients, 1 / step.expected_batch_size)
+        noisy = noise.draw(step.trained_tensors(), step, self.entry_noise_std(step))
+        step.example_gradients().add_weighted_sum(noisy, coefficients, 1 / step.poisson_batch_size())
         return noisy
 
     def entry_noise_std(self, step: Step) -> float:
         """``σ_e = σC/b``, the per-entry noise std of g̃ ([D] Sec. 2.3)."""
-        return noise_std(self.noise_multiplier, self.clip_norm) / step.expected_batch_size
+        return noise_std(self.noise_multiplier, self.clip_norm) / step.poisson_batch_size()
 
     def transform(self, step: Step, noise: GaussianNoiseStream) -> dict[str, torch.Tensor]:
-        noisy = self.privatise(step, noise, clip_coefficients(step.gradients, step.weights, self.clip_norm))
+        noisy = self.privatise(step, noise, clip_coefficients(step.example_gradients(), step.weights, self.clip_norm))
         return denoise_update(noisy, self.entry_noise_std(step)) if self.denoise else noisy
 
 
@@ -185,14 +185,14 @@ class DenoiseCosineRecorder:
         return self.mechanism.setup(shapes, randomness)
 
     def transform(self, step: Step, noise: GaussianNoiseStream) -> dict[str, torch.Tensor]:
-        coefficients = clip_coefficients(step.gradients, step.weights, self.mechanism.clip_norm)
-        clean = step.gradients.weighted_sum(coefficients)  # [D]'s reference ḡ, the clipped sum
+        coefficients = clip_coefficients(step.example_gradients(), step.weights, self.mechanism.clip_norm)
+        clean = step.example_gradients().weighted_sum(coefficients)  # [D]'s reference ḡ, the clipped sum
         noisy = self.mechanism.privatise(step, noise, coefficients)
         denoised = denoise_update(noisy, self.mechanism.entry_noise_std(step))
 
         def whole(update: dict[str, torch.Tensor]) -> torch.Tensor:
             # (K, 1, P), tensors in one order for all three (the sums' dicts need not list them alike)
-            return torch.cat([update[name].flatten(1) for name in step.parameters], dim=1).unsqueeze(1)
+            return torch.cat([update[name].flatten(1) for name in step.trained_tensors()], dim=1).unsqueeze(1)
 
         self.improvements.append(cosine_improvement(whole(denoised), whole(noisy), whole(clean)))
         return denoised if self.mechanism.denoise else noisy

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from dpaudit.mechanisms.base import Step
 
 
@@ -23,8 +25,8 @@ class NonPrivate:
     def setup(self, shapes, randomness):
         return None
 
-    def transform(self, step: Step, state) -> dict:
-        return step.gradients
+    def transform(self, step: Step, state) -> dict[str, torch.Tensor]:
+        return step.mean_gradients()
 
 
 def lora_fa() -> NonPrivate:

@@ -170,9 +170,7 @@ class PrismMechanism:
         :meth:`PerExampleGradients.transformed_squared_norms` and the clipped sums from
         :meth:`PerExampleGradients.weighted_sum` (peft's ``lora_B`` gradient is ``g_A``, ``lora_A``'s is ``g_Bᵀ``).
         """
-        examples = step.gradients
-        if isinstance(examples, dict) or step.expected_batch_size is None:
-            raise TypeError("PRISM needs per-example gradients of a Poisson step (per_example, sampling = 'poisson')")
+        examples = step.example_gradients()
         adapter = PeftLoraAdapter(self.lora_scale)
         modules = list(zip(state.modules, state.ranks))
         factors = [adapter.to_prism(*self._read(params, a, b, rank)) for (a, b), rank in modules]
@@ -201,7 +199,7 @@ class PrismMechanism:
         alphas = clip_factors(norms, self.clip_norm)
         sums = examples.weighted_sum(alphas * step.weights)
         clipped_sums = [adapter.gradients_to_prism(*self._read(sums, a, b, rank)) for (a, b), rank in modules]
-        privacy = PrismPrivacyConfig(self.noise_multiplier, self.clip_norm, step.expected_batch_size)
+        privacy = PrismPrivacyConfig(self.noise_multiplier, self.clip_norm, step.poisson_batch_size())
         result = _step_from_clipped_sums(
             factors,
             geometries,

@@ -453,14 +453,16 @@ def _step_from_clipped_sums(
     """
     if config.adaptive is not None and states is None:
         states = [initial_adaptive_state(module_factors) for module_factors in factors]
-    new_factors, new_states, noisy_updates = [], [], []
+    new_factors: list[LoraFactors] = []
+    new_states: list[PrismAdaptiveState] = []
+    noisy_updates: list[TangentLift] = []
     for index, (module_factors, (geometry_A, geometry_B)) in enumerate(zip(factors, geometries)):
         noisy = _noisy_mean(
             _lift(clipped_sums[index], geometry_A, geometry_B), geometry_A, geometry_B, config.privacy, generator
         )
         noisy_updates.append(noisy)
         direction = noisy
-        if config.adaptive is not None:
+        if config.adaptive is not None and states is not None:
             direction, state = _adaptive_direction(
                 states[index], noisy, geometry_A, geometry_B, config.privacy.noise_std, config.adaptive
             )

@@ -36,17 +36,21 @@ def build(config: CampaignConfig) -> Mechanism:
 
     ``config`` has checked which of them apply, so each is given only to a mechanism that uses it.
     """
-    name = config.mechanism
+    name, noise, clip, rank = config.mechanism, config.noise, config.clip, config.rank
     if name == "none":
         return NonPrivate()
     if name == "lora-fa":
         return lora_fa()
+    # CampaignConfig fills σ, C and r wherever they apply (config.NOISY_MECHANISMS, ...).
+    assert noise is not None, f"CampaignConfig left σ unset for {name!r}"
     if name in DP_SGD_PARAMETERIZATIONS:
-        return dp_sgd(name, config.noise, config.clip, config.denoise)
-    if name in PROJECTION_VARIANTS:
-        return NoisyProjection(config.rank, config.noise, config.clip, name, config.resample_projection)
+        assert clip is not None
+        return dp_sgd(name, noise, clip, config.denoise)
     if name == "sketch":
-        return NoisyLoraFa(config.noise)
+        return NoisyLoraFa(noise)
+    assert clip is not None and rank is not None
+    if name in PROJECTION_VARIANTS:
+        return NoisyProjection(rank, noise, clip, name, config.resample_projection)
     if name == "prism":
-        return PrismMechanism(config.noise, config.clip, models.LoraSpec(config.rank, config.alpha).scale)
+        return PrismMechanism(noise, clip, models.LoraSpec(rank, config.alpha).scale)
     raise AssertionError(f"CampaignConfig accepted an unregistered mechanism {config.mechanism!r}")

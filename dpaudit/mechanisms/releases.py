@@ -424,6 +424,21 @@ class _Release:
 
     draws_statistic_directly: ClassVar[bool] = False
 
+    # What every subclass implements (the sampler of its release and the attack's statistic of it):
+    def _elements_per_draw(self) -> int:
+        raise NotImplementedError
+
+    def _sample(self, rng: np.random.Generator, count: int, side: Side) -> np.ndarray:
+        raise NotImplementedError
+
+    def statistic(self, releases: np.ndarray) -> np.ndarray:
+        """``T(release)`` per release, shape ``(count, k)`` (each subclass says why it suffices)."""
+        raise NotImplementedError
+
+    def _draw_statistic(self, rng: np.random.Generator, count: int, side: Side) -> np.ndarray:
+        """``T`` drawn from its exact law (subclasses with ``draws_statistic_directly``)."""
+        raise NotImplementedError
+
     def sample(self, rng: np.random.Generator, count: int, side: Side) -> np.ndarray:
         """``count`` full releases under ``side``'s input, shape ``(count, *release_shape)``."""
         return self._sample(rng, _count("count", count), _side(side))

@@ -40,7 +40,7 @@ class NoisyLoraFa:
         return [model.torch("noise") for model in randomness]
 
     def transform(self, step: Step, generators) -> dict[str, torch.Tensor]:
-        return step.gradients
+        return step.mean_gradients()
 
     def finish(self, params: dict[str, torch.Tensor], generators: list[torch.Generator], learning_rate: float) -> None:
         """``B ← B - η Z``, Z i.i.d. N(0, σ_g²) shaped like each (K, n, r) lora_B ([S] Eq. 14)."""

@@ -71,7 +71,7 @@ class WishartProjection:
         return draw_factors(shapes, self.rank, [model.torch("init") for model in randomness])
 
     def transform(self, step: Step, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return project(step.gradients, state, self.scale)
+        return project(step.mean_gradients(), state, self.scale)
 
 
 @dataclass(frozen=True)
@@ -116,17 +116,18 @@ class NoisyProjection:
 
     def transform(self, step: Step, state) -> dict[str, torch.Tensor]:
         stream, fixed = state
-        coefficients = clip_coefficients(step.gradients, step.weights, self.clip_norm)
-        noise = stream.draw(step.parameters, step, noise_std(self.noise_multiplier, self.clip_norm))
+        examples, parameters = step.example_gradients(), step.trained_tensors()
+        coefficients = clip_coefficients(examples, step.weights, self.clip_norm)
+        noise = stream.draw(parameters, step, noise_std(self.noise_multiplier, self.clip_norm))
         factors = (
             fixed
             if fixed is not None
-            else draw_factors({name: t.shape[1:] for name, t in step.parameters.items()}, self.rank, stream.generators)
+            else draw_factors({name: t.shape[1:] for name, t in parameters.items()}, self.rank, stream.generators)
         )
         if self.variant == "m2":
-            step.gradients.add_weighted_sum(noise, coefficients, 1.0)  # V + Ξ, the sum accumulated into Ξ
+            examples.add_weighted_sum(noise, coefficients, 1.0)  # V + Ξ, the sum accumulated into Ξ
             projected = project(noise, factors)
         else:
-            total = step.gradients.weighted_sum(coefficients)
+            total = examples.weighted_sum(coefficients)
             projected = {name: g + noise[name] for name, g in project(total, factors).items()}
-        return {name: g / step.expected_batch_size for name, g in projected.items()}
+        return {name: g / step.poisson_batch_size() for name, g in projected.items()}
