@@ -9,7 +9,9 @@ so a model's result does not depend on which other models it is trained with.
 from __future__ import annotations
 
 import copy
+import functools
 import math
+import operator
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -283,7 +285,7 @@ class DenseExampleGradients:
     tensors: dict[str, torch.Tensor]
 
     def squared_norms(self) -> torch.Tensor:
-        return sum(g.flatten(2).square().sum(-1) for g in self.tensors.values())
+        return functools.reduce(operator.add, (g.flatten(2).square().sum(-1) for g in self.tensors.values()))
 
     def weighted_sum(self, coefficients: torch.Tensor) -> dict[str, torch.Tensor]:
         return {name: torch.einsum("kb,kb...->k...", coefficients, g) for name, g in self.tensors.items()}
@@ -538,7 +540,7 @@ def train(
         batches = poisson_batches(membership, randomness, poisson, config.epochs)
     else:
         steps, expected_batch_size = layout.steps, None
-        blocks = lambda width: [slice(0, width)]  # noqa: E731 (a shuffled step is one block)
+        blocks = lambda largest_batch: [slice(0, largest_batch)]  # noqa: E731 (a shuffled step is one block)
         batches = shuffled_batches(membership, randomness, layout, config.epochs)
     schedule = (
         torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=config.epochs * steps, eta_min=config.min_lr)
@@ -647,7 +649,7 @@ def train_sequentially(
             batch = torch.from_numpy(index[0][weight[0] > 0])
             optimiser.zero_grad()
             nn.functional.cross_entropy(module(inputs[batch]), labels[batch]).backward()
-            grads = {n: params[n].grad.unsqueeze(0) for n in shadow.trainable}
+            grads = {n: _gradient(params[n]).unsqueeze(0) for n in shadow.trainable}
             update = mechanism.transform(Step(grads, torch.from_numpy(weight), step), state)
             for n in shadow.trainable:
                 params[n].grad = update[n][0]
@@ -658,3 +660,10 @@ def train_sequentially(
             trained[name].append(params[name].detach().clone())
     shadow.trainable = {name: torch.stack(stack) for name, stack in trained.items()}
     return shadow
+
+
+def _gradient(parameter: torch.Tensor) -> torch.Tensor:
+    """``parameter.grad`` after a backward pass that reached it."""
+    if parameter.grad is None:
+        raise RuntimeError("a trained tensor has no gradient: the loss does not depend on it")
+    return parameter.grad
