@@ -14,6 +14,7 @@ import math
 import operator
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -25,6 +26,9 @@ from dpaudit import models as model_lib
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms.base import Mechanism, PerExampleGradients, Step
 from dpaudit.seeding import ModelRandomness
+
+if TYPE_CHECKING:
+    from dpaudit.canaries import CanaryRun
 
 SCHEDULES = ("constant", "cosine")
 
@@ -59,11 +63,13 @@ class ShadowModels:
 
     Both are stacked with a leading model dimension K. ``frozen`` holds the pretrained base (one tensor, seen by
     every model through a stride-0 view) and per-model frozen tensors (e.g. LoRA-FA's ``lora_A``).
+    ``canary_observations``: what :func:`train` observed of its gradient canaries (:mod:`dpaudit.canaries`), if any.
     """
 
     module: nn.Module
     frozen: dict[str, torch.Tensor]
     trainable: dict[str, torch.Tensor]
+    canary_observations: torch.Tensor | None = None
 
     @property
     def n_models(self) -> int:
@@ -511,6 +517,7 @@ def train(
     config: TrainingConfig,
     layout: BatchLayout | None = None,
     on_step: Callable[[int], None] | None = None,
+    canaries: CanaryRun | None = None,
 ) -> ShadowModels:
     """Fine-tune the K models of ``shadow`` in place on their members of the pool (x, y) with ``mechanism``.
 
@@ -519,7 +526,9 @@ def train(
     expected size ``config.batch_size`` for a mechanism with ``sampling = "poisson"`` (:class:`PoissonLayout`).
     The optimiser is torch's SGD with momentum over the stacked tensors (elementwise, so stacking does not change
     any model's arithmetic), unless the mechanism owns its update; the optional hooks ``initialise``, ``update``
-    and ``finish`` are documented in :class:`dpaudit.mechanisms.base.Mechanism`.
+    and ``finish`` are documented in :class:`dpaudit.mechanisms.base.Mechanism`. ``canaries``: gradient canaries
+    appended to the steps' examples and observed (:class:`dpaudit.canaries.CanaryRun`); their observations are
+    left in ``shadow.canary_observations``.
     """
     if membership.shape != (shadow.n_models, len(y)):
         raise ValueError(f"membership has shape {membership.shape}, expected ({shadow.n_models}, {len(y)})")
@@ -537,9 +546,10 @@ def train(
             )
         poisson = PoissonLayout.for_batch_layout(layout, config.batch_size)
         steps, expected_batch_size, blocks = poisson.steps, poisson.expected_batch_size, poisson.blocks
+        sample_rate: float | None = poisson.sample_rate
         batches = poisson_batches(membership, randomness, poisson, config.epochs)
     else:
-        steps, expected_batch_size = layout.steps, None
+        steps, expected_batch_size, sample_rate = layout.steps, None, None
         blocks = lambda largest_batch: [slice(0, largest_batch)]  # noqa: E731 (a shuffled step is one block)
         batches = shuffled_batches(membership, randomness, layout, config.epochs)
     schedule = (
@@ -553,6 +563,8 @@ def train(
     if initialise is not None:
         with torch.no_grad():
             initialise(params, state)
+    if canaries is not None:
+        canaries.start(params, randomness, sample_rate, steps, config.epochs)
     gradients = (
         example_gradient_function(shadow.module, list(params))
         if mechanism.per_example
@@ -568,16 +580,22 @@ def train(
             if len(parts) == 1
             else BlockedExampleGradients(parts, tuple(block.stop - block.start for block, _, _ in examples))
         )
+        if canaries is not None:
+            grads, weight_t = canaries.insert(grads, weight_t, mechanism.per_example)
         current = Step(grads, weight_t, step, expected_batch_size, config.epochs * steps, params)
+        lr = optimiser.param_groups[0]["lr"]
+        direction = None
         if update is not None:
             with torch.no_grad():
-                update(params, current, state, optimiser.param_groups[0]["lr"])
+                update(params, current, state, lr)
             optimiser.step()  # no gradients: changes nothing, keeps the schedule's bookkeeping in order
         else:
             direction = mechanism.transform(current, state)
             for name, p in params.items():
                 p.grad = direction[name]
             optimiser.step()
+        if canaries is not None:
+            canaries.record(direction, params, lr)
         if schedule is not None:
             schedule.step()
         if on_step is not None:
@@ -585,6 +603,8 @@ def train(
     if finish is not None:
         with torch.no_grad():
             finish(params, state, config.lr)
+    if canaries is not None:
+        shadow.canary_observations = canaries.finish(params)
     shadow.trainable = {name: p.detach() for name, p in params.items()}
     return shadow
 

@@ -12,7 +12,8 @@ import numpy as np
 import torch
 
 # Stable ids: changing one changes every campaign's numbers.
-_PURPOSES = {"init": 0, "data": 1, "noise": 2, "canary": 3}
+# "gradient-canary": when a shadow model's batches hold its gradient canaries (dpaudit.canaries).
+_PURPOSES = {"init": 0, "data": 1, "noise": 2, "canary": 3, "gradient-canary": 4}
 _ROLES = {"shadow": 0, "reference": 1, "campaign": 2}
 
 

@@ -1,0 +1,334 @@
+"""Gradient canaries (Nasr et al. 2023, arXiv 2302.07956): crafted per-example gradients the engine inserts.
+
+A gradient canary is a gradient ``g_c = ‖g_c‖ u`` along a unit direction u of the trained tensors (all of them
+together, as one vector). Whenever the canary is sampled into an IN model's batch, the engine appends ``g_c`` to
+the step's per-example gradients as one more example (docs/theory.md §3.9): the mechanism clips it, sums it,
+projects it, sketches it or lifts it like any real example's gradient, so its own transform acts on it and the
+mechanism stays unaware of canaries. A mechanism that takes the batch-mean gradient (``per_example = False``)
+gets it as one more example of the mean.
+
+Sampling: under Poisson sampling a member canary is in each step's batch independently with rate q, under
+shuffled batches once per epoch at a uniformly drawn step; both from the model's "gradient-canary" stream
+(:mod:`dpaudit.seeding`), so a model's canary steps do not depend on its chunk.
+
+Directions (``--canary-direction``):
+
+* ``dirac`` (Nasr et al.): one coordinate of one trained tensor, chosen where real examples' gradients are as
+  small as possible: the coordinates with the smallest mean squared per-example gradient on the public split,
+  measured at the reference model's starting point (:func:`dirac_coordinates`). For digits' MLP these are the
+  weights of the input pixels that are zero in every public image (their gradients are exactly 0, and those
+  pixels are 0 in nearly all private images). M canaries take M distinct coordinates, so they are orthogonal.
+* ``random``: one unit direction drawn from the campaign's "canary" stream, over all trained tensors.
+
+Norm (:func:`default_norm`): the clip norm C for clipping mechanisms, so clipping leaves the canary whole;
+1 otherwise (the norm of a clipped example at the default C). ``CampaignConfig.canary_norm`` overrides it.
+
+What the auditor sees (``--observe``): ``weights``, the projection ``⟨θ_T - θ_0, u⟩`` of the total change of the
+trained tensors; ``steps``, every step's projection ``⟨g̃_t, u⟩`` of the released update direction (the
+mechanism's ``transform`` output; for a mechanism that owns its update, ``⟨θ_t - θ_{t+1}, u⟩ / η_t``). Scores from
+them: :mod:`attacks.white_box`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from dpaudit import engine
+from dpaudit.errors import UsageError
+from dpaudit.seeding import ModelRandomness
+
+# Public examples per block when measuring per-example gradients (bounds the materialised (1, b, ...) tensors).
+_MEASURE_BLOCK = 256
+
+
+def default_norm(clip: float | None) -> float:
+    """The canary gradient's norm: C when the mechanism clips at a finite C (so clipping leaves it whole), else 1."""
+    return clip if clip is not None and math.isfinite(clip) else 1.0
+
+
+@dataclass(frozen=True)
+class DiracExampleGradients:
+    """Per-example gradients of M Dirac canaries for K models: canary m is ``norm · e`` at one coordinate.
+
+    ``tensors`` and ``indices`` (M,) say where canary m sits (a trained tensor's name and a flat index into it);
+    ``shapes`` are every trained tensor's (K, ...) shape, in the engine's order. Every operation of
+    :class:`dpaudit.mechanisms.base.PerExampleGradients` is exact without forming a dense gradient: sums are
+    ``index_add`` of ``c_m · norm`` at each canary's coordinate, elementwise per model (so chunk-independent).
+    """
+
+    tensors: tuple[str, ...]
+    indices: torch.Tensor  # (M,) int64 flat index into the canary's tensor
+    norm: float
+    shapes: dict[str, torch.Size]  # name → (K, ...)
+    device: torch.device
+    dtype: torch.dtype
+
+    def _groups(self) -> Iterator[tuple[str, torch.Tensor, torch.Tensor]]:
+        """(tensor name, canary ids, flat indices) for every trained tensor that holds canaries."""
+        names = np.array(self.tensors)
+        for name in self.shapes:
+            ids = np.flatnonzero(names == name)
+            if len(ids):
+                ids_t = torch.from_numpy(ids).to(self.device)
+                yield name, ids_t, self.indices[ids_t]
+
+    def squared_norms(self) -> torch.Tensor:
+        k = next(iter(self.shapes.values()))[0]
+        return torch.full((k, len(self.tensors)), self.norm**2, device=self.device, dtype=self.dtype)
+
+    def weighted_sum(self, coefficients: torch.Tensor) -> dict[str, torch.Tensor]:
+        totals = {name: torch.zeros(shape, device=self.device, dtype=self.dtype) for name, shape in self.shapes.items()}
+        self.add_weighted_sum(totals, coefficients, 1.0)
+        return totals
+
+    def add_weighted_sum(self, totals, coefficients, scale) -> None:
+        for name, ids, flat in self._groups():
+            total = totals[name]
+            total.view(total.shape[0], -1).index_add_(1, flat, coefficients[:, ids] * self.norm, alpha=scale)
+
+    def transformed_squared_norms(self, name, left, right) -> torch.Tensor:
+        """``‖L (norm e_i e_jᵀ) R‖² = norm² ‖L e_i‖² ‖Rᵀ e_j‖²`` for a canary at (i, j) of ``name``, 0 elsewhere."""
+        shape = self.shapes[name]
+        rest = math.prod(shape[2:])
+        result = torch.zeros(shape[0], len(self.tensors), device=self.device, dtype=self.dtype)
+        for group, ids, flat in self._groups():
+            if group != name:
+                continue
+            rows, columns = flat // rest, flat % rest
+            value = torch.full((shape[0], len(ids)), self.norm**2, device=self.device, dtype=self.dtype)
+            if left is not None:
+                value = value * left[:, :, rows].square().sum(1)
+            if right is not None:
+                value = value * right[:, columns, :].square().sum(-1)
+            result[:, ids] = value
+        return result
+
+    def materialise(self) -> dict[str, torch.Tensor]:
+        m = len(self.tensors)
+        dense = {}
+        for name, shape in self.shapes.items():
+            tensor = torch.zeros(shape[0], m, math.prod(shape[1:]), device=self.device, dtype=self.dtype)
+            dense[name] = tensor
+        for name, ids, flat in self._groups():
+            dense[name][:, ids, flat] = self.norm
+        return {name: dense[name].view(shape[0], m, *shape[1:]) for name, shape in self.shapes.items()}
+
+    def project(self, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(K, M): ``⟨tensors, e_m⟩``, the coordinate of each canary, for (K, ...) tensors."""
+        k = next(iter(self.shapes.values()))[0]
+        result = torch.zeros(k, len(self.tensors), device=self.device, dtype=self.dtype)
+        for name, ids, flat in self._groups():
+            result[:, ids] = tensors[name].reshape(k, -1)[:, flat].to(self.dtype)
+        return result
+
+
+@dataclass(frozen=True)
+class DirectionExampleGradients(engine.DenseExampleGradients):
+    """One canary ``norm · u`` along a dense unit direction u, as (K, 1, ...) gradients (a stride-0 view over K)."""
+
+    norm: float = 1.0
+
+    def project(self, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(K, 1): ``⟨tensors, u⟩`` for (K, ...) tensors."""
+        total = sum(
+            (tensors[name].double().flatten(1) * rows[:, 0].double().flatten(1)).sum(1)
+            for name, rows in self.tensors.items()
+        )
+        return (total / self.norm).unsqueeze(1)
+
+
+@dataclass(frozen=True)
+class GradientCanaries:
+    """The campaign's M gradient canaries of norm ``norm``: Dirac coordinates, or one dense unit direction.
+
+    ``coordinates``: (tensor name, flat index) per canary (``dirac``), or None; ``direction``: name → tensor of
+    the trained tensor's shape, all together of norm 1 (``random``, M = 1), or None. Exactly one is given.
+    """
+
+    norm: float
+    coordinates: tuple[tuple[str, int], ...] | None = None
+    direction: dict[str, torch.Tensor] | None = None
+
+    @property
+    def count(self) -> int:
+        return 1 if self.coordinates is None else len(self.coordinates)
+
+    def examples(self, parameters: dict[str, torch.Tensor]) -> DiracExampleGradients | DirectionExampleGradients:
+        """The canaries as the per-example gradients (K, M, ...) of K models with (K, ...) trained ``parameters``."""
+        first = next(iter(parameters.values()))
+        if self.coordinates is not None:
+            names, flat = zip(*self.coordinates)
+            return DiracExampleGradients(
+                tuple(names),
+                torch.tensor(flat, dtype=torch.int64, device=first.device),
+                self.norm,
+                {name: t.shape for name, t in parameters.items()},
+                first.device,
+                first.dtype,
+            )
+        if self.direction is None:
+            raise ValueError("GradientCanaries needs coordinates or a direction")
+        k = first.shape[0]
+        rows = {
+            name: (self.norm * self.direction[name]).to(first.device, first.dtype).expand(k, 1, *t.shape[1:])
+            for name, t in parameters.items()
+        }
+        return DirectionExampleGradients(rows, self.norm)
+
+
+def inclusion_schedule(
+    membership: np.ndarray,
+    randomness: Sequence[ModelRandomness],
+    sample_rate: float | None,
+    steps_per_epoch: int,
+    epochs: int,
+) -> Iterator[np.ndarray]:
+    """Per step: (K, M) float32, 1 where model k's batch holds canary m (only canaries it is a member of).
+
+    Poisson (``sample_rate`` q): each canary independently with rate q per step. Shuffled (``sample_rate`` None):
+    once per epoch, at a step drawn uniformly. Draws come from each model's "gradient-canary" stream, made for
+    every canary whether the model is a member or not, so a model's draws depend on (seed, index) only.
+    """
+    rngs = [model.numpy("gradient-canary") for model in randomness]
+    count = membership.shape[1]
+    for _ in range(epochs):
+        chosen = (
+            None if sample_rate is not None else np.stack([rng.integers(steps_per_epoch, size=count) for rng in rngs])
+        )
+        for step in range(steps_per_epoch):
+            if chosen is None:
+                drawn = np.stack([rng.random(count) < sample_rate for rng in rngs])
+            else:
+                drawn = chosen == step
+            yield (drawn & membership).astype(np.float32)
+
+
+OBSERVATIONS = ("weights", "steps")
+
+
+class CanaryRun:
+    """A chunk's gradient canaries during :func:`dpaudit.engine.train`: inserted into its steps, observed.
+
+    ``membership`` (K, M): which canaries each model is IN for. ``observe``: ``weights`` records the total change
+    ``⟨θ_T - θ_0, u_m⟩`` ((K, 1, M) after :meth:`finish`), ``steps`` every step's ``⟨g̃_t, u_m⟩`` ((K, T, M)).
+    """
+
+    def __init__(self, canaries: GradientCanaries, membership: np.ndarray, observe: str):
+        if observe not in OBSERVATIONS:
+            raise ValueError(f"observe must be one of {', '.join(OBSERVATIONS)}, got {observe!r}")
+        if membership.ndim != 2 or membership.shape[1] != canaries.count:
+            raise ValueError(f"canary membership has shape {membership.shape}, expected (models, {canaries.count})")
+        self.canaries, self.membership, self.observe = canaries, membership.astype(bool), observe
+        self._steps: list[torch.Tensor] = []
+
+    def start(
+        self,
+        params: dict[str, torch.Tensor],
+        randomness: Sequence[ModelRandomness],
+        sample_rate: float | None,
+        steps_per_epoch: int,
+        epochs: int,
+    ) -> None:
+        """Before the first step, after the mechanism's ``initialise``: θ_0's projections and the schedule."""
+        self.examples = self.canaries.examples(params)
+        self._schedule = inclusion_schedule(self.membership, randomness, sample_rate, steps_per_epoch, epochs)
+        self._last = self.examples.project(params).double()
+        self._initial = self._last
+
+    def insert(self, gradients, weights: torch.Tensor, per_example: bool):
+        """The step's gradients and example weights with this step's canaries appended.
+
+        Per example: the canaries are one more block of examples (weight 1 where sampled, 0 elsewhere). Batch mean
+        (K, ...): each sampled canary is one more example of the mean, ``(n ḡ + Σ g_c) / (n + c)``; a model with
+        no canary in this step keeps its mean bit for bit.
+        """
+        included = torch.from_numpy(next(self._schedule)).to(weights.device)
+        if per_example:
+            if isinstance(gradients, engine.BlockedExampleGradients):
+                blocks, widths = gradients.blocks, gradients.widths
+            else:
+                blocks, widths = (gradients,), (weights.shape[1],)
+            return (
+                engine.BlockedExampleGradients((*blocks, self.examples), (*widths, self.canaries.count)),
+                torch.cat([weights, included], dim=1),
+            )
+        count, added = weights.sum(1), included.sum(1)
+        sums = self.examples.weighted_sum(included)
+        mixed = {}
+        for name, mean in gradients.items():
+            shape = (-1,) + (1,) * (mean.ndim - 1)
+            extended = (mean * count.view(shape) + sums[name]) / (count + added).view(shape)
+            mixed[name] = torch.where(added.view(shape) > 0, extended, mean)
+        return mixed, weights
+
+    def record(self, direction: dict[str, torch.Tensor] | None, params: dict[str, torch.Tensor], lr: float) -> None:
+        """After a step: record its released direction's projections (``steps``).
+
+        ``direction`` is None for a mechanism that owns its update: its direction is then read from the change of
+        the parameters, ``(θ_t - θ_{t+1}) / η_t``.
+        """
+        if self.observe != "steps":
+            return
+        if direction is not None:
+            self._steps.append(self.examples.project(direction).double())
+            return
+        now = self.examples.project(params).double()
+        self._steps.append((self._last - now) / lr)
+        self._last = now
+
+    def finish(self, params: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(K, S, M) float64 observations: S = 1 (``weights``: ⟨θ_T - θ_0, u⟩) or T (``steps``)."""
+        if self.observe == "steps":
+            return torch.stack(self._steps, dim=1)
+        return (self.examples.project(params).double() - self._initial).unsqueeze(1)
+
+
+def random_direction(shapes: dict[str, torch.Size], rng: np.random.Generator) -> dict[str, torch.Tensor]:
+    """A uniformly random unit direction over all trained tensors (shapes without K), float64 normals normalised."""
+    normals = {name: rng.standard_normal(tuple(shape)) for name, shape in shapes.items()}
+    norm = math.sqrt(sum(float(np.square(v).sum()) for v in normals.values()))
+    return {name: torch.from_numpy(v / norm).float() for name, v in normals.items()}
+
+
+def dirac_coordinates(
+    module: torch.nn.Module,
+    frozen: dict[str, torch.Tensor],
+    trainable: dict[str, torch.Tensor],
+    x: np.ndarray,
+    y: np.ndarray,
+    count: int,
+) -> tuple[tuple[str, int], ...]:
+    """The ``count`` coordinates of the trained tensors where real gradients are smallest (module docstring).
+
+    ``frozen`` and ``trainable`` are one model's (1, ...) starting tensors (:func:`dpaudit.engine.build`); the mean
+    squared per-example gradient over the public examples (x, y) ranks every coordinate, ties by tensor order then
+    flat index. A tensor whose gradient is zero for every public example at the start (LoRA's A while B = 0) is
+    left out: its coordinates only look quiet until training moves B.
+    """
+    gradients = engine.example_gradient_function(module, list(trainable))
+    moments = {name: torch.zeros(t.shape[1:], dtype=torch.float64) for name, t in trainable.items()}
+    with torch.no_grad():
+        for start in range(0, len(y), _MEASURE_BLOCK):
+            xb = torch.from_numpy(x[start : start + _MEASURE_BLOCK]).unsqueeze(0)
+            yb = torch.from_numpy(y[start : start + _MEASURE_BLOCK]).unsqueeze(0)
+            dense = gradients(trainable, frozen, xb, yb, torch.ones(yb.shape)).materialise()
+            for name, g in dense.items():
+                moments[name] += g[0].double().square().sum(0).cpu()
+    eligible = [name for name, moment in moments.items() if bool((moment > 0).any())]
+    available = sum(moments[name].numel() for name in eligible)
+    if count > available:
+        raise UsageError(
+            f"--canaries {count} exceeds the {available} coordinates of the trained tensors that real gradients"
+            f" reach ({', '.join(eligible)}): orthogonal Dirac canaries need one coordinate each; use --canaries"
+            f" <= {available}"
+        )
+    values = np.concatenate([moments[name].flatten().numpy() for name in eligible])
+    tensor_of = np.concatenate([np.full(moments[name].numel(), i) for i, name in enumerate(eligible)])
+    flat = np.concatenate([np.arange(moments[name].numel()) for name in eligible])
+    order = np.lexsort((flat, tensor_of, values))[:count]
+    return tuple((eligible[int(tensor_of[i])], int(flat[i])) for i in order)

@@ -1,0 +1,163 @@
+"""White-box audits: gradient canaries in the engine, their observations and scores, campaigns and one-run designs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from dpaudit import canaries as canary_lib
+from dpaudit import engine, models
+from dpaudit.mechanisms.dpsgd import dp_sgd
+from dpaudit.mechanisms.nonprivate import NonPrivate
+from dpaudit.seeding import shadow_randomness
+
+# A small MLP on data whose feature 0 is 0 in every example: first-layer weights of column 0 get no real gradient.
+_DIM, _CLASSES, _EXAMPLES = 6, 3, 40
+
+
+def _data(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((_EXAMPLES, _DIM)).astype(np.float32)
+    x[:, 0] = 0.0
+    return x, rng.integers(_CLASSES, size=_EXAMPLES)
+
+
+def _base() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return models.mlp(_DIM, _CLASSES, hidden=(8,)).requires_grad_(False)
+
+
+def _train(
+    mechanism,
+    membership,
+    canary_membership,
+    *,
+    observe="steps",
+    norm=1.0,
+    batch_size=_EXAMPLES,
+    epochs=3,
+    indices=None,
+    coordinates=(("0.weight", 0), ("0.weight", _DIM)),
+    seed=0,
+):
+    """Train models ``indices`` (default all) with Dirac canaries at ``coordinates``; their observations."""
+    x, y = _data()
+    indices = np.arange(len(membership)) if indices is None else np.asarray(indices)
+    randomness = shadow_randomness(seed, indices)
+    shadow = engine.build(_base(), "full", None, randomness, torch.device("cpu"))
+    run = None
+    if canary_membership is not None:
+        canaries = canary_lib.GradientCanaries(norm, coordinates=coordinates)
+        run = canary_lib.CanaryRun(canaries, canary_membership[indices], observe)
+    layout = engine.BatchLayout.for_members(int(membership.sum(axis=1).max()), batch_size)
+    config = engine.TrainingConfig(epochs=epochs, batch_size=batch_size, lr=0.1, schedule="constant")
+    engine.train(shadow, mechanism, x, y, membership[indices], randomness, config, layout, canaries=run)
+    return shadow
+
+
+def test_dirac_examples_agree_with_their_dense_form():
+    """Every PerExampleGradients operation of the sparse Dirac canaries equals the dense computation (float64)."""
+    rng = np.random.default_rng(1)
+    k = 3
+    shapes = {"a.weight": torch.Size((k, 4, 5)), "b.weight": torch.Size((k, 2, 3, 2))}
+    coordinates = (("a.weight", 7), ("b.weight", 11), ("a.weight", 0))
+    parameters = {name: torch.zeros(shape, dtype=torch.float64) for name, shape in shapes.items()}
+    sparse = canary_lib.GradientCanaries(2.5, coordinates=coordinates).examples(parameters)
+    dense = engine.DenseExampleGradients(sparse.materialise())
+    assert dense.tensors["a.weight"].shape == (k, 3, 4, 5)
+    assert dense.tensors["a.weight"][:, 0].flatten(1)[:, 7].tolist() == [2.5] * k
+    torch.testing.assert_close(sparse.squared_norms(), dense.squared_norms())
+    coefficients = torch.from_numpy(rng.standard_normal((k, 3)))
+    for name, value in dense.weighted_sum(coefficients).items():
+        torch.testing.assert_close(sparse.weighted_sum(coefficients)[name], value)
+    totals = {name: torch.from_numpy(rng.standard_normal(tuple(shape))) for name, shape in shapes.items()}
+    expected = {name: t.clone() for name, t in totals.items()}
+    sparse.add_weighted_sum(totals, coefficients, 0.3)
+    dense.add_weighted_sum(expected, coefficients, 0.3)
+    for name in shapes:
+        torch.testing.assert_close(totals[name], expected[name])
+    left = torch.from_numpy(rng.standard_normal((k, 3, 2)))
+    right = torch.from_numpy(rng.standard_normal((k, 6, 4)))
+    for l_, r_ in ((None, None), (left, None), (None, right), (left, right)):
+        torch.testing.assert_close(
+            sparse.transformed_squared_norms("b.weight", l_, r_), dense.transformed_squared_norms("b.weight", l_, r_)
+        )
+    tensors = {name: torch.from_numpy(rng.standard_normal(tuple(shape))) for name, shape in shapes.items()}
+    projected = sparse.project(tensors)
+    assert projected[:, 0].tolist() == tensors["a.weight"].flatten(1)[:, 7].tolist()
+    assert projected[:, 1].tolist() == tensors["b.weight"].flatten(1)[:, 11].tolist()
+
+
+def test_random_direction_is_a_unit_vector_and_projects_exactly():
+    shapes = {"a.weight": torch.Size((4, 5)), "b.weight": torch.Size((3,))}
+    direction = canary_lib.random_direction(shapes, np.random.default_rng(0))
+    assert sum(float(t.double().square().sum()) for t in direction.values()) == pytest.approx(1.0, abs=1e-6)
+    examples = canary_lib.GradientCanaries(3.0, direction=direction).examples(
+        {name: torch.zeros(2, *shape) for name, shape in shapes.items()}
+    )
+    assert examples.squared_norms()[:, 0].tolist() == pytest.approx([9.0, 9.0], rel=1e-6)
+    moved = {name: torch.stack([u, -2 * u]) for name, u in direction.items()}
+    assert examples.project(moved)[:, 0].tolist() == pytest.approx([1.0, -2.0], rel=1e-6)
+
+
+def test_full_batch_dp_sgd_releases_the_clipped_canary_in_in_models_only():
+    """At q = 1, σ = 0 and canary norm 10 C, an IN model's every update moves its canary coordinate by exactly C/b.
+
+    A mechanism that skipped clipping would show 10 C/b; real examples never reach the coordinate (feature 0 is 0).
+    """
+    membership = np.ones((4, _EXAMPLES), dtype=bool)
+    canary_membership = np.array([[True, False], [False, False], [True, True], [False, True]])
+    clip = 0.5
+    shadow = _train(dp_sgd("dp-sgd", 0.0, clip), membership, canary_membership, norm=10 * clip)
+    observed = shadow.canary_observations.numpy()
+    assert observed.shape == (4, 3, 2)  # 3 steps (epochs of one full batch), 2 canaries
+    expected = canary_membership[:, None, :] * (clip / _EXAMPLES)
+    np.testing.assert_allclose(observed, np.broadcast_to(expected, observed.shape), rtol=1e-6, atol=0)
+
+
+def test_poisson_canary_is_sampled_at_rate_q_from_its_own_stream():
+    """At q = 1/4 over 80 steps, an IN model's canary steps number about qT, each released whole (C/b)."""
+    membership = np.ones((2, _EXAMPLES), dtype=bool)
+    canary_membership = np.array([[True, True], [False, False]])
+    shadow = _train(dp_sgd("dp-sgd", 0.0, 1.0), membership, canary_membership, batch_size=10, epochs=20)
+    observed = shadow.canary_observations.numpy()
+    assert observed.shape == (2, 80, 2)
+    assert not observed[1].any()
+    sampled = observed[0] != 0
+    np.testing.assert_allclose(observed[0][sampled], 1.0 / 10, rtol=1e-6)
+    assert 20 - 3 * np.sqrt(15) < sampled[:, 0].sum() < 20 + 3 * np.sqrt(15)
+    assert not np.array_equal(sampled[:, 0], sampled[:, 1])  # canaries sampled independently
+
+
+def test_out_models_and_chunks_are_bit_identical_to_training_without_canaries():
+    """An OUT model's canaries add exact zeros; observations do not depend on the models trained together.
+
+    An OUT model's weights equal those of a run without canaries, bit for bit.
+    """
+    membership = np.ones((4, _EXAMPLES), dtype=bool)
+    canary_membership = np.array([[True, True], [False, False], [True, False], [False, False]])
+    mechanism = dp_sgd("dp-sgd", 1.0, 1.0)
+    together = _train(mechanism, membership, canary_membership, batch_size=10)
+    plain = _train(mechanism, membership, None, batch_size=10)
+    for name, weights in plain.trainable.items():
+        assert torch.equal(together.trainable[name][[1, 3]], weights[[1, 3]])
+    # IN models moved at the canary coordinates only: feature 0 is always 0, so nothing else sees the canary.
+    moved = together.trainable["0.weight"][0] != plain.trainable["0.weight"][0]
+    assert moved.nonzero().tolist() == [[0, 0], [1, 0]]
+    for chunk in ([0, 1], [2, 3]):
+        alone = _train(mechanism, membership, canary_membership, batch_size=10, indices=chunk)
+        assert torch.equal(alone.canary_observations, together.canary_observations[chunk])
+
+
+def test_batch_mean_mechanism_gets_the_canary_once_per_epoch_as_one_more_example():
+    """Shuffled batches: an IN model's canary is in exactly one batch per epoch, as one more example of the mean."""
+    membership = np.ones((2, _EXAMPLES), dtype=bool)
+    canary_membership = np.array([[True, False], [False, False]])
+    shadow = _train(NonPrivate(), membership, canary_membership, batch_size=10, epochs=3, norm=2.0)
+    observed = shadow.canary_observations.numpy()  # 4 steps per epoch, batches of 10 members
+    assert observed.shape == (2, 12, 2)
+    assert not observed[1].any() and not observed[0, :, 1].any()
+    per_epoch = observed[0, :, 0].reshape(3, 4)
+    assert ((per_epoch != 0).sum(axis=1) == 1).all()
+    np.testing.assert_allclose(per_epoch[per_epoch != 0], 2.0 / 11, rtol=1e-6)
