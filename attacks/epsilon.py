@@ -26,31 +26,51 @@ mechanism's tradeoff curve is Gaussian-shaped (as for the Gaussian mechanism and
 for many compositions); the Clopper-Pearson route makes no such assumption.
 
 Threshold choice. Picking the t that maximises the bound on the same data, at level α per
-bound, is invalid. Three valid strategies:
+bound, is invalid. Valid strategies rest on two facts. (i) For a fixed count k, the event "some t
+with FP(t) ≤ k has FPR(t) > CP_hi(k)" has probability ≤ α' when CP_hi is taken at α': the worst
+such t lies just above the (k+1)-th largest OUT score, where the FPR is Beta(k + 1, n_out - k)
+distributed (continuous scores), whose upper α' quantile is CP_hi(k); likewise for TP and CP_lo.
+(ii) At a threshold computed from the OUT scores alone, TP is Binomial(n_in, TPR(t)) given t, so
+CP_lo(TP) fails with probability ≤ α'; likewise for FP at a threshold computed from IN scores.
+Thresholding a discrete score is thresholding a continuous one after a monotone map, so ties do
+not break either.
 
-- `BonferroniThresholds` (default): bound at every threshold with α/(n_in + n_out) per one-sided
-  bound and report the best. Valid simultaneously for *all* t ∈ ℝ: TP(t) takes each value k on
-  an interval of t whose worst point is the k-th largest IN score, where the CP bound fails with
-  probability exactly α' (the survival function at an order statistic is Beta(k, n_in - k + 1));
-  likewise for FP. The union over the n_in + n_out order statistics fails with probability
-  ≤ (n_in + n_out) α' = α. Thresholding a discrete score is thresholding a continuous one after
-  a monotone map, so ties do not break this.
+- `GridThresholds` (default): a geometric grid of counts J = {0} ∪ {⌊ratio^j⌋ ≤ n/2} (ratio 2 by
+  default), fixed by n_in and n_out alone. For j in J_out, t just above the (j+1)-th largest OUT
+  score (FP ≤ j: FPR by (i), TPR by (ii)); for j in J_in, t at the (j+1)-th smallest IN score
+  (FN ≤ j: FNR by (i), FPR by (ii)). Both directions and the GDP μ are evaluated at every such
+  t, with FP counted as j (resp. TP as n_in - j; the same unless scores tie). The union bound
+  covers 2(|J_out| + |J_in|) one-sided bounds, e.g. 44 for 1000 + 1000 trials instead of 2000.
+- `BonferroniThresholds`: bound at every threshold with α/(n_in + n_out) per one-sided bound:
+  (i) for every TP count and every FP count, n_in + n_out events.
 - `SplitThreshold`: choose t on a seeded random part of the IN and of the OUT scores
   (`selection_fraction`, default ½) by maximising the bound there, then bound on the other part
   at α/2 per one-sided bound; t is independent of the held-out trials.
 - `FixedThreshold`: t fixed before seeing these scores (e.g. from a pilot campaign); α/2 each.
 
-Why Bonferroni is the default: it is deterministic, so the bound cannot be improved by trying
-split seeds (which would silently void the split's guarantee), and it uses every trial. Its
-price, z at α/(n_in + n_out) instead of α/2, costs less than halving the data in most regimes:
-mean fraction of the true ε(δ = 1e-5) recovered over 10 seeds for N(μ, 1) vs N(0, 1) scores,
-Bonferroni vs split (CP route | GDP route):
+Why a deterministic grid is the default: the bound cannot be improved by trying split seeds
+(which would silently void the split's guarantee), and it uses every trial. Against Bonferroni
+over all thresholds it trades thresholds between grid points for a much smaller correction, and
+comes out tighter in every regime measured: mean fraction of the true ε(δ = 1e-5) recovered over
+10 seeds for N(μ, 1) vs N(0, 1) scores, n + n trials, Bonferroni over all thresholds → grid
+(ratio 2) (CP route | GDP route):
 
-    μ = 2, 5000 + 5000:  0.35 vs 0.37  |  0.90 vs 0.87
-    μ = 2, 1000 + 1000:  0.27 vs 0.29  |  0.80 vs 0.77
-    μ = 2,  100 +  100:  0.12 vs 0.10  |  0.48 vs 0.43
-    μ = 1, 1000 + 1000:  0.26 vs 0.27  |  0.66 vs 0.62
-    μ = 4,  100 +  100:  0.10 vs 0.09  |  0.53 vs 0.49
+    μ = 0.5,  100:  0.000 → 0.004  |  0.000 → 0.009
+    μ = 0.5, 1000:  0.156 → 0.224  |  0.462 → 0.585
+    μ = 0.5, 5000:  0.299 → 0.361  |  0.714 → 0.791
+    μ = 1,    100:  0.069 → 0.101  |  0.216 → 0.321
+    μ = 1,   1000:  0.250 → 0.304  |  0.700 → 0.769
+    μ = 1,   5000:  0.370 → 0.444  |  0.854 → 0.901
+    μ = 2,    100:  0.131 → 0.159  |  0.519 → 0.592
+    μ = 2,   1000:  0.269 → 0.314  |  0.816 → 0.860
+    μ = 2,   5000:  0.356 → 0.401  |  0.898 → 0.928
+    μ = 4,    100:  0.096 → 0.108  |  0.531 → 0.596
+    μ = 4,   1000:  0.176 → 0.195  |  0.799 → 0.849
+    μ = 4,   5000:  0.232 → 0.256  |  0.909 → 0.940
+
+Ratios 1.25, 1.5, 3 and 4 gave within ±0.03 of ratio 2 (4 slightly higher at n = 100, 1.25 lower
+everywhere). Against the split (½), Bonferroni over all thresholds measured 0.35 vs 0.37 (CP) and
+0.90 vs 0.87 (GDP) at μ = 2, 5000 + 5000, and 0.12 vs 0.10, 0.48 vs 0.43 at μ = 2, 100 + 100.
 """
 
 from __future__ import annotations
@@ -95,6 +115,21 @@ class BonferroniThresholds:
 
 
 @dataclasses.dataclass(frozen=True)
+class GridThresholds:
+    """Bound at thresholds set by a fixed geometric grid of order statistics (the module docstring).
+
+    Attributes:
+      ratio: the grid's counts are 0 and ⌊ratio^j⌋ up to half the class size, for the false positives
+        (thresholds just above OUT order statistics) and the false negatives (at IN order statistics).
+    """
+
+    ratio: float = 2.0
+
+    def __post_init__(self):
+        check.real_in("ratio", self.ratio, 1.0, math.inf, low_open=True, high_open=True)
+
+
+@dataclasses.dataclass(frozen=True)
 class FixedThreshold:
     """A threshold chosen without looking at the scores being bounded.
 
@@ -109,7 +144,7 @@ class FixedThreshold:
             raise InvalidArgument(f"threshold must be a real number; got {self.threshold!r}.")
 
 
-ThresholdStrategy = SplitThreshold | BonferroniThresholds | FixedThreshold
+ThresholdStrategy = SplitThreshold | BonferroniThresholds | GridThresholds | FixedThreshold
 
 Method = Literal["clopper_pearson", "gaussian_dp"]
 
@@ -262,6 +297,10 @@ def _lower_bound(method: Method, in_scores, out_scores, delta, confidence, strat
     if method == "gaussian_dp" and delta == 0.0:
         raise InvalidArgument("delta must be > 0 for gdp_epsilon (μ-GDP is not (ε, 0)-DP); use e.g. 1e-5.")
     alpha = 1.0 - confidence
+    # Counts the bounds use: the observed ones, except that GridThresholds caps TP and floors FP at its
+    # grid counts (equal to the observed ones unless scores tie), the counts its union bound covers.
+    true_positive_cap: np.ndarray | int = in_scores.size
+    false_positive_floor: np.ndarray | int = 0
 
     if isinstance(strategy, SplitThreshold):
         in_select, in_certify = _split(in_scores, strategy, "in_scores", rng_stream=0)
@@ -282,18 +321,35 @@ def _lower_bound(method: Method, in_scores, out_scores, delta, confidence, strat
         in_certify, out_certify = in_scores, out_scores
         alpha_per_bound = alpha / (in_scores.size + out_scores.size)
         candidates = _candidate_thresholds(in_scores, out_scores)
+    elif isinstance(strategy, GridThresholds):
+        in_certify, out_certify = in_scores, out_scores
+        false_positive_grid = _count_grid(out_scores.size, strategy.ratio)
+        false_negative_grid = _count_grid(in_scores.size, strategy.ratio)
+        alpha_per_bound = alpha / (2 * (false_positive_grid.size + false_negative_grid.size))
+        # Just above the (j+1)-th largest OUT score: FP ≤ j; at the (j+1)-th smallest IN score: FN ≤ j.
+        candidates = np.concatenate(
+            [
+                np.nextafter(np.sort(out_scores)[::-1][false_positive_grid], np.inf),
+                np.sort(in_scores)[false_negative_grid],
+            ]
+        )
+        false_positive_floor = np.concatenate([false_positive_grid, np.zeros_like(false_negative_grid)])
+        true_positive_cap = np.concatenate(
+            [np.full_like(false_positive_grid, in_scores.size), in_scores.size - false_negative_grid]
+        )
     elif isinstance(strategy, FixedThreshold):
         in_certify, out_certify = in_scores, out_scores
         alpha_per_bound = alpha / 2.0
         candidates = np.array([float(strategy.threshold)])
     else:
         raise InvalidArgument(
-            f"strategy must be SplitThreshold(...), BonferroniThresholds() or FixedThreshold(...); got {strategy!r}."
+            "strategy must be GridThresholds(...), BonferroniThresholds(), SplitThreshold(...) or "
+            f"FixedThreshold(...); got {strategy!r}."
         )
 
     n_in, n_out = in_certify.size, out_certify.size
-    true_positives = count_at_or_above(in_certify, candidates)
-    false_positives = count_at_or_above(out_certify, candidates)
+    true_positives = np.minimum(count_at_or_above(in_certify, candidates), true_positive_cap)
+    false_positives = np.maximum(count_at_or_above(out_certify, candidates), false_positive_floor)
     evaluation = _evaluate(method, true_positives, false_positives, n_in, n_out, alpha_per_bound, delta)
     best = int(np.argmax(evaluation.objective))
     objective = float(evaluation.objective[best])
@@ -333,6 +389,16 @@ def _candidate_thresholds(in_scores: np.ndarray, out_scores: np.ndarray) -> np.n
     return roc.thresholds[lowest_of_its_fp_count]
 
 
+def _count_grid(size: int, ratio: float) -> np.ndarray:
+    """0 and ⌊ratio^j⌋ for ratio^j ≤ size // 2: the order-statistic counts of `GridThresholds`, all < size."""
+    counts = {0}
+    power = 1.0
+    while power <= size // 2:
+        counts.add(int(power))
+        power *= ratio
+    return np.array(sorted(counts))
+
+
 def _split(scores: np.ndarray, strategy: SplitThreshold, name: str, rng_stream: int):
     """Seeded (selection, certification) partition of one class's scores."""
     n_select = int(strategy.selection_fraction * scores.size)
@@ -353,7 +419,7 @@ def clopper_pearson_epsilon(
     out_scores,
     delta: float,
     confidence: float = 0.95,
-    strategy: ThresholdStrategy = BonferroniThresholds(),
+    strategy: ThresholdStrategy = GridThresholds(),
 ) -> EpsilonLowerBound:
     """ε lower bound from one-sided Clopper-Pearson bounds on TPR and FPR (module docstring).
 
@@ -362,8 +428,8 @@ def clopper_pearson_epsilon(
       out_scores: 1-D scores of independent OUT trials.
       delta: δ in [0, 1) at which ε is bounded.
       confidence: probability that the reported ε is ≤ the true ε(δ); 1 - α.
-      strategy: how the threshold is chosen; see the module docstring. Default: Bonferroni over
-        all thresholds.
+      strategy: how the threshold is chosen; see the module docstring. Default: Bonferroni over a
+        geometric grid of order statistics (`GridThresholds`).
 
     Returns:
       The bound with its threshold, counts and one-sided bounds.
@@ -379,7 +445,7 @@ def gdp_epsilon(
     out_scores,
     delta: float,
     confidence: float = 0.95,
-    strategy: ThresholdStrategy = BonferroniThresholds(),
+    strategy: ThresholdStrategy = GridThresholds(),
 ) -> EpsilonLowerBound:
     """ε(δ) of the μ-GDP lower bound μ_lo = Φ⁻¹(1 - FPR_hi) - Φ⁻¹(FNR_hi) (Nasr et al. 2023).
 

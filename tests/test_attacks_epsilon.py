@@ -13,7 +13,11 @@ from attacks import epsilon
 
 DELTA = 1e-5
 BOUNDS = {"clopper_pearson": epsilon.clopper_pearson_epsilon, "gdp": epsilon.gdp_epsilon}
-STRATEGIES = {"bonferroni": epsilon.BonferroniThresholds(), "split": epsilon.SplitThreshold(seed=3)}
+STRATEGIES = {
+    "grid": epsilon.GridThresholds(),
+    "bonferroni": epsilon.BonferroniThresholds(),
+    "split": epsilon.SplitThreshold(seed=3),
+}
 
 
 def _true_epsilon(mu, delta):
@@ -50,7 +54,7 @@ def test_lower_bound_exceeds_true_epsilon_in_at_most_5_percent_of_runs(method, s
                 runs += 1
                 exceedances += bound.epsilon > true_epsilon
     # Measured: 0 of 180 for every method and strategy; the largest bound was 0.49 of the true ε
-    # (CP) and 0.98 (GDP).
+    # (CP) and 0.98 (GDP) with Bonferroni over all thresholds, 0.67 (CP) and 0.98 (GDP) with the grid.
     assert runs == 180
     assert _binomial_tail(exceedances, runs) > 1e-3, exceedances
 
@@ -79,10 +83,12 @@ def test_gdp_route_recovers_80_percent_of_true_epsilon_with_5000_trials_each():
     bound = epsilon.gdp_epsilon(in_scores, out_scores, DELTA)
     true_epsilon = _true_epsilon(2.0, DELTA)
     assert true_epsilon == pytest.approx(9.9973, abs=1e-4)
-    # The Clopper-Pearson route recovers 0.37 of ε on the same scores.
+    # The Clopper-Pearson route recovers 0.43 of ε on the same scores; Bonferroni over all thresholds
+    # recovered 0.8823 (μ_lo = 1.8056) with the GDP route and 0.37 with the CP route.
     assert bound.epsilon / true_epsilon >= 0.8
-    assert bound.epsilon / true_epsilon == pytest.approx(0.8823, abs=1e-4)
-    assert bound.mu_lower == pytest.approx(1.8056, abs=1e-4)
+    assert bound.epsilon / true_epsilon == pytest.approx(0.9113, abs=1e-4)
+    assert bound.mu_lower == pytest.approx(1.8542, abs=1e-4)
+    assert bound.alpha_per_bound == pytest.approx(0.05 / 52)  # 13 grid counts per class, 2 bounds each
 
 
 @pytest.mark.parametrize("mu", [0.05, 0.5, 1.0, 2.0, 5.0, 20.0])
@@ -131,7 +137,7 @@ def test_fixed_threshold_bound_matches_hand_computation():
 
 def test_bonferroni_bound_is_best_threshold_at_corrected_level():
     in_scores, out_scores = _audit_scores(2.0, 150, seed=2)
-    bound = epsilon.clopper_pearson_epsilon(in_scores, out_scores, DELTA)
+    bound = epsilon.clopper_pearson_epsilon(in_scores, out_scores, DELTA, strategy=epsilon.BonferroniThresholds())
     alpha = 0.05 / 300
     assert bound.alpha_per_bound == pytest.approx(alpha)
     best = max(
@@ -143,6 +149,25 @@ def test_bonferroni_bound_is_best_threshold_at_corrected_level():
     assert bound.epsilon == pytest.approx(best, rel=1e-10)
     assert bound.direction in ("tpr/fpr", "tnr/fnr")
     assert bound.true_positives == np.sum(in_scores >= bound.threshold)
+
+
+def test_grid_bound_is_best_of_its_thresholds_at_corrected_level():
+    in_scores, out_scores = _audit_scores(2.0, 150, seed=2)
+    bound = epsilon.clopper_pearson_epsilon(in_scores, out_scores, DELTA)
+    counts = [0, 1, 2, 4, 8, 16, 32, 64]  # ⌊2^j⌋ ≤ 75
+    alpha = 0.05 / (2 * 2 * len(counts))
+    assert bound.alpha_per_bound == pytest.approx(alpha)
+    forward = [  # just above the (j+1)-th largest OUT score: FP = j
+        _hand_clopper_pearson_epsilon(int(np.sum(in_scores > t)), j, 150, 150, alpha, DELTA)[0]
+        for j, t in zip(counts, np.sort(out_scores)[::-1][counts])
+    ]
+    backward = [  # at the (j+1)-th smallest IN score: FN = j
+        _hand_clopper_pearson_epsilon(150 - j, int(np.sum(out_scores >= t)), 150, 150, alpha, DELTA)[0]
+        for j, t in zip(counts, np.sort(in_scores)[counts])
+    ]
+    assert bound.epsilon == pytest.approx(max(forward + backward), rel=1e-10)
+    bonferroni = epsilon.BonferroniThresholds()
+    assert bound.epsilon > epsilon.clopper_pearson_epsilon(in_scores, out_scores, DELTA, strategy=bonferroni).epsilon
 
 
 def test_split_is_seeded_and_bounds_on_the_held_out_part():
@@ -164,9 +189,9 @@ def test_perfect_separation_reaches_max_certifiable_epsilon(method):
     bound = BOUNDS[method](np.arange(100) + 1000.0, np.arange(100.0), DELTA)
     assert bound.epsilon == pytest.approx(bound.max_certifiable_epsilon)
     assert bound.epsilon > 0
-    # CP: ln((α'^{1/n} - δ) / (1 - α'^{1/n})) with α' = 0.05 / 200.
+    # CP: ln((α'^{1/n} - δ) / (1 - α'^{1/n})) with α' = 0.05 / 28 (grid counts 0, 1, 2, 4, …, 32 per class).
     if method == "clopper_pearson":
-        root = (0.05 / 200) ** (1 / 100)
+        root = (0.05 / 28) ** (1 / 100)
         assert bound.epsilon == pytest.approx(np.log((root - DELTA) / (1 - root)), rel=1e-9)
 
 
@@ -217,3 +242,5 @@ def test_gdp_needs_positive_delta_and_strategies_validate():
         epsilon.SplitThreshold(seed=-1)
     with pytest.raises(ValueError, match="threshold"):
         epsilon.FixedThreshold(float("nan"))
+    with pytest.raises(ValueError, match="ratio"):
+        epsilon.GridThresholds(ratio=1.0)
