@@ -23,7 +23,7 @@ from attacks import metrics as metrics_lib
 from attacks import tradeoff
 from dpaudit.analysis import ATTACKS, Analysis, analyse
 from dpaudit.errors import UsageError
-from dpaudit.store import RunStore, read_json, write_file
+from dpaudit.store import ABSENT, RunStore, read_json, write_file
 
 _SWEEP_PARAMETERS = ("rank", "noise", "clip", "epochs", "models")
 
@@ -60,7 +60,7 @@ def load(root: Path) -> RunEntry:
     root = Path(root)
     fix = f"rewrite it with `dpaudit analyse {root} --attack ATTACK`"
     summary = read_json(root, "summary.json", fix)
-    if summary is None:
+    if summary is ABSENT:
         raise UsageError(f"{root} has no summary.json: finish the campaign first (`dpaudit resume {root}`)")
     attack = summary.get("attack") if isinstance(summary, dict) else None
     if attack not in ATTACKS:

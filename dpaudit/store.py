@@ -194,11 +194,14 @@ def _reject_constant(token: str):
     raise ValueError(f"{token} is not JSON")
 
 
+ABSENT = object()  # what read_json returns for a file that does not exist (a JSON file may hold null)
+
+
 def read_json(root: Path, name: str, fix: str):
-    """A JSON file of the run directory (strictly parsed), or None if absent; an error naming it and ``fix``."""
+    """A JSON file of the run directory (strictly parsed), or ABSENT; an error naming it and ``fix``."""
     data = read_file(root, name)
     if data is None:
-        return None
+        return ABSENT
     try:
         return json.loads(data, parse_constant=_reject_constant)
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
@@ -208,7 +211,7 @@ def read_json(root: Path, name: str, fix: str):
 def _save_npz(root: Path, relative: str, arrays: dict[str, np.ndarray], record: str) -> None:
     """An npz with its checksum and the campaign record (campaign.json as it was) it was made under."""
     buffer = io.BytesIO()
-    np.savez(buffer, checksum=np.array(checksum(arrays)), campaign=np.array(record), **arrays)
+    np.savez(buffer, **{"checksum": np.array(checksum(arrays)), "campaign": np.array(record), **arrays})
     write_file(root, relative, buffer.getvalue())
 
 
@@ -254,7 +257,7 @@ def _config_from_json(raw: dict, path: Path) -> CampaignConfig:
     }
     try:
         config_lib.from_mapping(values)  # names a mistyped key or an invalid value
-        return CampaignConfig(**values)  # the stored values as they are (from_mapping turns ints into floats)
+        return CampaignConfig(**values)  # type: ignore[arg-type]  # the stored values as they are (from_mapping turns ints into floats)
     except UsageError as exc:
         raise UsageError(f"{path}: {exc}; restore it, or re-run the campaign into a new directory") from None
 
@@ -326,7 +329,7 @@ class RunStore:
         path = self.root / "campaign.json"
         fix = "restore it from a backup, or re-run the campaign into a new directory"
         metadata = read_json(self.root, "campaign.json", fix)
-        if metadata is None:
+        if metadata is ABSENT:
             raise UsageError(
                 f"{self.root} is not a dpaudit run directory (no campaign.json); "
                 "start one with `dpaudit audit --out DIR`"
@@ -548,7 +551,7 @@ class RunStore:
     def seconds(self) -> float:
         fix = "delete it (only the campaign's recorded duration is lost)"
         timing = read_json(self.root, "timing.json", fix)
-        if timing is None:
+        if timing is ABSENT:
             return 0.0
         seconds = timing.get("seconds") if isinstance(timing, dict) else None
         if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds < math.inf:

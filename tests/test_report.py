@@ -99,8 +99,8 @@ def test_report_of_a_missing_or_old_run_is_a_one_line_error(runs, tmp_path, caps
     old = tmp_path / "old"
     shutil.copytree(runs[0], old)
     summary = json.loads((old / "summary.json").read_text())
-    del summary["verdict"]
+    del summary["attack"]
     (old / "summary.json").write_text(json.dumps(summary))
     assert main(["report", str(old)]) == 2
     err = capsys.readouterr().err
-    assert "written by an older dpaudit" in err and len(err.strip().splitlines()) == 1
+    assert "summary.json does not name the attack" in err and len(err.strip().splitlines()) == 1

@@ -1,0 +1,418 @@
+"""The run directory's guarantees (issue 14, docs/run-directory.md): damaged, crafted and linked directories."""
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpaudit import campaign
+from dpaudit.cli import main
+from dpaudit.config import CampaignConfig, Execution
+from dpaudit.store import RunStore, _save_npz, write_file
+
+TINY = CampaignConfig(models=8, epochs=1, rank=4, seed=1)
+ONE_WORKER = Execution(workers=1, chunk_size=4, progress=False)
+
+
+def _strict_json(text: str):
+    """json.loads that rejects NaN and ±Infinity, which most JSON parsers do not read."""
+
+    def refuse(token):
+        raise ValueError(f"{token} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _one_line_error(capsys, *fragments: str) -> str:
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    for fragment in fragments:
+        assert fragment in err, err
+    return err
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    """A finished, analysed run (two chunks) that tests copy and damage."""
+    root = tmp_path_factory.mktemp("finished") / "run"
+    campaign.run(TINY, ONE_WORKER, root)
+    assert main(["analyse", str(root)]) == 0
+    return root
+
+
+@pytest.fixture
+def copy(finished, tmp_path) -> Path:
+    target = tmp_path / "copy"
+    shutil.copytree(finished, target)
+    return target
+
+
+def _logits(root: Path) -> np.ndarray:
+    return RunStore(root).outputs().target_logits
+
+
+# -- 1. kill -9 or a full disk while base.pt (or anything) is written --------------------------------------------
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "garbage", "missing with plan.npz"])
+def test_damaged_base_is_pretrained_again_and_resume_gives_identical_scores(finished, copy, damage, capsys):
+    base = copy / "base.pt"
+    if damage == "empty":
+        base.write_bytes(b"")
+    elif damage == "truncated":
+        base.write_bytes(base.read_bytes()[:1000])
+    elif damage == "garbage":
+        base.write_bytes(b"\x80\x02garbage that is no torch file" * 10)
+    else:
+        base.unlink()
+        (copy / "plan.npz").unlink()
+    next(iter((copy / "chunks").glob("*.npz"))).unlink()  # and one chunk left to train
+    assert main(["resume", str(copy), "--quiet", "--workers", "1"]) == 0
+    capsys.readouterr()
+    assert np.array_equal(_logits(copy), _logits(finished))
+
+
+def _mount_tmpfs(path: Path, size: int) -> bool:
+    path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    return done.returncode == 0
+
+
+@pytest.mark.parametrize("size_kib", [40, 120, 240])
+def test_full_disk_fails_in_one_line_and_the_run_resumes_to_identical_scores(finished, tmp_path, size_kib, capsys):
+    mountpoint = tmp_path / "small"
+    if os.geteuid() != 0 or not _mount_tmpfs(mountpoint, size_kib * 1024):
+        pytest.skip("mounting a small tmpfs needs root (and CAP_SYS_ADMIN) to simulate a full disk")
+    try:
+        out = mountpoint / "run"
+        argv = ["audit", "--models", "8", "--epochs", "1", "--rank", "4", "--seed", "1", "--chunk-size", "4"]
+        assert main([*argv, "--workers", "1", "--quiet", "--out", str(out)]) == 2
+        _one_line_error(capsys, "No space left on device", "run the command again")
+        moved = tmp_path / "moved"
+        shutil.copytree(out, moved)  # "free disk space": the same directory, somewhere with room
+    finally:
+        subprocess.run(["umount", str(mountpoint)], check=True)
+    assert not [p for p in moved.rglob("*.tmp")], "a failed write left its temporary file"
+    assert main(["resume", str(moved), "--quiet", "--workers", "1"]) == 0
+    capsys.readouterr()
+    assert np.array_equal(_logits(moved), _logits(finished))
+
+
+# -- 2. diverged models are never stored ------------------------------------------------------------------------
+
+
+def test_diverging_models_are_named_with_the_fix_and_the_directory_restarts_after_it(tmp_path, capsys):
+    out = tmp_path / "diverging"
+    argv = ["audit", "--models", "8", "--epochs", "1", "--batch-size", "8", "--workers", "1", "--quiet"]
+    assert main([*argv, "--out", str(out)]) == 2
+    _one_line_error(capsys, "shadow model(s) 1, 5 diverged", "lower --lr", "raise --batch-size")
+    assert not list((out / "chunks").glob("*.npz"))  # nothing stored as finished
+    assert main(["resume", str(out), "--quiet", "--workers", "1"]) == 2  # the same config diverges again
+    _one_line_error(capsys, "diverged")
+    assert main([*argv, "--lr", "0.01", "--out", str(out), "--json"]) == 0
+    numbers = _strict_json(capsys.readouterr().out)
+    assert numbers["config"]["lr"] == 0.01 and numbers["n_in"] == 4
+
+
+def test_a_stored_chunk_with_non_finite_outputs_is_refused_naming_it(copy, capsys):
+    store = RunStore(copy)
+    path = sorted((copy / "chunks").glob("*.npz"))[0]
+    arrays = dict(np.load(path))
+    arrays["target_logits"][0, 0, 0] = np.nan
+    _save_npz(copy, f"chunks/{path.name}", {k: arrays[k] for k in store.outputs().__dict__}, store._record())
+    assert main(["analyse", str(copy)]) == 2
+    _one_line_error(capsys, path.name, "non-finite", "delete it")
+
+
+# -- 3. never a write outside the run directory -----------------------------------------------------------------
+
+
+def _outside(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for name in ("victim.txt", "victim.png"):
+        (outside / name).write_text("must stay as it is")
+    return outside, _digests(outside)
+
+
+def _digests(directory: Path) -> dict[str, str]:
+    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest() for p in directory.rglob("*")}
+
+
+@pytest.mark.parametrize(
+    "name", ["report.html", "report.md", "report_roc_0.png", "summary.json", "scores.csv", "plan.npz", "chunks"]
+)
+def test_a_run_directory_holding_a_link_is_refused_and_nothing_outside_is_written(copy, tmp_path, name, capsys):
+    outside, before = _outside(tmp_path)
+    target = copy / name
+    shutil.rmtree(target) if target.is_dir() else target.unlink()
+    target.symlink_to(outside if name == "chunks" else outside / "victim.txt")
+    for argv in (["analyse", str(copy)], ["report", str(copy)], ["resume", str(copy), "--quiet", "--workers", "1"]):
+        assert main(argv) == 2
+        _one_line_error(capsys, "link")
+    assert _digests(outside) == before
+
+
+def test_report_elsewhere_replaces_planted_links_without_following_them(finished, tmp_path, capsys):
+    outside, before = _outside(tmp_path)
+    out = tmp_path / "reports"
+    out.mkdir()
+    for name in ("report.html", "report.md", "report_roc_0.png"):
+        (out / name).symlink_to(outside / "victim.txt")
+    assert main(["report", str(finished), "--out", str(out)]) == 0
+    assert _digests(outside) == before
+    assert not any(p.is_symlink() for p in out.iterdir())
+    assert (out / "report.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_temporary_files_are_created_exclusively_never_through_a_planted_link(tmp_path):
+    outside, before = _outside(tmp_path)
+    root = tmp_path / "run"
+    root.mkdir()
+    for name in (f".scores.csv.{os.getpid()}.tmp", ".scores.csv.tmp", "scores.csv"):
+        (root / name).symlink_to(outside / "victim.txt")
+    write_file(root, "scores.csv", b"a,b\n")
+    assert _digests(outside) == before
+    assert not (root / "scores.csv").is_symlink() and (root / "scores.csv").read_bytes() == b"a,b\n"
+
+
+# -- 4. campaign.json bound to what was made under it -----------------------------------------------------------
+
+EDITS = [
+    ("config.mechanism", lambda m: m["config"].update(mechanism="dp-lora-fa", noise=20.0, clip=1.0)),
+    ("config.null", lambda m: m["config"].update(null=True)),
+    ("config.seed", lambda m: m["config"].update(seed=2)),
+    ("config.design", lambda m: m["config"].update(design="all-examples")),
+    ("config.models", lambda m: m["config"].update(models=10)),
+    ("config.lr", lambda m: m["config"].update(lr=0.04)),
+    ("data_fingerprint", lambda m: m.update(data_fingerprint="0" * 64)),
+    ("created", lambda m: m.update(created="2020-01-01T00:00:00+0000")),
+]
+
+
+@pytest.mark.parametrize("recompute_hash", [False, True], ids=["hash-kept", "hash-recomputed"])
+@pytest.mark.parametrize("field,edit", EDITS, ids=[field for field, _ in EDITS])
+def test_an_edited_campaign_json_is_refused_by_every_command_naming_the_field(
+    copy, field, edit, recompute_hash, capsys
+):
+    metadata = json.loads((copy / "campaign.json").read_text())
+    edit(metadata)
+    if recompute_hash:
+        config = CampaignConfig(**metadata["config"])
+        metadata["config_hash"] = config.canonical_hash()
+    (copy / "campaign.json").write_text(json.dumps(metadata))
+    for argv in (["analyse", str(copy)], ["report", str(copy)], ["resume", str(copy), "--quiet", "--workers", "1"]):
+        assert main(argv) == 2
+        _one_line_error(capsys, f"{field}:", "campaign.json")
+
+
+def test_an_edit_is_named_from_the_chunks_when_the_plan_is_gone(copy, capsys):
+    (copy / "plan.npz").unlink()
+    metadata = json.loads((copy / "campaign.json").read_text())
+    metadata["config"]["seed"] = 7
+    metadata["config_hash"] = CampaignConfig(**metadata["config"]).canonical_hash()
+    (copy / "campaign.json").write_text(json.dumps(metadata))
+    assert main(["resume", str(copy), "--quiet", "--workers", "1"]) == 2
+    _one_line_error(capsys, "config.seed: 1 when made, 7 now", "chunks/models-")
+
+
+# -- 5. one line naming the file for every malformed file -------------------------------------------------------
+
+
+def _edit_json(name: str, value, raw: bool = False):
+    def apply(root: Path) -> None:
+        (root / name).write_text(value if raw else json.dumps(value))
+
+    return apply
+
+
+def _edit_metadata(change):
+    def apply(root: Path) -> None:
+        metadata = json.loads((root / "campaign.json").read_text())
+        change(metadata)
+        (root / "campaign.json").write_text(json.dumps(metadata))
+
+    return apply
+
+
+def _crafted_plan(root: Path) -> None:
+    store = RunStore(root)
+    arrays = {k: v for k, v in store.plan().__dict__.items()}
+    arrays["membership"] = arrays["membership"][:, :, None]
+    _save_npz(root, "plan.npz", arrays, store._record())
+
+
+def _float_indices(root: Path) -> None:
+    store = RunStore(root)
+    path = sorted((root / "chunks").glob("*.npz"))[0]
+    arrays = dict(np.load(path))
+    arrays = {k: arrays[k] for k in ("indices", "target_logits", "population_logits")}
+    arrays["indices"] = arrays["indices"].astype(np.float64)
+    _save_npz(root, f"chunks/{path.name}", arrays, store._record())
+
+
+MALFORMED = {
+    "campaign.json []": (_edit_json("campaign.json", []), "campaign.json holds a list"),
+    "campaign.json null": (_edit_json("campaign.json", None), "campaign.json holds a NoneType"),
+    "campaign.json string": (_edit_json("campaign.json", "run"), "campaign.json holds a str"),
+    "campaign.json truncated": (
+        _edit_json("campaign.json", '{"format_version": 2, "con', raw=True),
+        "campaign.json is corrupt",
+    ),
+    "no data_fingerprint": (_edit_metadata(lambda m: m.pop("data_fingerprint")), "'data_fingerprint' is missing"),
+    "mistyped data_fingerprint": (_edit_metadata(lambda m: m.update(data_fingerprint=3)), "'data_fingerprint'"),
+    "config a list": (_edit_metadata(lambda m: m.update(config=[1])), "field 'config'"),
+    "plan membership shape": (_crafted_plan, "plan.npz has a membership of shape (8, 1, 1)"),
+    "float chunk indices": (_float_indices, "are not integers"),
+    "timing.json {}": (_edit_json("timing.json", {}), "timing.json is not"),
+    "timing.json [1]": (_edit_json("timing.json", [1]), "timing.json is not"),
+    "timing.json Infinity": (_edit_json("timing.json", '{"seconds": Infinity}', raw=True), "timing.json is corrupt"),
+}
+
+
+@pytest.mark.parametrize("case", MALFORMED, ids=list(MALFORMED))
+def test_malformed_files_are_one_line_errors_naming_the_file(copy, case, capsys):
+    damage, expected = MALFORMED[case]
+    damage(copy)
+    assert main(["analyse", str(copy)]) == 2
+    _one_line_error(capsys, expected)
+
+
+@pytest.mark.parametrize(
+    "summary", [[1], {"auc_ci95": None}, "null", "not json{"], ids=["list", "no attack", "null", "corrupt"]
+)
+def test_a_malformed_summary_is_a_one_line_error_for_report(copy, summary, capsys):
+    _edit_json("summary.json", summary, raw=isinstance(summary, str))(copy)
+    assert main(["report", str(copy)]) == 2
+    _one_line_error(capsys, "summary.json", "dpaudit analyse")
+
+
+def test_report_numbers_come_from_the_outputs_not_from_summary_json(copy, capsys):
+    summary = json.loads((copy / "summary.json").read_text())
+    auc = summary["auc"]
+    summary.update(auc=0.123, verdict="violated", auc_ci95=None)
+    (copy / "summary.json").write_text(json.dumps(summary))
+    assert main(["report", str(copy)]) == 0
+    page = (copy / "report.html").read_text()
+    assert f"<td>{auc:.3f} (" in page and "0.123" not in page and "<td>violated</td>" not in page
+
+
+# -- 6. reports --------------------------------------------------------------------------------------------------
+
+
+def test_report_of_runs_named_with_dollars_and_markup_is_written_and_escaped(finished, tmp_path, capsys):
+    hostile = tmp_path / "$x^2$ <script>alert(1) | `a` [b](c)"
+    shutil.copytree(finished, hostile)
+    assert main(["report", str(hostile)]) == 0
+    markdown = (hostile / "report.md").read_text()
+    assert "<script>" not in markdown and "&lt;script&gt;" in markdown
+    heading = [line for line in markdown.splitlines() if line.startswith("### ")]
+    assert heading == ["### $x^2$ &lt;script&gt;alert(1) \\| \\`a\\` \\[b\\](c)"]
+    table = [line for line in markdown.splitlines() if line.startswith("| ")]
+    assert len(table) == 2 and all(line.count(" | ") == table[0].count(" | ") for line in table)
+
+
+def test_report_out_must_name_a_directory(finished, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["report", str(finished), "--out", ""])
+    assert exit_.value.code == 2
+    _one_line_error(capsys, "empty")
+
+
+# -- 7. processes, the lock, missing pieces, strict JSON --------------------------------------------------------
+
+
+def test_a_second_trainer_is_refused_while_the_first_holds_the_lock(copy, capsys):
+    (next(iter((copy / "chunks").glob("*.npz")))).unlink()
+    with RunStore(copy).lock():
+        assert main(["resume", str(copy), "--quiet", "--workers", "1"]) == 2
+        _one_line_error(capsys, "being trained by another dpaudit process", f"pid {os.getpid()}")
+    assert RunStore(copy).finished().sum() == 4  # the refused process trained nothing
+
+
+def test_missing_chunks_directory_plan_and_stale_temporaries_are_recovered_by_resume(finished, copy, capsys):
+    shutil.rmtree(copy / "chunks")
+    (copy / "plan.npz").unlink()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = copy / f".summary.json.{int(dead.stdout)}.tmp"
+    stale.write_text("{")
+    assert main(["resume", str(copy), "--quiet", "--workers", "1"]) == 0
+    capsys.readouterr()
+    assert not stale.exists()
+    assert np.array_equal(_logits(copy), _logits(finished))
+
+
+def test_infinite_clip_is_written_as_strict_json_and_read_back(tmp_path, capsys):
+    out = tmp_path / "inf"
+    argv = ["audit", "--mechanism", "dp-sgd", "--noise", "0", "--clip", "inf", "--models", "6", "--epochs", "1"]
+    assert main([*argv, "--workers", "1", "--quiet", "--json", "--out", str(out)]) == 0
+    printed = _strict_json(capsys.readouterr().out)
+    assert printed["config"]["clip"] == "inf"
+    for path in out.glob("*.json"):
+        _strict_json(path.read_text())
+    assert RunStore(out).config().clip == float("inf")
+    assert main(["analyse", str(out), "--attack", "all", "--json"]) == 0
+    assert set(_strict_json(capsys.readouterr().out)) >= {"canary-loss", "rmia"}
+
+
+def _children(pid: int) -> set[int]:
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.add(int(stat.parent.name))
+    return found
+
+
+def _alive(pids: set[int]) -> set[int]:
+    alive = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.add(pid)
+    return alive
+
+
+def test_workers_exit_when_their_parent_is_killed(tmp_path):
+    out = tmp_path / "orphans"
+    command = [sys.executable, "-m", "dpaudit", "audit", "--models", "16", "--epochs", "2", "--rank", "4"]
+    command += ["--workers", "2", "--chunk-size", "2", "--quiet", "--out", str(out)]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not list(out.glob("chunks/*.npz")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    workers = _children(proc.pid)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert workers, "the parent must have had worker processes for this test to mean anything"
+    deadline = time.monotonic() + 60
+    while _alive(workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(workers)
+
+
+# -- 8. too few models for LiRA ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("attack", ["lira-online", "lira-offline"])
+def test_lira_on_too_few_models_names_the_option_to_change(tmp_path, attack, capsys):
+    out = tmp_path / "two"
+    assert main(["audit", "--models", "2", "--epochs", "1", "--rank", "4", "--quiet", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["analyse", str(out), "--attack", attack]) == 2
+    err = _one_line_error(capsys, "--models 6 or more")
+    assert "fixed_variance" not in err
