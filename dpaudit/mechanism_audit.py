@@ -219,7 +219,8 @@ class ProfileEstimate:
         return tuple(np.maximum(a, b) for a, b in zip(self.forward.bands(epsilon), self.backward.bands(epsilon)))
 
     def delta(self, epsilon: float) -> tuple[float, float, float]:
-        return tuple(float(x[0]) for x in self.bands(np.array([float(epsilon)])))
+        estimate, lower, upper = self.bands(np.array([float(epsilon)]))
+        return float(estimate[0]), float(lower[0]), float(upper[0])
 
     def epsilon(self, delta: float) -> tuple[float, float, float]:
         """(estimate, lower, upper) of eps(delta) by test inversion of the bands (inf where delta is out of reach)."""
@@ -332,7 +333,8 @@ def analytic_bounds(mechanism, delta: float, *, seed: int = 0) -> tuple[Bound, .
     if isinstance(mechanism, WishartVector):
         return (wishart.theorem1_epsilon(delta, mechanism.pair.rho, mechanism.pair.d, mechanism.r),)
     if isinstance(mechanism, NoisyProjectionM1):
-        return tuple(_m1_theorem3(mechanism, delta, calibration) for calibration in ("classical", "exact"))
+        calibrations: tuple[wishart.GaussianCalibration, ...] = ("classical", "exact")
+        return tuple(_m1_theorem3(mechanism, delta, calibration) for calibration in calibrations)
     if isinstance(mechanism, NoisyProjectionM2):
         pair, sigma = mechanism.pair, mechanism.sigma
         singular_values = pair.difference_singular_values
@@ -346,7 +348,7 @@ def analytic_bounds(mechanism, delta: float, *, seed: int = 0) -> tuple[Bound, .
                 sigma,
                 pair.d,
                 mechanism.r,
-                None if rank_one else singular_values,
+                None if rank_one else singular_values.tolist(),
                 seed=_seed_int(seed, "exact profile"),
             ),
             _relabel(baseline, "Gaussian mechanism on V + Xi, M as post-processing (docs/theory.md §2.1)"),
@@ -358,7 +360,7 @@ def analytic_bounds(mechanism, delta: float, *, seed: int = 0) -> tuple[Bound, .
     raise ValueError(f"unknown mechanism {type(mechanism).__name__}")
 
 
-def _m1_theorem3(mechanism: NoisyProjectionM1, delta: float, calibration: str) -> Bound:
+def _m1_theorem3(mechanism: NoisyProjectionM1, delta: float, calibration: wishart.GaussianCalibration) -> Bound:
     """[W] Thm 3 (Thm 4 per column, Lemma 2, Lemma 14/15) with the Gaussian part calibrated as named."""
     pair = mechanism.pair
     source = f"[W] Thm 3 ({calibration} Gaussian calibration of Eq. 3)"

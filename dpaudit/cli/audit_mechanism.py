@@ -132,11 +132,11 @@ def build_mechanism(args: argparse.Namespace):
             releases.low_rank_change(args.d, args.n, args.rank, args.frobenius, seed), args.r, args.sigma
         )
     if kind == "sketch":
-        pair = releases.sketch_pair(
+        sketch = releases.sketch_pair(
             args.n, args.m, args.norm_bound, args.sensitivity, args.lambda_min, args.direction, seed
         )
         sigma_a = 1 / math.sqrt(args.r) if args.sigma_a is None else args.sigma_a
-        return releases.GaussianSketch(pair, args.r, sigma_a, args.sigma_g)
+        return releases.GaussianSketch(sketch, args.r, sigma_a, args.sigma_g)
     pair = releases.one_column_change(args.d, args.n, args.beta_perp, args.rho_parallel, args.rho_perp, seed)
     if kind == "wishart-m1":
         return releases.NoisyProjectionM1(pair, args.r, args.sigma)
