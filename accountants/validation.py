@@ -72,7 +72,7 @@ def alignment(name: str, value) -> float:
 def count(name: str, value, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         if isinstance(value, numbers.Real) and float(value).is_integer() and not isinstance(value, bool):
-            value = int(value)
+            value = int(float(value))
         else:
             raise InvalidArgument(f"{name} must be an integer, got {value!r}")
     value = int(value)

@@ -243,13 +243,13 @@ def _log_gaussian_dp_delta(mu: float, epsilon: float) -> float:
 
 
 def _check_mu(mu) -> float:
-    if isinstance(mu, bool) or not isinstance(mu, numbers.Real) or not 0.0 <= mu < math.inf:
+    if isinstance(mu, bool) or not isinstance(mu, numbers.Real) or not 0.0 <= float(mu) < math.inf:
         raise InvalidArgument(f"mu must be a finite number ≥ 0; got {mu!r}.")
     return float(mu)
 
 
 def _check_epsilon(epsilon) -> float:
-    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or not epsilon >= 0.0:
+    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or not float(epsilon) >= 0.0:
         raise InvalidArgument(f"epsilon must be ≥ 0; got {epsilon!r}.")
     return float(epsilon)
 

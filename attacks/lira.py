@@ -43,7 +43,7 @@ def _inputs(confidences, membership) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _check_min_std(min_std) -> float:
-    if isinstance(min_std, bool) or not isinstance(min_std, numbers.Real) or not min_std > 0.0:
+    if isinstance(min_std, bool) or not isinstance(min_std, numbers.Real) or not float(min_std) > 0.0:
         raise InvalidArgument(f"min_std must be > 0; got {min_std!r}.")
     return float(min_std)
 

@@ -31,7 +31,9 @@ them: :mod:`attacks.white_box`.
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -135,9 +137,12 @@ class DirectionExampleGradients(engine.DenseExampleGradients):
 
     def project(self, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
         """(K, 1): ``⟨tensors, u⟩`` for (K, ...) tensors."""
-        total = sum(
-            (tensors[name].double().flatten(1) * rows[:, 0].double().flatten(1)).sum(1)
-            for name, rows in self.tensors.items()
+        total = functools.reduce(
+            operator.add,
+            (
+                (tensors[name].double().flatten(1) * rows[:, 0].double().flatten(1)).sum(1)
+                for name, rows in self.tensors.items()
+            ),
         )
         return (total / self.norm).unsqueeze(1)
 
@@ -197,15 +202,14 @@ def inclusion_schedule(
     rngs = [model.numpy("gradient-canary") for model in randomness]
     count = membership.shape[1]
     for _ in range(epochs):
-        chosen = (
-            None if sample_rate is not None else np.stack([rng.integers(steps_per_epoch, size=count) for rng in rngs])
-        )
-        for step in range(steps_per_epoch):
-            if chosen is None:
+        if sample_rate is None:
+            chosen = np.stack([rng.integers(steps_per_epoch, size=count) for rng in rngs])
+            for step in range(steps_per_epoch):
+                yield ((chosen == step) & membership).astype(np.float32)
+        else:
+            for _ in range(steps_per_epoch):
                 drawn = np.stack([rng.random(count) < sample_rate for rng in rngs])
-            else:
-                drawn = chosen == step
-            yield (drawn & membership).astype(np.float32)
+                yield (drawn & membership).astype(np.float32)
 
 
 OBSERVATIONS = ("weights", "steps")
