@@ -40,7 +40,7 @@ not break either.
   score (FP ≤ j: FPR by (i), TPR by (ii)); for j in J_in, t at the (j+1)-th smallest IN score
   (FN ≤ j: FNR by (i), FPR by (ii)). Both directions and the GDP μ are evaluated at every such
   t, with FP counted as j (resp. TP as n_in - j; the same unless scores tie). The union bound
-  covers 2(|J_out| + |J_in|) one-sided bounds, e.g. 44 for 1000 + 1000 trials instead of 2000.
+  covers 2(|J_out| + |J_in|) one-sided bounds, e.g. 40 for 1000 + 1000 trials instead of 2000.
 - `BonferroniThresholds`: bound at every threshold with α/(n_in + n_out) per one-sided bound:
   (i) for every TP count and every FP count, n_in + n_out events.
 - `SplitThreshold`: choose t on a seeded random part of the IN and of the OUT scores

@@ -108,9 +108,9 @@ def test_verdict_violated_when_empirical_epsilon_exceeds_analytic():
     bound = epsilon.clopper_pearson_epsilon(np.arange(1000) + 2000.0, np.arange(1000.0), 1e-5)
     verdict = tradeoff.audit_verdict(bound, analytic_epsilon=1.0)
     assert verdict.outcome == "violated"
-    root = (0.05 / 2000) ** (1 / 1000)  # perfect separation: CP bounds at α' = 0.05 / 2000
+    root = (0.05 / 40) ** (1 / 1000)  # perfect separation; default grid: 10 counts per class, α' = 0.05 / 40
     assert verdict.empirical_epsilon == pytest.approx(np.log((root - 1e-5) / (1 - root)), rel=1e-9)
-    assert verdict.empirical_epsilon == pytest.approx(4.5419, abs=1e-4)
+    assert verdict.empirical_epsilon == pytest.approx(5.0046, abs=1e-4)
     assert "exceeds the analytic ε = 1" in verdict.reason
 
 
@@ -134,7 +134,8 @@ def test_verdict_inconclusive_when_even_a_perfect_attack_could_not_refute():
     bound = epsilon.clopper_pearson_epsilon(*_scores(3.0, 10), 1e-5)
     verdict = tradeoff.audit_verdict(bound, analytic_epsilon=5.0)
     assert verdict.outcome == "inconclusive"
-    assert verdict.max_certifiable_epsilon == pytest.approx(np.log(0.549 / 0.451), abs=2e-3)
+    root = (0.05 / 16) ** (1 / 10)  # default grid: counts 0, 1, 2, 4 per class, α' = 0.05 / 16
+    assert verdict.max_certifiable_epsilon == pytest.approx(np.log((root - 1e-5) / (1 - root)), rel=1e-9)
     assert "run more trials" in verdict.reason
 
 
