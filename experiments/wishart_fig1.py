@@ -68,7 +68,7 @@ def plot(rows: list[dict], args: argparse.Namespace, ax) -> None:
         mine = [row for row in rows if row["rho"] == rho]
         ranks = [row["r"] for row in mine]
 
-        def column(key: str) -> list[float]:
+        def column(key: str, mine: list[dict] = mine) -> list[float]:
             return _visible([row[key] for row in mine])
 
         ax.plot(ranks, column("theorem1_epsilon"), "--o", color=color, label=f"Thm 1, ρ={rho}")

@@ -20,7 +20,7 @@ def test_exact_profile_matches_paper_value():
 def test_exact_profile_equals_hockey_stick_integral():
     # delta(eps) = int (p - e^eps q)_+ for p = N(mu, 1), q = N(0, 1).
     for eps, mu in [(0.0, 1.0), (0.5, 1.0), (2.0, 3.0), (1.0, 0.3)]:
-        integrand = lambda x: max(stats.norm.pdf(x, mu) - math.exp(eps) * stats.norm.pdf(x), 0.0)  # noqa: E731
+        integrand = lambda x, eps=eps, mu=mu: max(stats.norm.pdf(x, mu) - math.exp(eps) * stats.norm.pdf(x), 0.0)  # noqa: E731
         direct, _ = integrate.quad(integrand, -20, 20 + mu, limit=400, points=[eps / mu + mu / 2])
         assert gaussian.delta_for_mu(eps, mu) == pytest.approx(direct, rel=1e-7, abs=1e-13)
 

@@ -41,7 +41,8 @@ def test_support_escape_closed_form_equals_paper_expectation():
     # [W] Eq. 17: E_{x ~ chi2_r}[Phi(-rho sqrt x / sqrt(1-rho^2))] equals the Student-t CDF we use.
     for rho, r in [(0.3, 1), (0.9, 4), (0.99, 16), (-0.5, 7)]:
         c = rho / math.sqrt(1 - rho**2)
-        expectation, _ = integrate.quad(lambda x: stats.norm.cdf(-c * math.sqrt(x)) * stats.chi2.pdf(x, r), 0, np.inf)
+        integrand = lambda x, c=c, r=r: stats.norm.cdf(-c * math.sqrt(x)) * stats.chi2.pdf(x, r)  # noqa: E731
+        expectation, _ = integrate.quad(integrand, 0, np.inf)
         assert wishart.theorem1(0.9999, 400, 16, 1e-3).details["support_escape"] < 1e-30
         assert wishart._support_escape(rho, r) == pytest.approx(expectation, rel=1e-7, abs=1e-15)
 
@@ -199,8 +200,8 @@ def test_m2_monotonicity_over_random_points():
         delta_a, delta_b = np.sort(10 ** rng.uniform(-9, -2, 2))
         eps_a, eps_b = np.sort(rng.uniform(0, 5, 2))
         for bound_epsilon in (
-            lambda dl, sg: wishart.theorem5_epsilon(dl, 1.0, sg, d, r, s).epsilon,
-            lambda dl, sg: wishart.m2_mixture_epsilon(dl, 1.0, sg, d, r).epsilon,
+            lambda dl, sg, d=d, r=r, s=s: wishart.theorem5_epsilon(dl, 1.0, sg, d, r, s).epsilon,
+            lambda dl, sg, d=d, r=r: wishart.m2_mixture_epsilon(dl, 1.0, sg, d, r).epsilon,
         ):
             base = bound_epsilon(delta_a, sigma)
             assert bound_epsilon(delta_b, sigma) <= base + 1e-9
@@ -252,10 +253,11 @@ def test_mixture_quadrature_matches_adaptive_quadrature():
     # E f(B) = int_0^1/2 f(F^-1(u)) du + int_0^1/2 f(F^-1(1 - v)) dv, adaptively, tails resolved by break points.
     for eps, mu, d, r in [(0.3, 1.0, 2000, 8), (2.0, 5.0, 30, 12), (5.0, 0.5, 400, 1), (0.1, 20.0, 50, 49)]:
         law = stats.beta(r / 2, (d - r) / 2)
-        f = lambda b: gaussian.delta_for_mu(eps, mu * math.sqrt(b))  # noqa: E731
+        f = lambda b, eps=eps, mu=mu: gaussian.delta_for_mu(eps, mu * math.sqrt(b))  # noqa: E731
         tails = list(10.0 ** -np.arange(1, 16))
-        lower, _ = integrate.quad(lambda u: f(law.ppf(u)), 0, 0.5, points=tails, limit=500, epsabs=0, epsrel=1e-10)
-        upper, _ = integrate.quad(lambda v: f(law.isf(v)), 0, 0.5, points=tails, limit=500, epsabs=0, epsrel=1e-10)
+        quad = dict(points=tails, limit=500, epsabs=0, epsrel=1e-10)
+        lower, _ = integrate.quad(lambda u, f=f, law=law: f(law.ppf(u)), 0, 0.5, **quad)
+        upper, _ = integrate.quad(lambda v, f=f, law=law: f(law.isf(v)), 0, 0.5, **quad)
         assert wishart.m2_mixture_delta(eps, 1.0, 1 / mu, d, r).delta == pytest.approx(lower + upper, rel=1e-7)
 
 
