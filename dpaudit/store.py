@@ -211,7 +211,8 @@ def read_json(root: Path, name: str, fix: str):
 def _save_npz(root: Path, relative: str, arrays: dict[str, np.ndarray], record: str) -> None:
     """An npz with its checksum and the campaign record (campaign.json as it was) it was made under."""
     buffer = io.BytesIO()
-    np.savez(buffer, **{"checksum": np.array(checksum(arrays)), "campaign": np.array(record), **arrays})
+    named = {"checksum": np.array(checksum(arrays)), "campaign": np.array(record), **arrays}
+    np.savez(buffer, **named)  # type: ignore[arg-type]  # numpy's stub takes any keyword for allow_pickle
     write_file(root, relative, buffer.getvalue())
 
 
