@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attacks import epsilon as epsilon_lib
-from attacks import lira, loss, reference, rmia, tradeoff
+from attacks import lira, loss, one_run, reference, rmia, tradeoff, white_box
 from attacks import metrics as metrics_lib
 from attacks import scores as score_lib
 from dpaudit.bounds import AnalyticBound, LayerShape, analytic_bound
@@ -18,13 +18,47 @@ from dpaudit.config import CampaignConfig
 from dpaudit.errors import UsageError
 from dpaudit.store import ChunkOutputs, Plan, RunStore
 
-ATTACKS = ("canary-loss", "lira-online", "lira-offline", "reference", "rmia")
+OUTPUT_ATTACKS = ("canary-loss", "lira-online", "lira-offline", "reference", "rmia")
+WHITE_BOX = "white-box"  # the score of what a white-box campaign observed (--observe weights | steps)
+ATTACKS = (*OUTPUT_ATTACKS, WHITE_BOX)
+# Mechanisms whose released update along a Dirac canary is the Gaussian mixture the step likelihood ratio models
+# (attacks.white_box): clipped sum plus N(0, σ²C²), over b, Poisson sampling. PRISM's lift, the projections and
+# denoising change the shift and noise along u.
+_STEP_LIKELIHOOD_MECHANISMS = ("dp-sgd", "dp-lora", "dp-lora-fa")
 FPRS = (0.1, 0.01, 0.001)
 CONFIDENCE = 0.95
 
 
+def white_box_statistic(config: CampaignConfig) -> str:
+    """Which :mod:`attacks.white_box` score a white-box campaign gets (docs/theory.md §3.9)."""
+    if config.observe == "weights":
+        return "weight change along the canary, -⟨θ_T - θ_0, u⟩"
+    if config.mechanism in _STEP_LIKELIHOOD_MECHANISMS and not config.denoise and config.noise:
+        return "per-step likelihood ratio of the Poisson-sampled canary, summed over steps"
+    return "sum of the released updates' projections on the canary"
+
+
+def white_box_scores(config: CampaignConfig, plan: Plan, observations: np.ndarray) -> np.ndarray:
+    """(models, canaries) scores of a white-box campaign's observations (:func:`white_box_statistic`).
+
+    The step likelihood ratio's parameters are the campaign's: q = b/N (N = ``plan.max_members``), the canary's
+    clipped shift s = min(‖g_c‖, C)/b and the noise τ = σC/b along u.
+    """
+    if config.observe == "weights":
+        return white_box.weight_change_scores(observations)
+    if white_box_statistic(config).startswith("per-step"):
+        b, clip = config.batch_size, float(config.clip)
+        return white_box.step_likelihood_ratio_scores(
+            observations,
+            b / int(plan.max_members),
+            min(float(config.canary_norm), clip) / b,
+            float(config.noise) * clip / b,
+        )
+    return white_box.step_sum_scores(observations)
+
+
 def attack_scores(attack: str, plan: Plan, outputs: ChunkOutputs) -> np.ndarray:
-    """(models, targets) membership scores, higher = more likely IN (docs/theory.md §3.2).
+    """(models, targets) membership scores of a model-output attack, higher = more likely IN (docs/theory.md §3.2).
 
     ``canary-loss``: negated loss on the target ([W] App. F.1). ``lira-*``: LiRA on logit-scaled confidences,
     leave-one-out over the other shadow models (Carlini et al. 2022). ``reference``: [S] Eq. 16 with θ_ref the
@@ -49,7 +83,7 @@ def attack_scores(attack: str, plan: Plan, outputs: ChunkOutputs) -> np.ndarray:
             plan.membership,
             score_lib.true_label_log_probability(outputs.population_logits, plan.population_labels),
         )
-    raise UsageError(f"unknown attack {attack!r}: use one of {', '.join(ATTACKS)}")
+    raise UsageError(f"unknown attack {attack!r}: use one of {', '.join(OUTPUT_ATTACKS)}")
 
 
 def _check_lira_models(attack: str, membership: np.ndarray) -> None:
@@ -63,6 +97,48 @@ def _check_lira_models(attack: str, membership: np.ndarray) -> None:
         )
 
 
+def applicable_attacks(config: CampaignConfig) -> tuple[str, ...]:
+    """The attacks that score ``config``'s campaign: the white-box score, or those of the models' outputs."""
+    return (WHITE_BOX,) if config.observe != "outputs" else OUTPUT_ATTACKS
+
+
+@dataclass(frozen=True)
+class OneRunBounds:
+    """The one-run design's ε lower bounds (Steinke et al. 2023; Mahloujifar et al. 2025; docs/theory.md §3.9).
+
+    Each model is one run with M canaries, each IN with probability ½: ``per_run`` / ``per_run_fdp`` are the
+    (ε, δ) and μ-GDP bounds of each run alone. ``pooled`` / ``pooled_fdp`` bound the guessing game over all K·M
+    canaries at once. It is valid: each canary is trained on in one run only and the K runs are independent, so
+    together they are one mechanism in which every canary is a single record, included with probability ½; it is
+    tighter than any single run. ``pooled`` is None (``reason`` says why) when 2·K·M·δ > 1, outside Steinke et
+    al.'s Thm. 3.1 as :func:`attacks.one_run.one_run_epsilon` applies it.
+    """
+
+    per_run: np.ndarray  # (models,)
+    per_run_fdp: np.ndarray  # (models,)
+    pooled: one_run.OneRunBound | None
+    pooled_fdp: one_run.OneRunBound
+    reason: str | None
+
+
+def one_run_bounds(scores: np.ndarray, membership: np.ndarray, delta: float) -> OneRunBounds:
+    """:class:`OneRunBounds` of (models, M) scores and membership at ``delta``, 95% confidence each."""
+    per_run = np.array([one_run.one_run_epsilon(s, m, delta, CONFIDENCE).epsilon for s, m in zip(scores, membership)])
+    per_run_fdp = np.array(
+        [one_run.one_run_fdp_epsilon(s, m, delta, CONFIDENCE).epsilon for s, m in zip(scores, membership)]
+    )
+    pooled, reason = None, None
+    if 2 * scores.size * delta <= 1:
+        pooled = one_run.one_run_epsilon(scores.ravel(), membership.ravel(), delta, CONFIDENCE)
+    else:
+        reason = (
+            f"the pooled Steinke et al. bound needs δ <= 1/(2KM) = {1 / (2 * scores.size):.3g} for K·M ="
+            f" {scores.size} canaries: use fewer models or canaries, or a smaller --delta"
+        )
+    pooled_fdp = one_run.one_run_fdp_epsilon(scores.ravel(), membership.ravel(), delta, CONFIDENCE)
+    return OneRunBounds(per_run, per_run_fdp, pooled, pooled_fdp, reason)
+
+
 @dataclass(frozen=True)
 class Analysis:
     """Scores of one attack on a campaign and the statistics they support."""
@@ -72,12 +148,13 @@ class Analysis:
     scores: np.ndarray  # (models, targets)
     membership: np.ndarray  # (models, targets) the design's truth
     test_accuracy: np.ndarray  # (models,)
-    member_accuracy: float  # accuracy of the models on their IN targets (train accuracy on targets)
+    member_accuracy: float | None  # accuracy on their IN input targets (train accuracy); None: no input targets
     metrics: metrics_lib.MembershipMetrics
     bound: epsilon_lib.EpsilonLowerBound | None  # None where trials are not independent
     gdp_bound: epsilon_lib.EpsilonLowerBound | None
     analytic: AnalyticBound  # the mechanism's analytic ε at the campaign's δ, or why there is none
     seconds: float
+    one_run: OneRunBounds | None = None  # the one-run design's bounds
 
     @property
     def in_scores(self) -> np.ndarray:
@@ -88,14 +165,27 @@ class Analysis:
         return self.scores[~self.membership]
 
 
-def analyse(store: RunStore, attack: str = "canary-loss") -> Analysis:
-    """Recompute every statistic of a finished campaign from its run directory."""
+def analyse(store: RunStore, attack: str | None = None) -> Analysis:
+    """Recompute every statistic of a finished campaign from its run directory.
+
+    ``attack`` None: ``white-box`` for a campaign that observed weights or steps, ``canary-loss`` otherwise.
+    """
+    config = store.config()
+    white = config.observe != "outputs"
+    attack = (WHITE_BOX if white else "canary-loss") if attack is None else attack
     if attack not in ATTACKS:
         raise UsageError(f"unknown attack {attack!r}: use one of {', '.join(ATTACKS)}")
-    config = store.config()
+    if white != (attack == WHITE_BOX):
+        raise UsageError(
+            f"--attack {attack} does not apply to a campaign that observed {config.observe}: use --attack"
+            f" {WHITE_BOX if white else 'canary-loss'} (or leave --attack out)"
+        )
     plan = store.plan()
     outputs = store.outputs()
-    scores = attack_scores(attack, plan, outputs)
+    if outputs.canary_observations is not None:
+        scores = white_box_scores(config, plan, outputs.canary_observations)
+    else:
+        scores = attack_scores(attack, plan, outputs)
     membership = plan.membership.astype(bool)
     in_scores, out_scores = scores[membership], scores[~membership]
     metrics = metrics_lib.summarize(in_scores, out_scores, fprs=FPRS, confidence=CONFIDENCE)
@@ -104,9 +194,10 @@ def analyse(store: RunStore, attack: str = "canary-loss") -> Analysis:
         # One canary, one model per trial: independent IN/OUT trials, so the lower bounds are valid.
         bound = epsilon_lib.clopper_pearson_epsilon(in_scores, out_scores, config.delta, confidence=CONFIDENCE)
         gdp_bound = epsilon_lib.gdp_epsilon(in_scores, out_scores, config.delta, confidence=CONFIDENCE)
+    one_run_result = one_run_bounds(scores, membership, config.delta) if config.design == "one-run" else None
     accuracy = (outputs.population_logits.argmax(-1) == plan.population_labels).mean(axis=1)
     correct = outputs.target_logits.argmax(-1) == plan.target_labels
-    member_accuracy = float(correct[membership].mean()) if membership.any() else float("nan")
+    member_accuracy = float(correct[membership].mean()) if membership.any() and config.canary == "input" else None
     layers = [LayerShape(*map(int, row)) for row in plan.layer_shapes]
     analytic = analytic_bound(config, int(plan.max_members), layers)
     return Analysis(
@@ -121,6 +212,7 @@ def analyse(store: RunStore, attack: str = "canary-loss") -> Analysis:
         gdp_bound,
         analytic,
         store.seconds(),
+        one_run_result,
     )
 
 
@@ -137,6 +229,15 @@ def verdict(analysis: Analysis) -> Verdict:
     """attacks.tradeoff.audit_verdict of the analytic ε on the Clopper-Pearson bound and the AUC's lower limit."""
     analytic_epsilon, delta = analysis.analytic.epsilon, analysis.config.delta
     allowed = None if analytic_epsilon is None else tradeoff.max_auc((analytic_epsilon, delta))
+    pooled = None if analysis.one_run is None else analysis.one_run.pooled
+    if pooled is not None and analytic_epsilon is not None:
+        violated = pooled.epsilon > analytic_epsilon
+        return Verdict(
+            "violated" if violated else "consistent",
+            f"the pooled one-run ε lower bound {pooled.epsilon:.3f} (95%) is "
+            f"{'above' if violated else 'at most'} the analytic ε = {analytic_epsilon:.3f}",
+            allowed,
+        )
     if analysis.bound is None:
         return Verdict(
             "inconclusive",

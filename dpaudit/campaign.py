@@ -5,8 +5,10 @@ run directory before any shadow model trains) → chunks of shadow models traine
 processes (joblib: loky locally, dask across machines) → per-chunk outputs written atomically by the driver →
 :mod:`dpaudit.analysis` turns them into scores and statistics.
 
-Designs: ``canary`` ([W] App. F.1: a static-poison canary, IN for half of the models) and ``all-examples``
-(every private example a target, IN for exactly half of the models; Carlini et al. 2022).
+Designs: ``canary`` ([W] App. F.1: a static-poison canary, IN for half of the models), ``all-examples``
+(every private example a target, IN for exactly half of the models; Carlini et al. 2022) and ``one-run`` (M
+canaries, each IN with probability ½ independently in every model; Steinke et al. 2023). The canary is an input
+(``--canary input``) or a crafted gradient the engine inserts (``--canary gradient``, :mod:`dpaudit.canaries`).
 """
 
 from __future__ import annotations
@@ -26,9 +28,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from attacks import canary as canary_lib
+from attacks import canary as input_canary
 from attacks import designs
 from dpaudit import bounds, engine, models
+from dpaudit import canaries as canary_lib
 from dpaudit import data as data_lib
 from dpaudit.config import CampaignConfig, Execution
 from dpaudit.errors import UsageError
@@ -51,8 +54,10 @@ class Setup:
     pool_x: np.ndarray  # the fine-tuning pool (private split, plus the canary in the canary design)
     pool_y: np.ndarray
     pool_membership: np.ndarray  # (models, pool) bool: what each model trains on
-    target_index: np.ndarray  # (targets,) pool rows the attack targets
+    target_index: np.ndarray  # (targets,) pool rows the attack targets (none for gradient canaries)
     layout: engine.BatchLayout
+    canaries: canary_lib.GradientCanaries | None = None  # gradient canaries, inserted by the engine
+    canary_membership: np.ndarray | None = None  # (models, canaries) bool: which gradient canaries each model gets
 
     @property
     def lora(self) -> models.LoraSpec | None:
@@ -99,6 +104,7 @@ def _train(
     membership: np.ndarray,
     device: torch.device,
     on_step: Callable[[int], None] | None = None,
+    canaries: canary_lib.CanaryRun | None = None,
 ) -> engine.ShadowModels:
     shadow = engine.build(setup.base, setup.mechanism.parameterization, setup.lora, randomness, device)
     with _one_thread_precision(setup.config, device):
@@ -112,19 +118,20 @@ def _train(
             _training(setup.config),
             setup.layout,
             on_step,
+            canaries,
         )
     return shadow
 
 
-def _canary_label(
+def _canary_labels(
     config: CampaignConfig,
     dataset: data_lib.Dataset,
     base: nn.Module,
     mechanism: Mechanism,
     x_q: np.ndarray,
     device: torch.device,
-) -> int:
-    """y_q = argmin of a reference model's logits on x_q, that model trained on D by the same procedure."""
+) -> np.ndarray:
+    """y_q = argmin of a reference model's logits on each canary x_q, that model trained on D by the same procedure."""
     reference = Setup(
         config,
         dataset,
@@ -138,7 +145,43 @@ def _canary_label(
     )
     randomness = [ModelRandomness(config.seed, 0, role="reference")]
     shadow = _train(reference, randomness, reference.pool_membership, device)
-    return canary_lib.least_likely_label(engine.logits(shadow, x_q)[0, 0].cpu().numpy())
+    logits = engine.logits(shadow, x_q)[0].cpu().numpy()
+    return np.array([input_canary.least_likely_label(row) for row in logits], dtype=np.int64)
+
+
+def _reference_start(config: CampaignConfig, base: nn.Module, mechanism: Mechanism) -> engine.ShadowModels:
+    """The attacker's reference model at its starting point (the canaries' directions are chosen there)."""
+    randomness = [ModelRandomness(config.seed, 0, role="reference")]
+    lora = models.LoraSpec(config.rank, config.alpha) if config.rank is not None else None
+    return engine.build(base, mechanism.parameterization, lora, randomness, torch.device("cpu"))
+
+
+def _gradient_canaries(
+    config: CampaignConfig, dataset: data_lib.Dataset, base: nn.Module, mechanism: Mechanism
+) -> canary_lib.GradientCanaries:
+    """The campaign's gradient canaries: Dirac coordinates or a random direction (:mod:`dpaudit.canaries`)."""
+    reference = _reference_start(config, base, mechanism)
+    norm = float(config.canary_norm)
+    if config.canary_direction == "random":
+        shapes = {name: t.shape[1:] for name, t in reference.trainable.items()}
+        return canary_lib.GradientCanaries(
+            norm, direction=canary_lib.random_direction(shapes, campaign_rng(config.seed, "canary"))
+        )
+    with _one_thread_precision(config, torch.device("cpu")):  # one thread: the same ranking on every machine
+        coordinates = canary_lib.dirac_coordinates(
+            reference.module,
+            reference.frozen,
+            reference.trainable,
+            dataset.public.x,
+            dataset.public.y,
+            config.canaries or 1,
+        )
+    return canary_lib.GradientCanaries(norm, coordinates=coordinates)
+
+
+def _one_run_membership(config: CampaignConfig) -> np.ndarray:
+    """(models, M) bool: each canary IN with probability ½, independently in every model (Steinke et al. 2023)."""
+    return campaign_rng(config.seed, "membership").random((config.models, config.canaries)) < 0.5
 
 
 def _base_checksum(base: nn.Module) -> str:
@@ -174,6 +217,14 @@ def check_inputs(config: CampaignConfig) -> tuple[data_lib.Dataset, nn.Module, M
     mechanism = registry.build(config)
     if config.rank is not None:  # LoRA or m1/m2's projection: r <= d_in
         models.check_rank(architecture, config.rank)
+    if config.canary == "gradient" and config.canaries is not None:
+        trained = _reference_start(config, architecture, mechanism).trainable
+        coordinates = sum(t[0].numel() for t in trained.values())
+        if config.canaries > coordinates:
+            raise UsageError(
+                f"--canaries {config.canaries} exceeds the {coordinates} coordinates of the trained tensors: orthogonal"
+                f" Dirac canaries need one coordinate each; use --canaries <= {coordinates}"
+            )
     return dataset, architecture, mechanism
 
 
@@ -201,27 +252,52 @@ def prepare(config: CampaignConfig, store: RunStore, device: torch.device) -> Se
         buffer = io.BytesIO()
         torch.save(base.state_dict(), buffer)
         store.write_base(buffer.getvalue())
-    canary_label = None if plan is None else int(plan.target_labels[-1])
-    if config.design == "canary":
-        x_q = canary_lib.draw_canary_input((1, *dataset.input_shape), campaign_rng(config.seed, "canary"))
-        x_q = x_q.astype(np.float32)
-        if canary_label is None:
-            canary_label = _canary_label(config, dataset, base, mechanism, x_q, device)
-        group_in = designs.single_canary_design(config.models, config.seed)
-        pool_x = np.concatenate([dataset.private.x, x_q])
-        pool_y = np.concatenate([dataset.private.y, [canary_label]])
-        pool_membership = np.ones((config.models, len(pool_y)), dtype=bool)
-        # A null campaign keeps the design's two groups but trains neither on the canary.
-        pool_membership[:, -1] = group_in & (not config.null)
-        target_index = np.array([len(pool_y) - 1])
-        design_membership = group_in[:, None]
+    gradient_canaries = canary_membership = None
+    if config.design != "all-examples":
+        design_membership = (
+            designs.single_canary_design(config.models, config.seed)[:, None]
+            if config.design == "canary"
+            else _one_run_membership(config)
+        )
+        # A null campaign keeps the design's groups but trains no model on any canary.
+        inserted = design_membership & (not config.null)
+        count = design_membership.shape[1]
+        if config.canary == "input":
+            x_q = input_canary.draw_canary_input((count, *dataset.input_shape), campaign_rng(config.seed, "canary"))
+            x_q = x_q.astype(np.float32)
+            labels = (
+                _canary_labels(config, dataset, base, mechanism, x_q, device) if plan is None else plan.target_labels
+            )
+            pool_x = np.concatenate([dataset.private.x, x_q])
+            pool_y = np.concatenate([dataset.private.y, labels])
+            pool_membership = np.ones((config.models, len(pool_y)), dtype=bool)
+            pool_membership[:, -count:] = inserted
+            target_index = np.arange(len(dataset.private), len(pool_y))
+        else:
+            pool_x, pool_y = dataset.private.x, dataset.private.y
+            pool_membership = np.ones((config.models, len(pool_y)), dtype=bool)
+            target_index = np.zeros(0, dtype=np.int64)
+            gradient_canaries = _gradient_canaries(config, dataset, base, mechanism)
+            canary_membership = inserted
     else:
         pool_x, pool_y = dataset.private.x, dataset.private.y
         pool_membership = designs.all_examples_design(config.models, len(pool_y), config.seed)
         target_index = np.arange(len(pool_y))
         design_membership = pool_membership
     layout = engine.BatchLayout.for_members(int(pool_membership.sum(axis=1).max()), config.batch_size)
-    setup = Setup(config, dataset, base, mechanism, pool_x, pool_y, pool_membership, target_index, layout)
+    setup = Setup(
+        config,
+        dataset,
+        base,
+        mechanism,
+        pool_x,
+        pool_y,
+        pool_membership,
+        target_index,
+        layout,
+        gradient_canaries,
+        canary_membership,
+    )
     if plan is None:
         with torch.no_grad():
             reference_logits = base(torch.from_numpy(setup.targets_x)).numpy()
@@ -252,15 +328,22 @@ def train_chunk(
     Raises :class:`Diverged` rather than return non-finite outputs (which would be stored as finished).
     """
     randomness = shadow_randomness(setup.config.seed, indices)
-    shadow = _train(setup, randomness, setup.pool_membership[indices], device, on_step)
+    canaries = None
+    if setup.canaries is not None and setup.canary_membership is not None:
+        canaries = canary_lib.CanaryRun(setup.canaries, setup.canary_membership[indices], str(setup.config.observe))
+    shadow = _train(setup, randomness, setup.pool_membership[indices], device, on_step, canaries)
+    observations = shadow.canary_observations
     outputs = ChunkOutputs(
         indices=np.asarray(indices, dtype=np.int64),
         target_logits=engine.logits(shadow, setup.targets_x).float().cpu().numpy(),
         population_logits=engine.logits(shadow, setup.dataset.test.x).float().cpu().numpy(),
+        canary_observations=None if observations is None else observations.cpu().numpy(),
     )
     finite = np.isfinite(outputs.target_logits).all(axis=(1, 2)) & np.isfinite(outputs.population_logits).all(
         axis=(1, 2)
     )
+    if outputs.canary_observations is not None:
+        finite &= np.isfinite(outputs.canary_observations).all(axis=(1, 2))
     if not finite.all():
         raise Diverged(tuple(int(i) for i in outputs.indices[~finite]))
     return outputs

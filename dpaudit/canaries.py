@@ -20,8 +20,8 @@ Directions (``--canary-direction``):
   pixels are 0 in nearly all private images). M canaries take M distinct coordinates, so they are orthogonal.
 * ``random``: one unit direction drawn from the campaign's "canary" stream, over all trained tensors.
 
-Norm (:func:`default_norm`): the clip norm C for clipping mechanisms, so clipping leaves the canary whole;
-1 otherwise (the norm of a clipped example at the default C). ``CampaignConfig.canary_norm`` overrides it.
+Norm (``CampaignConfig.canary_norm``, no CLI flag): by default the clip norm C for clipping mechanisms, so
+clipping leaves the canary whole, and 1 otherwise (the norm of a clipped example at the default C).
 
 What the auditor sees (``--observe``): ``weights``, the projection ``⟨θ_T - θ_0, u⟩`` of the total change of the
 trained tensors; ``steps``, every step's projection ``⟨g̃_t, u⟩`` of the released update direction (the
@@ -46,11 +46,6 @@ from dpaudit.seeding import ModelRandomness
 
 # Public examples per block when measuring per-example gradients (bounds the materialised (1, b, ...) tensors).
 _MEASURE_BLOCK = 256
-
-
-def default_norm(clip: float | None) -> float:
-    """The canary gradient's norm: C when the mechanism clips at a finite C (so clipping leaves it whole), else 1."""
-    return clip if clip is not None and math.isfinite(clip) else 1.0
 
 
 @dataclass(frozen=True)

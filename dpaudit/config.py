@@ -47,7 +47,20 @@ MAX_WORKERS = 1024
 # The noise std σC (σ_g for the sketch) is drawn, and the adapter's scale alpha/r applied, in float32 tensors:
 # above float32's largest value every draw (every adapted weight) would be ±inf and the models NaN.
 FLOAT32_MAX = float(np.finfo(np.float32).max)
-DESIGNS = ("canary", "all-examples")
+DESIGNS = ("canary", "all-examples", "one-run")
+# White-box audits (docs/theory.md §3.9, dpaudit.canaries): what the canary is, and what the auditor sees of a run.
+CANARIES = ("input", "gradient")
+CANARY_DIRECTIONS = ("dirac", "random")
+OBSERVATIONS = ("outputs", "weights", "steps")
+# Fields added after run format 2, hashed only when they differ from these values (which are what every campaign
+# recorded before them used), so those campaigns keep their hash.
+_HASHED_WHEN_CHANGED = {
+    "canary": "input",
+    "canary_direction": None,
+    "canary_norm": None,
+    "observe": "outputs",
+    "canaries": None,
+}
 PRECISIONS = ("fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("loky", "dask")
@@ -89,6 +102,11 @@ class CampaignConfig:
     clip: float | None = None  # clip norm C; None: DEFAULT_CLIP for clipping mechanisms
     denoise: bool = False  # spectral denoising of DP-SGD updates ([D] Alg. 1)
     resample_projection: bool = False  # m1/m2: a fresh projection M every step ([W] App. F.2)
+    canary: str = "input"  # input: the static-poison example ([W] App. F.1); gradient: a crafted gradient
+    canary_direction: str | None = None  # gradient canaries: dirac | random; None: dirac
+    canary_norm: float | None = None  # gradient canaries' norm (no CLI flag); None: C, or 1 without clipping
+    observe: str | None = None  # outputs | weights | steps; None: outputs (input canary), steps (gradient)
+    canaries: int | None = None  # M, the canaries of the one-run design
 
     def __post_init__(self):
         checked = {
@@ -110,8 +128,69 @@ class CampaignConfig:
         }
         for name, value in checked.items():
             object.__setattr__(self, name, value)
-        if self.null and self.design != "canary":
-            raise UsageError("--null applies to the canary design only")
+        if self.null and self.design == "all-examples":
+            raise UsageError("--null applies to the canary and one-run designs only")
+        for name, value in self._canary_options().items():
+            object.__setattr__(self, name, value)
+
+    def _canary_options(self) -> dict:
+        """Canary kind, direction, norm, observation and count checked together (docs/theory.md §3.9).
+
+        An input canary is seen through the model's outputs; a gradient canary, which has no input, through the
+        weights or every update, never in the all-examples design. One-run designs need ``--canaries M``, at most
+        1/(2δ) (the one-run bound's δ term is 2Mδ), with orthogonal (Dirac) gradient canaries.
+        """
+        canary = check.one_of("--canary", self.canary, CANARIES)
+        if self.design == "one-run":
+            if self.canaries is None:
+                raise UsageError("--design one-run needs --canaries M, the number of canaries (e.g. --canaries 1000)")
+            canaries = check.integer("--canaries", self.canaries, 1, math.floor(1 / (2 * self.delta)))
+        elif self.canaries is not None:
+            raise UsageError(f"--canaries applies to --design one-run, not --design {self.design}")
+        else:
+            canaries = None
+        observe = self.observe
+        if canary == "input":
+            for option, value in (("--canary-direction", self.canary_direction), ("canary_norm", self.canary_norm)):
+                if value is not None:
+                    raise UsageError(f"{option} applies to --canary gradient only")
+            observe = check.one_of("--observe", "outputs" if observe is None else observe, OBSERVATIONS)
+            if observe != "outputs":
+                raise UsageError(
+                    f"--observe {observe} needs --canary gradient: an input canary has no known direction in the"
+                    " weights; use --observe outputs"
+                )
+            return {"canary": canary, "observe": observe, "canaries": canaries}
+        if self.design == "all-examples":
+            raise UsageError("--canary gradient applies to the canary and one-run designs, not all-examples")
+        direction = check.one_of(
+            "--canary-direction",
+            "dirac" if self.canary_direction is None else self.canary_direction,
+            CANARY_DIRECTIONS,
+        )
+        if direction == "random" and self.design == "one-run":
+            raise UsageError("--design one-run needs orthogonal canaries: use --canary-direction dirac")
+        observe = check.one_of("--observe", "steps" if observe is None else observe, OBSERVATIONS)
+        if observe == "outputs":
+            raise UsageError("--canary gradient needs --observe weights or steps: a gradient canary has no input")
+        if observe == "steps" and self.mechanism == "sketch":
+            raise UsageError(
+                "--observe steps does not apply to the sketch, which releases only its final weights ([S] Eq. 14):"
+                " use --observe weights"
+            )
+        clip = self.clip if self.clip is not None and math.isfinite(self.clip) else 1.0
+        norm = (
+            clip
+            if self.canary_norm is None
+            else check.real_in("canary_norm", self.canary_norm, 0, FLOAT32_MAX, low_open=True)
+        )
+        return {
+            "canary": canary,
+            "canary_direction": direction,
+            "canary_norm": norm,
+            "observe": observe,
+            "canaries": canaries,
+        }
 
     def _mechanism_options(self) -> dict:
         """Rank, alpha, σ and C checked, each only where it applies; unset ones take their defaults."""
@@ -144,8 +223,16 @@ class CampaignConfig:
         return {"rank": rank, "alpha": alpha, "noise": noise, "clip": clip}
 
     def canonical_hash(self) -> str:
-        """SHA-256 of the canonical JSON of every field."""
-        return hashlib.sha256(json.dumps(dataclasses.asdict(self), sort_keys=True).encode()).hexdigest()
+        """SHA-256 of the canonical JSON of every field.
+
+        A field added after run format 2 is left out at its former value, so older campaigns keep their hash.
+        """
+        fields = {
+            name: value
+            for name, value in dataclasses.asdict(self).items()
+            if name not in _HASHED_WHEN_CHANGED or value != _HASHED_WHEN_CHANGED[name]
+        }
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
     def differences(self, other: CampaignConfig) -> list[str]:
         """``field: mine → other`` for each field that differs."""

@@ -10,7 +10,7 @@ import pandas as pd
 
 from attacks import metrics as metrics_lib
 from dpaudit import audit_report
-from dpaudit.analysis import CONFIDENCE, FPRS, Analysis, verdict
+from dpaudit.analysis import CONFIDENCE, FPRS, Analysis, OneRunBounds, verdict, white_box_statistic
 from dpaudit.store import json_text, write_file
 
 
@@ -18,6 +18,39 @@ def _bound_fields(prefix: str, bound) -> dict:
     if bound is None:
         return {prefix: None}
     return {prefix: bound.epsilon, f"{prefix}_max_certifiable": bound.max_certifiable_epsilon}
+
+
+def _one_run_fields(bounds: OneRunBounds | None) -> dict:
+    """The one-run design's bounds: pooled over every run's canaries, and the median of the runs' own."""
+    if bounds is None:
+        return {}
+    return {
+        "epsilon_lower_bound_one_run": None if bounds.pooled is None else bounds.pooled.epsilon,
+        "epsilon_lower_bound_one_run_fdp": bounds.pooled_fdp.epsilon,
+        "epsilon_lower_bound_one_run_median": float(np.median(bounds.per_run)),
+        "epsilon_lower_bound_one_run_fdp_median": float(np.median(bounds.per_run_fdp)),
+        "one_run_reason": bounds.reason,
+    }
+
+
+def _epsilon_method(analysis: Analysis) -> str:
+    if analysis.bound is not None:
+        return f"Clopper-Pearson {CONFIDENCE:.0%}, thresholds Bonferroni-corrected; GDP route of Nasr et al. 2023"
+    if analysis.one_run is not None:
+        return (
+            f"one-run: Steinke et al. 2023 Thm. 3.1 ((ε, δ)) and Mahloujifar et al. 2025 (μ-GDP), {CONFIDENCE:.0%},"
+            " pooled over every run's canaries (median of the runs' own bounds beside); the IN/OUT bounds need"
+            " independent trials"
+        )
+    return "none: the all-examples design's trials share models, so they are not independent"
+
+
+def _tightness(analysis: Analysis) -> float | None:
+    """``epsilon_lower_bound_gdp / analytic_epsilon``: how much of the analytic ε the audit shows."""
+    analytic = analysis.analytic.epsilon
+    if analysis.gdp_bound is None or analytic is None or not 0 < analytic < np.inf:
+        return None
+    return analysis.gdp_bound.epsilon / analytic
 
 
 def summary(analysis: Analysis) -> dict:
@@ -28,7 +61,10 @@ def summary(analysis: Analysis) -> dict:
         "rank": config.rank,
         "dataset": config.dataset,
         "design": config.design,
+        "canary": config.canary,
+        "observe": config.observe,
         "attack": analysis.attack,
+        "white_box_statistic": None if config.observe == "outputs" else white_box_statistic(config),
         "n_in": metrics.n_in,
         "n_out": metrics.n_out,
         "null_campaign": config.null,
@@ -39,13 +75,11 @@ def summary(analysis: Analysis) -> dict:
         "tpr_at_fpr_ci95": {str(fpr): list(metrics.tpr_at_fpr_ci[fpr]) for fpr in FPRS},
         **_bound_fields("epsilon_lower_bound", analysis.bound),
         **_bound_fields("epsilon_lower_bound_gdp", analysis.gdp_bound),
-        "epsilon_method": (
-            f"Clopper-Pearson {CONFIDENCE:.0%}, thresholds Bonferroni-corrected; GDP route of Nasr et al. 2023"
-            if analysis.bound is not None
-            else "none: the all-examples design's trials share models, so they are not independent"
-        ),
+        **_one_run_fields(analysis.one_run),
+        "epsilon_method": _epsilon_method(analysis),
         "delta": config.delta,
         **analysis.analytic.summary_fields(),
+        "audit_tightness": _tightness(analysis),
         "test_accuracy": float(analysis.test_accuracy.mean()),
         "member_accuracy": analysis.member_accuracy,
         "seed": config.seed,

@@ -47,6 +47,7 @@ from dpaudit.errors import UsageError
 
 FORMAT_VERSION = 2
 _CHUNK_ARRAYS = ("indices", "target_logits", "population_logits")
+_OBSERVATIONS = "canary_observations"  # chunks of white-box campaigns (config observe = weights | steps) only
 _METADATA_FIELDS = {
     "format_version": int,
     "dpaudit_version": str,
@@ -84,6 +85,8 @@ class ChunkOutputs:
     indices: np.ndarray  # (K,) model indices
     target_logits: np.ndarray  # (K, targets, classes) float32
     population_logits: np.ndarray  # (K, population, classes) float32
+    # (K, S, canaries) float64, white-box campaigns only (dpaudit.canaries): S = 1 (observe weights) or T (steps)
+    canary_observations: np.ndarray | None = None
 
 
 # -- files: atomic, exclusive, never through a link --------------------------------------------------------------
@@ -415,11 +418,16 @@ class RunStore:
         plan = Plan(**arrays)
         models = self._metadata()["config"].get("models")
         labels, membership, reference = plan.target_labels, plan.membership, plan.reference_logits
+        # Gradient canaries are targets without an input: no labels, no logits.
+        inputs = membership.shape[-1] if self._metadata()["config"].get("canary") != "gradient" else 0
         problem = None
         if labels.ndim != 1 or labels.dtype.kind not in "iu" or plan.population_labels.dtype.kind not in "iu":
             problem = "has target or population labels that are not integer vectors"
-        elif membership.dtype != bool or membership.shape != (models, len(labels)):
-            problem = f"has a membership of shape {membership.shape} ({membership.dtype}), not ({models}, targets) bool"
+        elif membership.dtype != bool or membership.ndim != 2 or membership.shape[0] != models or len(labels) != inputs:
+            problem = (
+                f"has a membership of shape {membership.shape} ({membership.dtype}) for {len(labels)} target labels,"
+                f" not ({models}, targets) bool"
+            )
         elif reference.ndim != 2 or len(reference) != len(labels):
             problem = f"has reference logits of shape {reference.shape}, not (targets, classes)"
         elif plan.layer_shapes.ndim != 2 or plan.layer_shapes.shape[1:] != (3,) or plan.max_members.shape:
@@ -448,13 +456,20 @@ class RunStore:
     def write_chunk(self, outputs: ChunkOutputs) -> None:
         first, last = int(outputs.indices[0]), int(outputs.indices[-1])
         name = f"chunks/models-{first:07d}-{last + 1:07d}.npz"
-        _save_npz(self.root, name, dataclasses.asdict(outputs), self._record())
+        arrays = {key: value for key, value in dataclasses.asdict(outputs).items() if value is not None}
+        _save_npz(self.root, name, arrays, self._record())
+
+    def _chunk_arrays(self) -> tuple[str, ...]:
+        """The arrays every chunk of this campaign holds (runs from before white-box campaigns: the outputs)."""
+        observe = self._metadata()["config"].get("observe", "outputs")
+        return _CHUNK_ARRAYS if observe == "outputs" else (*_CHUNK_ARRAYS, _OBSERVATIONS)
 
     def _valid_chunks(self, plan: Plan) -> list[dict[str, np.ndarray]]:
         """The sound chunks; one damaged by a crash is ignored (and so recomputed), a tampered one is refused."""
         n_models, targets = plan.membership.shape
         classes = plan.reference_logits.shape[1]
         fix = "delete it; `dpaudit resume` trains its models again"
+        expected = self._chunk_arrays()
         valid = []
         for path in sorted(self.chunks.glob("models-*.npz")):
             name = f"chunks/{path.name}"
@@ -463,15 +478,19 @@ class RunStore:
                 continue
             arrays, record = loaded
             self._check_record(name, record)
-            if set(arrays) != set(_CHUNK_ARRAYS):
-                raise self._damaged(name, f"holds arrays {sorted(arrays)}, not {sorted(_CHUNK_ARRAYS)}", fix)
+            if set(arrays) != set(expected):
+                raise self._damaged(name, f"holds arrays {sorted(arrays)}, not {sorted(expected)}", fix)
             indices, target, population = (arrays[key] for key in _CHUNK_ARRAYS)
             k = len(indices) if indices.ndim == 1 else -1
             if k < 1 or indices.dtype.kind not in "iu" or indices.min() < 0 or indices.max() >= n_models:
                 raise self._damaged(name, f"has model indices that are not integers in [0, {n_models})", fix)
-            if target.shape != (k, targets, classes) or population.shape != (k, len(plan.population_labels), classes):
+            inputs = len(plan.target_labels)
+            if target.shape != (k, inputs, classes) or population.shape != (k, len(plan.population_labels), classes):
                 raise self._damaged(name, f"has outputs of shapes {target.shape}, {population.shape}", fix)
-            if not (np.isfinite(target).all() and np.isfinite(population).all()):
+            observations = arrays.get(_OBSERVATIONS, np.zeros((k, 1, targets)))
+            if observations.ndim != 3 or observations.shape[::2] != (k, targets) or observations.dtype.kind != "f":
+                raise self._damaged(name, f"has canary observations of shape {observations.shape}", fix)
+            if not (np.isfinite(target).all() and np.isfinite(population).all() and np.isfinite(observations).all()):
                 raise self._damaged(name, "holds non-finite outputs (models that diverged)", fix)
             valid.append(arrays)
         return valid
@@ -496,7 +515,7 @@ class RunStore:
                 f"{self.root} has outputs for {len(unique)} of {n_models} models: "
                 f"`dpaudit resume {self.root}` trains the rest"
             )
-        gathered = {name: np.concatenate([c[name] for c in chunks])[first] for name in _CHUNK_ARRAYS}
+        gathered = {name: np.concatenate([c[name] for c in chunks])[first] for name in self._chunk_arrays()}
         return ChunkOutputs(**gathered)
 
     # -- one trainer at a time --------------------------------------------------------------------------------

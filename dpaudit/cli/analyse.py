@@ -17,8 +17,8 @@ def register(subparsers) -> None:
     p.add_argument(
         "--attack",
         choices=(*ATTACKS, "all"),
-        default="canary-loss",
-        help="one attack (its files are written), or all: a table of every attack (%(default)s)",
+        help="one attack (its files are written), or all: a table of every attack that applies (canary-loss;"
+        " white-box for campaigns that observed weights or steps)",
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
@@ -32,7 +32,8 @@ def run(args: argparse.Namespace) -> int:
         return finish(store, args.attack, args.json)
     from dpaudit import analysis, report
 
-    rows = {attack: report.summary(analysis.analyse(store, attack)) for attack in ATTACKS}
+    attacks = analysis.applicable_attacks(store.config())
+    rows = {attack: report.summary(analysis.analyse(store, attack)) for attack in attacks}
     if args.json:
         print(json_text(rows), end="")
         return 0

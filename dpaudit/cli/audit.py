@@ -33,7 +33,7 @@ def register(subparsers) -> None:
     campaign.add_argument(
         "--design",
         choices=config_lib.DESIGNS,
-        help=f"canary ([W] App. F.1) or all-examples (LiRA's) ({defaults.design})",
+        help=f"canary ([W] App. F.1), all-examples (LiRA's) or one-run (Steinke et al. 2023) ({defaults.design})",
     )
     campaign.add_argument(
         "--rank",
@@ -87,13 +87,39 @@ def register(subparsers) -> None:
         help=f"spectral denoising of the noisy update ([D] Alg. 1) for {', '.join(config_lib.DENOISABLE_MECHANISMS)}",
     )
     campaign.add_argument(
+        "--canary",
+        choices=config_lib.CANARIES,
+        help="input: the static-poison example; gradient: a crafted gradient the engine inserts, clipped like any"
+        " example (docs/theory.md §3.9) (input)",
+    )
+    campaign.add_argument(
+        "--canary-direction",
+        choices=config_lib.CANARY_DIRECTIONS,
+        help="gradient canary: one coordinate real gradients barely reach (dirac), or a random unit direction (dirac)",
+    )
+    campaign.add_argument(
+        "--observe",
+        choices=config_lib.OBSERVATIONS,
+        help="what the auditor sees: final outputs on the canary (input canaries), the final weights or every"
+        " update (gradient canaries) (outputs; steps for gradient canaries)",
+    )
+    campaign.add_argument(
+        "--canaries",
+        type=int,
+        help="M canaries of --design one-run, each IN with probability 1/2 in every model (required there)",
+    )
+    campaign.add_argument(
         "--resample-projection",
         action="store_const",
         const=True,
         help="m1/m2: a fresh projection M every step ([W] App. F.2; default: fixed for the run)",
     )
     add_execution_arguments(p)
-    p.add_argument("--attack", choices=ATTACKS, default="canary-loss", help="membership score (%(default)s)")
+    p.add_argument(
+        "--attack",
+        choices=ATTACKS,
+        help="membership score (canary-loss; white-box, the only one, with --observe weights or steps)",
+    )
     p.add_argument("--out", type=Path, help="run directory (./dpaudit-runs/<timestamp>)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.set_defaults(func=run)
@@ -153,7 +179,7 @@ def check_creatable(out: Path) -> None:
         raise UsageError(f"--out {out} cannot be created: {existing} is not writable ({os.strerror(errno.EACCES)})")
 
 
-def finish(store, attack: str, as_json: bool) -> int:
+def finish(store, attack: str | None, as_json: bool) -> int:
     """Analyse a finished run, write its files, print the summary."""
     from dpaudit import analysis, report
 
@@ -165,12 +191,22 @@ def finish(store, attack: str, as_json: bool) -> int:
         return 0
     tpr = "  ".join(f"TPR@{float(k):g}={v:.3f}" for k, v in numbers["tpr_at_fpr"].items())
     eps = numbers["epsilon_lower_bound"]
-    eps_line = (
-        f"empirical ε ≥ {eps:.3f} (Clopper-Pearson), ≥ {numbers['epsilon_lower_bound_gdp']:.3f} (GDP) "
-        f"at δ={numbers['delta']:g}, 95% confidence"
-        if eps is not None
-        else numbers["epsilon_method"]
-    )
+    if eps is not None:
+        eps_line = (
+            f"empirical ε ≥ {eps:.3f} (Clopper-Pearson), ≥ {numbers['epsilon_lower_bound_gdp']:.3f} (GDP) "
+            f"at δ={numbers['delta']:g}, 95% confidence"
+        )
+    elif numbers["design"] == "one-run":
+        steinke = numbers["epsilon_lower_bound_one_run"]
+        eps_line = (
+            f"one-run ε ≥ {'n/a' if steinke is None else f'{steinke:.3f}'} (Steinke et al.), ≥"
+            f" {numbers['epsilon_lower_bound_one_run_fdp']:.3f} (f-DP) pooled over every run's canaries; per run"
+            f" (median) {numbers['epsilon_lower_bound_one_run_median']:.3f},"
+            f" {numbers['epsilon_lower_bound_one_run_fdp_median']:.3f}"
+            f" at δ={numbers['delta']:g}, 95% confidence"
+        )
+    else:
+        eps_line = numbers["epsilon_method"]
     analytic = (
         f"ε ≤ {numbers['analytic_epsilon']:.3f} ({numbers['analytic_bound']})"
         if numbers["analytic_epsilon"] is not None
@@ -178,7 +214,8 @@ def finish(store, attack: str, as_json: bool) -> int:
     )
     trained = numbers["mechanism"] if numbers["rank"] is None else f"{numbers['mechanism']} rank {numbers['rank']}"
     print(
-        f"{trained} on {numbers['dataset']} ({numbers['design']} design, "
+        f"{trained} on {numbers['dataset']} ({numbers['design']} design, {numbers['canary']} canary, "
+        f"observed: {numbers['observe']}, "
         f"{numbers['attack']}): {numbers['n_in']} IN / {numbers['n_out']} OUT in {numbers['seconds']:.1f} s\n"
         f"  AUC {numbers['auc']:.4f} (95% CI {numbers['auc_ci95'][0]:.4f}-{numbers['auc_ci95'][1]:.4f})  "
         f"balanced accuracy {numbers['balanced_accuracy']:.4f}  {tpr}\n"

@@ -14,7 +14,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("resume", help="continue a campaign from its run directory", description=__doc__)
     p.add_argument("run_dir", type=Path)
     add_execution_arguments(p)
-    p.add_argument("--attack", choices=ATTACKS, default="canary-loss")
+    p.add_argument("--attack", choices=ATTACKS, help="membership score (canary-loss; white-box for white-box runs)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 
