@@ -111,3 +111,14 @@ def test_an_out_path_below_a_file_is_refused_without_creating_anything(tmp_path)
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     assert "is a file (Not a directory)" in _refusal(["--models", "2"], blocker / "run")
+
+
+@pytest.mark.parametrize("command", [["audit", "--models", "2", "--out"], ["resume"], ["analyse"], ["report"]])
+def test_an_empty_directory_argument_is_refused_not_read_as_the_current_directory(command, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_info:
+        main([*command, ""])
+    assert exit_info.value.code == 2
+    assert "a directory must be named, got an empty string" in err.getvalue()
+    assert list(tmp_path.iterdir()) == []  # nothing was written into the current directory

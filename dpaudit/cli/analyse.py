@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from dpaudit.analysis import ATTACKS
+from dpaudit.cli import directory
 from dpaudit.cli.audit import finish
 
 
@@ -13,7 +13,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "analyse", help="recompute an audit's statistics from its run directory", description=__doc__
     )
-    p.add_argument("run_dir", type=Path)
+    p.add_argument("run_dir", type=directory)
     p.add_argument(
         "--attack",
         choices=(*ATTACKS, "all"),

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+
+from dpaudit.cli import directory
 
 
 def register(subparsers) -> None:
@@ -13,13 +14,6 @@ def register(subparsers) -> None:
     p.add_argument("run_dirs", type=directory, nargs="+")
     p.add_argument("--out", type=directory, help="where to write (default: the first run directory)")
     p.set_defaults(func=run)
-
-
-def directory(text: str) -> Path:
-    """A directory argument: an empty one would silently mean the current directory."""
-    if not text:
-        raise argparse.ArgumentTypeError("a directory must be named, got an empty string (use . for this one)")
-    return Path(text)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from dpaudit import config as config_lib
 from dpaudit.analysis import ATTACKS
+from dpaudit.cli import directory
 from dpaudit.cli.audit import add_execution_arguments, finish, given_options
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("resume", help="continue a campaign from its run directory", description=__doc__)
-    p.add_argument("run_dir", type=Path)
+    p.add_argument("run_dir", type=directory)
     add_execution_arguments(p)
     p.add_argument("--attack", choices=ATTACKS, help="membership score (canary-loss; white-box for white-box runs)")
     p.add_argument("--json", action="store_true")
