@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
+
 import numpy as np
 import pytest
 import torch
+from scipy import stats
 
+from accountants.validation import InvalidArgument
+from attacks import white_box
+from dpaudit import analysis, campaign, engine, models, report
 from dpaudit import canaries as canary_lib
-from dpaudit import engine, models
+from dpaudit.config import CampaignConfig, Execution
 from dpaudit.mechanisms.dpsgd import dp_sgd
 from dpaudit.mechanisms.nonprivate import NonPrivate
 from dpaudit.seeding import shadow_randomness
@@ -161,3 +169,123 @@ def test_batch_mean_mechanism_gets_the_canary_once_per_epoch_as_one_more_example
     per_epoch = observed[0, :, 0].reshape(3, 4)
     assert ((per_epoch != 0).sum(axis=1) == 1).all()
     np.testing.assert_allclose(per_epoch[per_epoch != 0], 2.0 / 11, rtol=1e-6)
+
+
+def test_weight_observation_is_the_momentum_sum_of_the_clipped_canary():
+    """At σ = 0, q = 1 an IN model's canary coordinate moves by -η Σ_t v_t (v_t = 0.9 v_{t-1} + C/b); OUT: 0."""
+    membership = np.ones((2, _EXAMPLES), dtype=bool)
+    canary_membership = np.array([[True, True], [False, False]])
+    shadow = _train(dp_sgd("dp-sgd", 0.0, 1.0), membership, canary_membership, observe="weights", epochs=4)
+    velocity, moved = 0.0, 0.0
+    for _ in range(4):
+        velocity = 0.9 * velocity + 1.0 / _EXAMPLES
+        moved -= 0.1 * velocity
+    observed = shadow.canary_observations.numpy()
+    assert observed.shape == (2, 1, 2)
+    np.testing.assert_allclose(observed[0, 0], [moved, moved], rtol=1e-5)
+    assert not observed[1].any()
+    assert (white_box.weight_change_scores(observed)[0] > 0).all()
+
+
+def test_step_likelihood_ratio_is_the_exact_log_ratio_of_the_two_hypotheses():
+    """The score equals log p_IN(x) - log p_OUT(x) of the Gaussian mixture, and at q = 1 an affine map of Σ x_t."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(0.0, 0.5, (5, 7, 2))
+    q, s, tau = 0.3, 0.4, 0.5
+    mixture = np.log((1 - q) * stats.norm.pdf(x, 0, tau) + q * stats.norm.pdf(x, s, tau)) - stats.norm.logpdf(x, 0, tau)
+    np.testing.assert_allclose(white_box.step_likelihood_ratio_scores(x, q, s, tau), mixture.sum(axis=1), rtol=1e-12)
+    full = white_box.step_likelihood_ratio_scores(x, 1.0, s, tau)
+    np.testing.assert_allclose(full, (s * x.sum(axis=1) - 7 * s * s / 2) / tau**2, rtol=1e-12)
+    with pytest.raises(InvalidArgument, match="sample_rate"):
+        white_box.step_likelihood_ratio_scores(x, 0.0, s, tau)
+
+
+def _campaign(tmp_path, name, **options):
+    config = CampaignConfig(mechanism="dp-sgd", canary="gradient", lr=0.05, **options)
+    store = campaign.run(config, Execution(workers=1, chunk_size=64, progress=False), tmp_path / name)
+    return report.write_run(analysis.analyse(store), store.root), store
+
+
+def test_full_batch_step_audit_sees_the_gaussian_mechanism(tmp_path):
+    """At q = 1 on digits, per-step projections are exactly N(0, τ²) OUT and N(s, τ²) IN: a nearly tight audit.
+
+    The Dirac canary sits on an always-zero pixel's weight. Fast version of benchmarks/bench_white_box.py's case (a).
+    """
+    numbers, store = _campaign(tmp_path, "full", models=64, epochs=2, batch_size=718, noise=0.5, clip=1.0)
+    plan, outputs = store.plan(), store.outputs()
+    x = outputs.canary_observations[:, :, 0] * 718  # in units of C/b = 1/718: IN mean 1, std σ = 0.5
+    member = plan.membership[:, 0]
+    assert stats.kstest(x[~member].ravel(), stats.norm(0, 0.5).cdf).pvalue > 0.01
+    assert stats.kstest(x[member].ravel(), stats.norm(1, 0.5).cdf).pvalue > 0.01
+    assert numbers["canary"] == "gradient" and numbers["observe"] == "steps" and numbers["attack"] == "white-box"
+    assert numbers["member_accuracy"] is None
+    analytic = numbers["analytic_epsilon"]  # μ = √2 / 0.5 = 2.83: ε ≈ 12.7
+    assert 0.3 * analytic < numbers["epsilon_lower_bound_gdp"] <= analytic
+    assert numbers["audit_tightness"] == pytest.approx(numbers["epsilon_lower_bound_gdp"] / analytic)
+    json.loads((store.root / "summary.json").read_text(), parse_constant=_no_constant)
+
+
+def _no_constant(token):
+    raise AssertionError(f"{token} in summary.json")
+
+
+def test_one_run_gradient_canaries_bound_epsilon_in_one_run_and_null_gives_zero(tmp_path):
+    """With M = 300 Dirac canaries in 2 runs, both one-run bounds are in (0, analytic ε]; a null campaign gives 0.
+
+    Fast version of benchmarks/bench_white_box.py's case (c).
+    """
+    options = dict(models=2, epochs=2, batch_size=718, noise=0.5, clip=1.0, design="one-run", canaries=300)
+    numbers, store = _campaign(tmp_path, "one-run", **options)
+    analytic = numbers["analytic_epsilon"]
+    for key in ("epsilon_lower_bound_one_run", "epsilon_lower_bound_one_run_fdp"):
+        assert 0 < numbers[key] <= analytic
+    assert numbers["epsilon_lower_bound"] is None and numbers["verdict"] == "consistent"
+    assert store.plan().membership.shape == (2, 300)
+    null, _ = _campaign(tmp_path, "null", null=True, **options)
+    assert null["epsilon_lower_bound_one_run"] == 0 and null["epsilon_lower_bound_one_run_fdp"] == 0
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--canary", "gradient", "--observe", "outputs"], "--canary gradient needs --observe weights or steps"),
+        (["--observe", "weights"], "--observe weights needs --canary gradient"),
+        (["--design", "one-run"], "--design one-run needs --canaries M"),
+        (["--canaries", "10"], "--canaries applies to --design one-run"),
+        (["--canary", "gradient", "--design", "all-examples"], "--canary gradient applies to the canary and one-run"),
+        (["--canary", "gradient", "--mechanism", "sketch"], "--observe steps does not apply to the sketch"),
+        (
+            [
+                "--canary",
+                "gradient",
+                "--design",
+                "one-run",
+                "--canaries",
+                "300",
+                "--mechanism",
+                "dp-lora-fa",
+                "--rank",
+                "1",
+            ],
+            "--canaries 300 exceeds the 266 coordinates",
+        ),
+    ],
+)
+def test_senseless_white_box_options_are_one_line_usage_errors(tmp_path, capsys, arguments, message):
+    from dpaudit.cli import main
+
+    assert main(["audit", "--models", "2", "--out", str(tmp_path / "run"), *arguments]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+
+
+def test_campaigns_recorded_before_the_white_box_fields_keep_their_hash():
+    config = CampaignConfig(mechanism="dp-sgd", models=8)
+    older = {
+        k: v
+        for k, v in dataclasses.asdict(config).items()
+        if k not in ("canary", "canary_direction", "canary_norm", "observe", "canaries")
+    }
+    assert config.canonical_hash() == hashlib.sha256(json.dumps(older, sort_keys=True).encode()).hexdigest()
+    assert CampaignConfig(mechanism="dp-sgd", models=8, canary="gradient").canonical_hash() != config.canonical_hash()
