@@ -47,12 +47,10 @@ def white_box_scores(config: CampaignConfig, plan: Plan, observations: np.ndarra
     if config.observe == "weights":
         return white_box.weight_change_scores(observations)
     if white_box_statistic(config).startswith("per-step"):
-        b, clip = config.batch_size, float(config.clip)
+        noise, clip, norm, b = config.noise, config.clip, config.canary_norm, config.batch_size
+        assert noise is not None and clip is not None and norm is not None, "CampaignConfig fills σ, C, ‖g_c‖ here"
         return white_box.step_likelihood_ratio_scores(
-            observations,
-            b / int(plan.max_members),
-            min(float(config.canary_norm), clip) / b,
-            float(config.noise) * clip / b,
+            observations, b / int(plan.max_members), min(norm, clip) / b, noise * clip / b
         )
     return white_box.step_sum_scores(observations)
 

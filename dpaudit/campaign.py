@@ -161,7 +161,8 @@ def _gradient_canaries(
 ) -> canary_lib.GradientCanaries:
     """The campaign's gradient canaries: Dirac coordinates or a random direction (:mod:`dpaudit.canaries`)."""
     reference = _reference_start(config, base, mechanism)
-    norm = float(config.canary_norm)
+    norm = config.canary_norm
+    assert norm is not None, "CampaignConfig fills a gradient canary's norm"
     if config.canary_direction == "random":
         shapes = {name: t.shape[1:] for name, t in reference.trainable.items()}
         return canary_lib.GradientCanaries(
@@ -181,6 +182,7 @@ def _gradient_canaries(
 
 def _one_run_membership(config: CampaignConfig) -> np.ndarray:
     """(models, M) bool: each canary IN with probability ½, independently in every model (Steinke et al. 2023)."""
+    assert config.canaries is not None, "CampaignConfig requires --canaries with --design one-run"
     return campaign_rng(config.seed, "membership").random((config.models, config.canaries)) < 0.5
 
 
