@@ -16,12 +16,13 @@ import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
+from dp_accounting.pld import common as pld_common
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.privacy_accountant import NeighboringRelation
 from scipy.optimize import brentq
 
 from accountants import validation as check
-from accountants.result import ADD_REMOVE, REPLACE_ONE, Bound, Neighbouring
+from accountants.result import ADD_REMOVE, REPLACE_ONE, Bound, Neighbouring, inapplicable
 from accountants.validation import InvalidArgument
 
 _SOURCE = "Poisson-subsampled Gaussian, PLD accountant (dp_accounting)"
@@ -31,17 +32,41 @@ _FINEST_INTERVAL = 1e-5
 _SMALLEST_SIGMA = 0.05
 _AGREEMENT = 5e-3
 _NEGLIGIBLE = 1e-12  # absolute agreement floor, for delta values near 0
+# The PLD's grid is refined only while the composed grid holds at most this many points: dp_accounting's FFT of
+# 2^24 complex numbers takes 256 MiB and about a second per array; beyond it (noise multiplier ~0.01, or 10^9+
+# steps) the RDP accountant answers instead, in milliseconds, with a looser but valid epsilon.
+_MAX_GRID_POINTS = 2**24
+# dp_accounting builds one step's grid at ~10 microseconds a point: at most ~10 s (sigma >= 0.05 at interval 1e-3).
+_MAX_STEP_POINTS = 2**20
+_TAIL_MASS = 1e-15  # self_compose's default truncation of the composed tails
+_TAIL_Z = 10.0  # Gaussian quantile of dp_accounting's single-step truncation, log mass -50 (z = 9.9)
+# Outside this range of noise multipliers no accountant can represent the answer (1/sigma^2 overflows, or every
+# privacy loss underflows to 0).
+_NOISE_RANGE = (1e-8, 1e8)
+_LARGEST_QUERIED_EPSILON = 500.0
 _RELATIONS = {ADD_REMOVE: NeighboringRelation.ADD_OR_REMOVE_ONE, REPLACE_ONE: NeighboringRelation.REPLACE_ONE}
 
 
 def _pld(noise_multiplier: float, sample_rate: float, steps: int, interval: float, neighbouring: Neighbouring):
-    return pld_lib.from_gaussian_mechanism(
+    """The composed PLD at ``interval``, or None when its grid would exceed ``_MAX_GRID_POINTS`` (see there)."""
+    # One unsubsampled step's privacy loss spans (1 + 2 z sigma) / sigma^2 (z: dp_accounting's tail cut-off at mass
+    # e^-50); subsampling only narrows it. Refuse before dp_accounting allocates the single step's grid.
+    if (1 + 2 * _TAIL_Z * noise_multiplier) / noise_multiplier**2 / interval > _MAX_STEP_POINTS:
+        return None
+    single = pld_lib.from_gaussian_mechanism(
         standard_deviation=noise_multiplier,
         sampling_prob=sample_rate,
         pessimistic_estimate=True,
         value_discretization_interval=interval,
         neighboring_relation=_RELATIONS[neighbouring],
-    ).self_compose(steps)
+    )
+    # The composed grid is what self_compose's FFT allocates: dp_accounting's own Chernoff truncation bounds.
+    for pmf in (single._pmf_remove, single._pmf_add):
+        probs = pmf.to_dense_pmf()._probs
+        low, high = pld_common.compute_self_convolve_bounds(probs, steps, _TAIL_MASS)
+        if max(high - low + 1, probs.size) > _MAX_GRID_POINTS:
+            return None
+    return single.self_compose(steps, tail_mass_truncation=_TAIL_MASS)
 
 
 def _interval_for(epsilon: float) -> float:
@@ -49,15 +74,23 @@ def _interval_for(epsilon: float) -> float:
     return min(max(epsilon * _RELATIVE_INTERVAL, _FINEST_INTERVAL), _COARSE_INTERVAL)
 
 
-def _refined(query: Callable[[float], np.ndarray], scale: Callable[[np.ndarray], float]) -> tuple[np.ndarray, float]:
+def _refined(
+    query: Callable[[float], np.ndarray | None], scale: Callable[[np.ndarray], float]
+) -> tuple[np.ndarray | None, float]:
     """Evaluate ``query(interval)`` at shrinking intervals until two successive answers agree to 0.5%.
 
-    Stops early once the interval is below ``scale(answer) / 2000`` or at 1e-5. Returns (answer, interval).
+    Stops early once the interval is below ``scale(answer) / 2000`` or at 1e-5, or when the next interval's grid
+    would be too large (``query`` returns None): every interval gives a valid, pessimistic answer, a coarse one a
+    looser one. Returns (answer, interval); the answer is None when even the coarsest grid is too large.
     """
     interval, values = _COARSE_INTERVAL, query(_COARSE_INTERVAL)
+    if values is None:
+        return None, interval
     while interval > _interval_for(scale(values)):
+        finer = query(max(interval / 4, _FINEST_INTERVAL))
+        if finer is None:
+            break
         interval = max(interval / 4, _FINEST_INTERVAL)
-        finer = query(interval)
         converged = np.all(np.abs(values - finer) <= _AGREEMENT * np.abs(finer) + _NEGLIGIBLE)
         values = finer
         if converged:
@@ -68,7 +101,7 @@ def _refined(query: Callable[[float], np.ndarray], scale: Callable[[np.ndarray],
 def _checked(noise_multiplier, sample_rate, steps, neighbouring):
     check.one_of("neighbouring", neighbouring, tuple(_RELATIONS))
     return (
-        check.positive("noise_multiplier", noise_multiplier),
+        check.real_in("noise_multiplier", noise_multiplier, *_NOISE_RANGE),
         check.sample_rate("sample_rate", sample_rate),
         check.count("steps", steps),
     )
@@ -84,10 +117,14 @@ def epsilon(
     """epsilon(delta) after ``steps`` Poisson-subsampled Gaussian steps (docs/theory.md §2.2, [P] Thm 3.4)."""
     noise_multiplier, sample_rate, steps = _checked(noise_multiplier, sample_rate, steps, neighbouring)
     delta = check.open_unit("delta", delta)
-    values, interval = _refined(
-        lambda h: np.array([_pld(noise_multiplier, sample_rate, steps, h, neighbouring).get_epsilon_for_delta(delta)]),
-        scale=lambda values: float(values[0]),
-    )
+
+    def epsilon_at(interval: float) -> np.ndarray | None:
+        pld = _pld(noise_multiplier, sample_rate, steps, interval, neighbouring)
+        return None if pld is None else np.array([pld.get_epsilon_for_delta(delta)])
+
+    values, interval = _refined(epsilon_at, scale=lambda values: float(values[0]))
+    if values is None:
+        return _rdp_instead(noise_multiplier, sample_rate, steps, neighbouring, delta=delta)
     return Bound(
         epsilon=float(values[0]),
         delta=delta,
@@ -115,11 +152,16 @@ def delta_curve(
     if not epsilons:
         raise InvalidArgument("epsilons must not be empty")
 
-    def deltas_at(interval: float) -> np.ndarray:
+    # delta(eps) does not increase, so delta(min(eps, 500)) bounds it; dp_accounting's e^eps overflows beyond 709.
+    queried = [min(e, _LARGEST_QUERIED_EPSILON) for e in epsilons]
+
+    def deltas_at(interval: float) -> np.ndarray | None:
         pld = _pld(noise_multiplier, sample_rate, steps, interval, neighbouring)
-        return np.asarray(pld.get_delta_for_epsilon(epsilons), float).reshape(-1)
+        return None if pld is None else np.asarray(pld.get_delta_for_epsilon(queried), float).reshape(-1)
 
     deltas, interval = _refined(deltas_at, scale=lambda _: min([e for e in epsilons if e > 0], default=1.0))
+    if deltas is None:
+        return tuple(_rdp_instead(noise_multiplier, sample_rate, steps, neighbouring, epsilon=e) for e in epsilons)
     return tuple(
         Bound(
             epsilon=e,
@@ -156,6 +198,8 @@ def calibrate_noise_multiplier(
 
     def log_excess(log_sigma: float) -> float:
         pld = _pld(math.exp(log_sigma), sample_rate, steps, interval, neighbouring)
+        if pld is None:  # a grid this large means a noise multiplier far below any calibrated one
+            return math.inf
         return math.log(max(pld.get_epsilon_for_delta(delta), 1e-300) / target_epsilon)
 
     lo, hi = _bracket(log_excess)
@@ -182,17 +226,55 @@ def _bracket(log_excess) -> tuple[float, float]:
     return lo, hi
 
 
-def rdp_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float) -> Bound:
-    """epsilon(delta) from dp_accounting's RDP accountant (Mironov et al. 2019): a looser cross-check."""
+def _rdp_accountant(noise_multiplier: float, sample_rate: float, steps: int):
     from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent
     from dp_accounting.rdp import rdp_privacy_accountant
 
-    noise_multiplier, sample_rate, steps = _checked(noise_multiplier, sample_rate, steps, ADD_REMOVE)
-    delta = check.open_unit("delta", delta)
     accountant = rdp_privacy_accountant.RdpAccountant()
     accountant.compose(PoissonSampledDpEvent(sample_rate, GaussianDpEvent(noise_multiplier)), steps)
+    return accountant
+
+
+def _rdp_instead(noise_multiplier, sample_rate, steps, neighbouring, *, delta=None, epsilon=None) -> Bound:
+    """The RDP accountant's answer where the PLD grid would exceed ``_MAX_GRID_POINTS`` (the source says why)."""
+    source = (
+        f"Poisson-subsampled Gaussian, RDP accountant (dp_accounting): the PLD grid would exceed "
+        f"{_MAX_GRID_POINTS} points at interval {_COARSE_INTERVAL:g}, RDP is looser but valid"
+    )
+    inputs = _inputs(
+        noise_multiplier, sample_rate, steps, **({"delta": delta} if epsilon is None else {"epsilon": epsilon})
+    )
+    if neighbouring != ADD_REMOVE:
+        return inapplicable(
+            source,
+            neighbouring,
+            "dp_accounting's RDP accountant covers add/remove neighbours only",
+            delta=1.0 if delta is None else delta,
+            inputs=inputs,
+        )
+    accountant = _rdp_accountant(noise_multiplier, sample_rate, steps)
+    if epsilon is None:
+        value = accountant.get_epsilon(delta)
+        if not math.isfinite(value):
+            return inapplicable(
+                source, neighbouring, f"the RDP accountant gives eps = {value}", delta=delta, inputs=inputs
+            )
+        return Bound(epsilon=value, delta=delta, neighbouring=neighbouring, source=source, inputs=inputs)
     return Bound(
-        epsilon=accountant.get_epsilon(delta),
+        epsilon=epsilon,
+        delta=min(accountant.get_delta(epsilon), 1.0),
+        neighbouring=neighbouring,
+        source=source,
+        inputs=inputs,
+    )
+
+
+def rdp_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float) -> Bound:
+    """epsilon(delta) from dp_accounting's RDP accountant (Mironov et al. 2019): a looser cross-check."""
+    noise_multiplier, sample_rate, steps = _checked(noise_multiplier, sample_rate, steps, ADD_REMOVE)
+    delta = check.open_unit("delta", delta)
+    return Bound(
+        epsilon=_rdp_accountant(noise_multiplier, sample_rate, steps).get_epsilon(delta),
         delta=delta,
         neighbouring=ADD_REMOVE,
         source="Poisson-subsampled Gaussian, RDP accountant (dp_accounting)",

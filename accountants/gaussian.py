@@ -17,6 +17,8 @@ from accountants._numeric import minimize_on_grid, solve_decreasing
 from accountants.result import REPLACE_ONE, Bound, Neighbouring, inapplicable
 from accountants.validation import InvalidArgument
 
+# Beyond this mu = sensitivity / sigma, eps(delta) ~ mu^2 / 2 is not a float64.
+_LARGEST_MU = 1e150
 _EXACT = "Gaussian exact profile (Balle & Wang 2018), docs/theory.md §2.1"
 
 
@@ -37,9 +39,18 @@ def delta_for_mu(epsilon, mu):
     return delta if delta.ndim else float(delta)
 
 
+def _representable(mu: float) -> float:
+    if not mu <= _LARGEST_MU:
+        raise InvalidArgument(
+            f"mu = sensitivity / sigma = {mu:.3g} must be <= {_LARGEST_MU:g}: its epsilon, about mu^2 / 2, overflows "
+            "(the noise gives no privacy at all); raise sigma"
+        )
+    return mu
+
+
 def epsilon_for_mu(delta: float, mu: float) -> float:
     """Inverse of :func:`delta_for_mu` in epsilon: the smallest eps >= 0 with delta(eps) <= delta."""
-    if mu == 0:
+    if _representable(mu) == 0:
         return 0.0
     first_guess = mu * mu / 2 - mu * ndtri(delta) + 1.0  # Phi(-eps/mu + mu/2) <= delta beyond it
     return solve_decreasing(lambda e: math.log(max(delta_for_mu(e, mu), 1e-320)), math.log(delta), 0.0, first_guess)
@@ -64,7 +75,7 @@ def privacy_loss_tail(epsilon, mu):
 
 def privacy_loss_tail_epsilon(tail: float, mu: float) -> float:
     """Inverse of :func:`privacy_loss_tail` in epsilon (T(0) = 1, T decreasing in eps)."""
-    if mu == 0:
+    if _representable(mu) == 0:
         return 0.0
     first_guess = mu * mu / 2 - mu * ndtri(tail / 2) + 1.0
     return solve_decreasing(lambda e: float(_log_tail(e, mu)), math.log(tail), 0.0, first_guess)
@@ -209,8 +220,7 @@ def tcdp_to_dp(delta: float, rho: float, omega: float) -> float:
 
 def rdp_epsilon(delta: float, sensitivity: float, sigma: float, neighbouring: Neighbouring = REPLACE_ONE) -> Bound:
     """eps(delta) of the Gaussian mechanism through its RDP curve and [S] Prop. 4.3 (looser than exact)."""
-    check.positive("sensitivity", sensitivity)
-    check.positive("sigma", sigma)
+    _representable(check.positive("sensitivity", sensitivity) / check.positive("sigma", sigma))
     value, order = rdp_to_dp(delta, lambda a: rdp(a, sensitivity, sigma))
     return Bound(
         epsilon=value,

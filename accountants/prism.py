@@ -17,6 +17,9 @@ from accountants import validation as check
 from accountants.validation import InvalidArgument
 
 
+_LARGEST_SCALE = 1e60
+
+
 def _layer(m, n, r) -> tuple[int, int, int]:
     m, n, r = check.count("m", m), check.count("n", n), check.count("r", r)
     if r > min(m, n):
@@ -32,9 +35,9 @@ def intrinsic_noise_energy(noise_multiplier: float, clip: float, batch_size: flo
     """
     m, n, r = _layer(m, n, r)
     scale = (
-        check.positive("noise_multiplier", noise_multiplier)
-        * check.positive("clip", clip)
-        / check.positive("batch_size", batch_size)
+        check.real_in("noise_multiplier", noise_multiplier, 0.0, _LARGEST_SCALE, low_open=True)
+        * check.real_in("clip", clip, 0.0, _LARGEST_SCALE, low_open=True)
+        / check.real_in("batch_size", batch_size, 1 / _LARGEST_SCALE, _LARGEST_SCALE)
     )
     return scale * math.sqrt(r * (m + n - r))
 
@@ -69,7 +72,8 @@ def factor_noise_energy(
     unbounded in c ([P] Cor. 2.3), while the PRISM energy does not depend on the factors.
     """
     m, n, r = _layer(m, n, r)
-    tau = check.positive("tau", tau)
-    a_sq = check.non_negative("a_frobenius", a_frobenius) ** 2
-    b_sq = check.non_negative("b_frobenius", b_frobenius) ** 2
+    # tau^4 m n r and the squared norms must stay float64 numbers
+    tau = check.real_in("tau", tau, 0.0, _LARGEST_SCALE, low_open=True)
+    a_sq = check.real_in("a_frobenius", a_frobenius, 0.0, _LARGEST_SCALE) ** 2
+    b_sq = check.real_in("b_frobenius", b_frobenius, 0.0, _LARGEST_SCALE) ** 2
     return FactorNoiseEnergy(first_order=tau**2 * (m * b_sq + n * a_sq), bilinear=m * n * r * tau**4)

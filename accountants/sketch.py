@@ -43,8 +43,25 @@ def gamma_sketch(
     sigma_g = check.non_negative("sigma_g", sigma_g)
     sigma_a = check.positive("sigma_a", sigma_a)
     if gram_sensitivity is None:
-        gram_sensitivity = 2 * check.positive("norm_bound", norm_bound) * check.positive("sensitivity", sensitivity)
-    return (lambda_min + sigma_g**2 / sigma_a**2) / check.positive("gram_sensitivity", gram_sensitivity)
+        log_gram = math.log(2 * check.positive("norm_bound", norm_bound)) + math.log(
+            check.positive("sensitivity", sensitivity)
+        )
+    else:
+        log_gram = math.log(check.positive("gram_sensitivity", gram_sensitivity))
+    return _gamma(np.logaddexp(_log(lambda_min), 2 * (_log(sigma_g) - math.log(sigma_a))) - log_gram)
+
+
+# Gamma is computed in logs (its factors over- and underflow at extreme inputs) and capped here: a smaller Gamma is a
+# weaker guarantee ([S] Eq. 12 decreases in Gamma), so the cap keeps every bound valid.
+_LARGEST_GAMMA = 1e300
+
+
+def _log(value: float) -> float:
+    return math.log(value) if value > 0 else -math.inf
+
+
+def _gamma(log_gamma: float) -> float:
+    return math.exp(min(float(log_gamma), math.log(_LARGEST_GAMMA)))
 
 
 def gamma_lora(
@@ -62,12 +79,24 @@ def gamma_lora(
     This is Lemma 7.1's Gamma with ``sigma_A^2 = 1/r``, ``B_F = T C`` and
     ``B_S = (2C/b) ((1+eta beta)^T - 1)/(eta beta)`` ([S] Eqs. 51, 54).
     """
-    lr_smooth = check.positive("lr", lr) * check.positive("smoothness", smoothness)
+    log_lr_smooth = math.log(check.positive("lr", lr)) + math.log(check.positive("smoothness", smoothness))
     steps = check.count("steps", steps)
-    growth = math.expm1(steps * math.log1p(lr_smooth))  # (1 + eta beta)^T - 1
-    noise_floor = check.count("rank", rank) * check.non_negative("sigma_g", sigma_g) ** 2
-    numerator = check.count("batch_size", batch_size) * (check.non_negative("lambda_min", lambda_min) + noise_floor)
-    return lr_smooth / 4 * numerator / (check.positive("grad_bound", grad_bound) ** 2 * steps * growth)
+    log_noise_floor = math.log(check.count("rank", rank)) + 2 * _log(check.non_negative("sigma_g", sigma_g))
+    log_numerator = math.log(check.count("batch_size", batch_size)) + np.logaddexp(
+        _log(check.non_negative("lambda_min", lambda_min)), log_noise_floor
+    )
+    log_denominator = 2 * math.log(check.positive("grad_bound", grad_bound)) + math.log(steps)
+    return _gamma(_log_rate_over_growth(log_lr_smooth, steps) - math.log(4) + log_numerator - log_denominator)
+
+
+def _log_rate_over_growth(log_rate: float, steps: int) -> float:
+    """``log(x / ((1 + x)^T - 1))`` for ``x = e^log_rate``, without overflow (large x T) or 0/0 (tiny x)."""
+    rate = math.exp(log_rate)
+    if rate == 0.0:  # (1 + x)^T - 1 = T x (1 + O(x T))
+        return -math.log(steps)
+    exponent = steps * math.log1p(rate)
+    log_growth = exponent + math.log1p(-math.exp(-exponent)) if exponent > 30 else math.log(math.expm1(exponent))
+    return log_rate - log_growth
 
 
 def rdp_curve(order, gamma: float, rank: int, tau: int, layers: int = 1):
@@ -106,6 +135,7 @@ def _rdp_bound(
     conditional_on: tuple[str, ...],
 ) -> Bound:
     delta = check.open_unit("delta", delta)
+    rank, tau, layers = check.count("rank", rank), check.count("tau", tau), check.count("layers", layers)
     inputs = dict(inputs, delta=delta, gamma=gamma)
     if not gamma > 1:
         return inapplicable(
@@ -207,6 +237,7 @@ def corollary73(
     ``r L n / (2 Gamma^2) + sqrt(2 r L n log(1/delta)) / Gamma``.
     """
     delta = check.open_unit("delta", delta)
+    layers, tau = check.count("layers", layers), check.count("tau", tau)
     gamma = gamma_lora(lr, smoothness, batch_size, lambda_min, sigma_g, grad_bound, steps, rank)
     inputs = dict(
         _lora_inputs(lr, smoothness, batch_size, lambda_min, sigma_g, grad_bound, steps, rank, layers, tau),

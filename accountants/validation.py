@@ -180,3 +180,16 @@ def membership(name: str, value, *, shape: tuple[int, ...]) -> np.ndarray:
         f"{name} must be boolean (True = the example was in the model's training set); "
         f"got dtype {array.dtype} with values other than 0/1"
     )
+
+
+# What one request (a bound, an audit) may allocate: a larger one is refused with its size rather than dying of
+# MemoryError halfway (or thrashing the machine it shares).
+MEMORY_LIMIT = 8 * 2**30
+
+
+def allocation(what: str, nbytes: float, fix: str) -> None:
+    """Refuse ``what`` if it needs more than :data:`MEMORY_LIMIT` bytes; ``fix`` says which option to lower."""
+    if not nbytes <= MEMORY_LIMIT:
+        raise InvalidArgument(
+            f"{what} needs {nbytes / 2**30:.3g} GiB, more than the {MEMORY_LIMIT / 2**30:g} GiB allowed; {fix}"
+        )

@@ -224,8 +224,10 @@ def vector_profile(
     if d < 2:
         raise InvalidArgument(f"d must be >= 2 for the sampled profile (K3 ~ chi2_(d-2)), got {d}")
     samples = check.count("samples", samples, minimum=2)
+    # k1, k2, k3, a, b, the losses and their sorted copies: about ten float64 arrays of `samples`
+    check.allocation(f"the sampled profile of {samples} draws", 10 * 8 * samples, "lower --samples")
     confidence = check.open_unit("confidence", confidence)
-    rng = np.random.default_rng(check.count("seed", seed, minimum=0))
+    rng = np.random.default_rng(check.seed("seed", seed))
     k1 = rng.chisquare(r, samples)
     k2 = rng.standard_normal(samples)
     k3 = rng.chisquare(d - 2, samples) if d > 2 else np.zeros(samples)
@@ -868,8 +870,13 @@ def _mixture(sensitivity, sigma, d, r, singular_values, samples, seed, confidenc
         return _Mixture(mu, d, r, None)
     if spectrum.size > d:
         raise InvalidArgument(f"Delta V has at most d = {d} non-zero singular values, got {spectrum.size}")
-    rng = np.random.default_rng(check.count("seed", seed, minimum=0))
-    energy = captured_energy(rng, d, r, spectrum.size, check.count("samples", samples, minimum=2))
+    rng = np.random.default_rng(check.seed("seed", seed))
+    samples = check.count("samples", samples, minimum=2)
+    # per sample: s captured energies (drawn in chunks), then the mixture's mu and its sorted losses
+    check.allocation(
+        f"the mixture bound's {samples} sampled subspaces", 8 * samples * (spectrum.size + 10), "lower --samples"
+    )
+    energy = captured_energy(rng, d, r, spectrum.size, samples)
     mus = np.sqrt(energy @ spectrum**2) / sigma
     return _Mixture(mu, d, r, SampledMixture(mus, gaussian.delta_for_mu, check.open_unit("confidence", confidence)))
 

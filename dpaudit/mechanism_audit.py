@@ -52,9 +52,11 @@ import numpy as np
 from scipy import stats
 
 from accountants import gaussian, sketch, wishart
+from accountants import validation as check
 from accountants._montecarlo import SortedLosses, invert
 from accountants._numeric import solve_decreasing
 from accountants.result import REPLACE_ONE, Bound, inapplicable
+from accountants.validation import InvalidArgument
 from attacks.epsilon import (
     BonferroniThresholds,
     EpsilonLowerBound,
@@ -137,7 +139,7 @@ def log_likelihood_ratio(mechanism, statistic: np.ndarray) -> np.ndarray:
             np.linalg.slogdet(mechanism.covariance("V"))[1] - np.linalg.slogdet(mechanism.covariance("V'"))[1]
         )
         return -statistic[:, 0] / 2 - mechanism.r / 2 * log_det_ratio
-    raise ValueError(
+    raise InvalidArgument(
         f"no closed-form likelihood ratio for {type(mechanism).__name__}; audit it with a learned distinguisher"
     )
 
@@ -231,12 +233,11 @@ class ProfileEstimate:
 def estimate_profile(in_losses, out_losses, confidence: float = 0.95) -> ProfileEstimate:
     """:class:`ProfileEstimate` from L at draws under V (``in_losses``, +inf allowed) and V' (-inf allowed)."""
     in_losses, out_losses = np.asarray(in_losses, float), np.asarray(out_losses, float)
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    confidence = check.open_unit("confidence", confidence)
     if np.isnan(in_losses).any() or np.isneginf(in_losses).any():
-        raise ValueError("in_losses must be > -inf and not NaN (a draw under V lies in V's support)")
+        raise InvalidArgument("in_losses must be > -inf and not NaN (a draw under V lies in V's support)")
     if np.isnan(out_losses).any() or np.isposinf(out_losses).any():
-        raise ValueError("out_losses must be < +inf and not NaN (a draw under V' lies in V''s support)")
+        raise InvalidArgument("out_losses must be < +inf and not NaN (a draw under V' lies in V''s support)")
     each = 1 - (1 - confidence) / 2
     forward = SortedLosses(in_losses[np.isfinite(in_losses)], int(np.isposinf(in_losses).sum()), each)
     backward = SortedLosses(-out_losses[np.isfinite(out_losses)], int(np.isneginf(out_losses).sum()), each)
@@ -357,7 +358,7 @@ def analytic_bounds(mechanism, delta: float, *, seed: int = 0) -> tuple[Bound, .
         return _sketch_lemma71(mechanism, delta)
     if isinstance(mechanism, MatrixProjection):
         return (_proposition2(mechanism, delta), _lora_claim(mechanism, delta))
-    raise ValueError(f"unknown mechanism {type(mechanism).__name__}")
+    raise InvalidArgument(f"unknown mechanism {type(mechanism).__name__}")
 
 
 def _m1_theorem3(mechanism: NoisyProjectionM1, delta: float, calibration: wishart.GaussianCalibration) -> Bound:
@@ -672,6 +673,11 @@ class MechanismAudit:
         for name in ("clopper_pearson", "gaussian_dp"):  # name the threshold strategy (Bonferroni has no fields)
             strategy = getattr(self, name).strategy
             summary[name]["strategy"] = dict(kind=type(strategy).__name__, **summary[name]["strategy"])
+        # The keys `dpaudit audit --json` uses for the same numbers (dpaudit.report.summary): one key set.
+        summary["verdict"], summary["verdict_reason"] = summary.pop("outcome"), summary.pop("reason")
+        summary["epsilon_lower_bound"] = summary["clopper_pearson"]["epsilon"]
+        summary["epsilon_lower_bound_max_certifiable"] = summary["clopper_pearson"]["max_certifiable_epsilon"]
+        summary["epsilon_lower_bound_gdp"] = summary["gaussian_dp"]["epsilon"]
         return summary
 
 
@@ -739,19 +745,23 @@ def audit(
       full_releases: score full releases instead of drawing the statistic from its law (exact either way; the
         full path is the slow cross-check). Matrix releases are always sampled in full.
     """
-    if type(mechanism) not in RELEASE_NAMES:
-        names = [c.__name__ for c in RELEASE_NAMES]
-        raise ValueError(f"mechanism must be one of {names}, got {type(mechanism).__name__}")
-    if not 0 < delta < 1:
-        raise ValueError(f"delta must be in (0, 1), got {delta}")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    if isinstance(samples, bool) or int(samples) != samples or samples < 10:
-        raise ValueError(f"samples must be an integer >= 10, got {samples!r}")
-    samples = int(samples)
-    training_samples = samples if training_samples is None else training_samples
-    if isinstance(training_samples, bool) or int(training_samples) != training_samples or training_samples < 10:
-        raise ValueError(f"training_samples must be an integer >= 10, got {training_samples!r}")
+    check.one_of("mechanism", type(mechanism).__name__, [c.__name__ for c in RELEASE_NAMES])
+    delta = check.open_unit("delta", delta)
+    confidence = check.open_unit("confidence", confidence)
+    seed = check.seed("seed", seed)
+    samples = check.count("samples", samples, minimum=10)
+    training_samples = check.count(
+        "training_samples", samples if training_samples is None else training_samples, minimum=10
+    )
+    width = mechanism.sample_statistic(_rng(seed, "V"), 1, "V").shape[1]
+    # per draw and side: the statistic, its scores and losses, and the sorted copies and ROC counts built from them
+    check.allocation(f"{samples} releases per input", 2 * 8 * samples * (width + 24), "lower --samples")
+    if type(mechanism) not in _EXACT_LIKELIHOOD + (MatrixProjection,):
+        check.allocation(
+            f"{training_samples} training releases per input",
+            2 * 8 * training_samples * (width + 8),
+            "lower --training-samples",
+        )
     bounds = analytic_bounds(mechanism, delta, seed=seed)
     exact = exact_profile(mechanism, delta, samples=max(samples, 10**5), seed=seed)
     tested = (*bounds, *((exact,) if exact is not None else ()))

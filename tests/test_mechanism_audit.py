@@ -204,7 +204,12 @@ def test_audit_is_reproducible_and_json_ready():
 def test_cli_prints_json_and_text(capsys):
     assert main(["audit-mechanism", "gaussian", "--sensitivity", "1", "--samples", "2000", "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
-    assert payload["mechanism"] == "gaussian" and payload["outcome"] in ("consistent", "inconclusive")
+    assert payload["mechanism"] == "gaussian" and payload["verdict"] in ("consistent", "inconclusive")
+    # the key set of `dpaudit audit --json` (dpaudit.report.summary) for the same quantities
+    assert payload["epsilon_lower_bound"] == payload["clopper_pearson"]["epsilon"] >= 0
+    assert payload["epsilon_lower_bound_gdp"] == payload["gaussian_dp"]["epsilon"]
+    assert payload["epsilon_lower_bound_max_certifiable"] >= payload["epsilon_lower_bound"]
+    assert payload["verdict_reason"] and "outcome" not in payload and "reason" not in payload
     assert main(["audit-mechanism", "projection", "--samples", "500"]) == 0
     text = capsys.readouterr().out
     assert "verdict: NOT DP" in text and "[S] Lemma 7.1 as applied to LoRA-FA" in text

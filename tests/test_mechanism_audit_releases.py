@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from scipy import integrate, special, stats
 
+from accountants.validation import InvalidArgument
 from dpaudit.mechanism_audit import log_likelihood_ratio
 from dpaudit.mechanisms import releases
 
@@ -68,12 +69,12 @@ def test_tight_sketch_pair_removes_a_column_along_the_smallest_eigenvector():
         (lambda: releases.sketch_pair(4, 10, 3.0, 1.0, 1.0), "sensitivity^2"),
         (lambda: releases.sketch_pair(4, 4, 3.0, 0.5, 1.0), "m must be >= n + 1"),
         (lambda: releases.WishartVector(releases.vectors_at_distance(5, 0.5), 2), "unit vector"),
-        (lambda: releases.GaussianMechanism(releases.vectors_at_distance(5, 0.5), 0.0), "sigma must be in"),
+        (lambda: releases.GaussianMechanism(releases.vectors_at_distance(5, 0.5), 0.0), "sigma must be a finite number > 0"),
         (lambda: releases.GaussianSketch(releases.sketch_pair(4, 10, 3.0, 0.5, 1.0), 4, 1.0, -1.0), "sigma_g"),
     ],
 )
 def test_bad_parameters_raise_naming_the_parameter(build, message):
-    with pytest.raises(ValueError, match=re.escape(message)):
+    with pytest.raises(InvalidArgument, match=re.escape(message)):
         build()
 
 

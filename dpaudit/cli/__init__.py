@@ -7,25 +7,72 @@ Subcommand modules import heavy dependencies (torch, peft) inside their handlers
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
+import traceback
+from pathlib import Path
 
+from accountants.validation import InvalidArgument
 from dpaudit.errors import UsageError
 
 # Module names under dpaudit.cli, in the order ``dpaudit --help`` lists them.
 _SUBCOMMANDS = ("audit", "resume", "analyse", "report", "bounds", "audit_mechanism")
 
+USAGE_ERROR = 2
+INTERNAL_ERROR = 3
+INTERRUPTED = 130
+_EXIT_CODES = f"""exit codes:
+  0    success
+  {USAGE_ERROR}    bad input (an option, a config file, a path): one line says what is wrong and how to fix it
+  {INTERNAL_ERROR}    internal error, a bug in dpaudit: the traceback is printed; please report it
+  {INTERRUPTED}  interrupted (Ctrl-C)
+
+DPAUDIT_DEBUG=1 prints the traceback of a usage error too."""
+_BUG = "dpaudit: internal error (a bug, not your input): please report it with the command line and the traceback above"
+
+
+def directory(text: str) -> Path:
+    """A directory argument (``type=`` of argparse): an empty one would silently mean the current directory."""
+    if not text:
+        raise argparse.ArgumentTypeError("a directory must be named, got an empty string (use . for this one)")
+    return Path(text)
+
 
 class _Parser(argparse.ArgumentParser):
-    """argparse prints usage + error and exits 2; we keep exit 2 but print one line."""
+    """argparse's parser printing one line for a usage error (exit 2), and taking no abbreviated options.
+
+    Without ``allow_abbrev=False``, ``--model X`` would parse as ``--models X``.
+    """
+
+    def __init__(self, *args, **kwargs):
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # noqa: D401 - argparse API
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(USAGE_ERROR, f"{self.prog}: error: {message}\n")
+
+
+@contextlib.contextmanager
+def user_path(path: Path | str, action: str):
+    """Report an OSError on a path the user gave (``action`` it, e.g. "create the run directory") as a usage error.
+
+    Only around the operation on the user's own path: an OSError anywhere else is a bug and surfaces as one.
+    """
+    try:
+        yield
+    except OSError as exc:
+        raise UsageError(f"cannot {action} {path}: {exc.strerror or exc}; give another path") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="dpaudit", description=__doc__.splitlines()[0])
+    parser = _Parser(
+        prog="dpaudit",
+        description=__doc__.splitlines()[0],
+        epilog=_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in _SUBCOMMANDS:
         importlib.import_module(f"dpaudit.cli.{name}").register(subparsers)
@@ -33,19 +80,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command: 0 on success, 2 for a usage error (one line), 3 for a bug (traceback), 130 on Ctrl-C."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    debug = bool(os.environ.get("DPAUDIT_DEBUG"))
     try:
         return int(args.func(args) or 0)
-    except (UsageError, ValueError, OSError) as exc:
-        # Bad input is reported in one line; DPAUDIT_DEBUG=1 shows the traceback for bug reports.
-        if os.environ.get("DPAUDIT_DEBUG"):
+    except InvalidArgument as exc:  # UsageError included
+        if debug:
             raise
         print(f"dpaudit: error: {exc}", file=sys.stderr)
-        return 2
+        return USAGE_ERROR
     except KeyboardInterrupt:
         print("dpaudit: interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED
+    except Exception:
+        if debug:
+            raise
+        traceback.print_exc()
+        print(_BUG, file=sys.stderr)
+        return INTERNAL_ERROR
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -120,6 +120,7 @@ _ARGUMENTS = {
 
 def build_mechanism(args: argparse.Namespace):
     """The release sampler with its pair, from the parsed arguments (pairs are drawn from ``--seed``)."""
+    from accountants import validation as check
     from dpaudit.mechanisms import releases
 
     kind, seed = args.mechanism, args.seed
@@ -135,7 +136,7 @@ def build_mechanism(args: argparse.Namespace):
         sketch = releases.sketch_pair(
             args.n, args.m, args.norm_bound, args.sensitivity, args.lambda_min, args.direction, seed
         )
-        sigma_a = 1 / math.sqrt(args.r) if args.sigma_a is None else args.sigma_a
+        sigma_a = 1 / math.sqrt(check.count("--r", args.r)) if args.sigma_a is None else args.sigma_a
         return releases.GaussianSketch(sketch, args.r, sigma_a, args.sigma_g)
     pair = releases.one_column_change(args.d, args.n, args.beta_perp, args.rho_parallel, args.rho_perp, seed)
     if kind == "wishart-m1":

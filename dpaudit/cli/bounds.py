@@ -11,6 +11,8 @@ import dataclasses
 import json
 import math
 
+from dpaudit.errors import UsageError
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -242,9 +244,9 @@ def _m2(args):
 
     targets, by_delta = _queries(args)
     if (args.sample_rate is None) != (args.steps is None):
-        raise ValueError("--sample-rate and --steps go together (multi-step accounting, [W] App. F.2)")
+        raise UsageError("--sample-rate and --steps go together (multi-step accounting, [W] App. F.2)")
     if args.sample_rate is not None and not by_delta:
-        raise ValueError("multi-step accounting (--sample-rate, --steps) reports eps: use --delta")
+        raise UsageError("multi-step accounting (--sample-rate, --steps) reports eps: use --delta")
     common = (args.sensitivity, args.sigma, args.d, args.r)
     mixture = dict(singular_values=args.singular_values, samples=args.samples, seed=args.seed)
     bounds = []
@@ -327,15 +329,15 @@ def _prism_arguments(p):
 def _prism(args):
     from accountants import prism
 
-    bounds, _ = _dpsgd(args)
-    scale = args.noise_multiplier * args.clip / args.batch_size
     extra = {
         "intrinsic noise energy [P] Eq. 21": prism.intrinsic_noise_energy(
             args.noise_multiplier, args.clip, args.batch_size, args.m, args.n, args.r
         )
     }
+    scale = args.noise_multiplier * args.clip / args.batch_size  # all three checked > 0 just above
     if (args.a_norm is None) != (args.b_norm is None):
-        raise ValueError("--a-norm and --b-norm go together (factor-space energy, [P] Prop. 2.2)")
+        raise UsageError("--a-norm and --b-norm go together (factor-space energy, [P] Prop. 2.2)")
+    bounds, _ = _dpsgd(args)
     if args.a_norm is not None:
         energy = prism.factor_noise_energy(scale, args.m, args.n, args.r, args.a_norm, args.b_norm)
         extra["factor-space noise energy [P] Prop. 2.2"] = energy.effective

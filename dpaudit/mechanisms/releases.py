@@ -43,6 +43,9 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
+from accountants import validation as check
+from accountants.validation import InvalidArgument
+
 Side = Literal["V", "V'"]
 SIDES: tuple[Side, Side] = ("V", "V'")
 
@@ -53,28 +56,6 @@ _RANK_TOLERANCE = 1e-10
 
 
 # ---------------------------------------------------------------------------------------------- checks
-
-
-def _count(name: str, value, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not float(value).is_integer() or int(value) < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def _real(name: str, value, low: float, high: float, *, low_open: bool = False, high_open: bool = False) -> float:
-    value = float(value)
-    below = value <= low if low_open else value < low
-    above = value >= high if high_open else value > high
-    if math.isnan(value) or below or above:
-        interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
-        raise ValueError(f"{name} must be in {interval}, got {value}")
-    return value
-
-
-def _side(side) -> Side:
-    if side not in SIDES:
-        raise ValueError(f"side must be 'V' or \"V'\" (the pair's first input or its neighbour), got {side!r}")
-    return side
 
 
 def _read_only(array) -> np.ndarray:
@@ -98,9 +79,14 @@ def _aligned(frame: np.ndarray, rho: float) -> tuple[np.ndarray, np.ndarray]:
     return frame[:, 0], rho * frame[:, 0] + math.sqrt((1 - rho) * (1 + rho)) * frame[:, 1]
 
 
+def _pair_size(shape: str, elements: int) -> None:
+    # the arrays, a Haar frame of their size, and LAPACK's workspace for its QR/SVD: a few copies of each
+    check.allocation(f"the pair's {shape} arrays", 8 * 8 * elements, "lower the dimensions")
+
+
 def _pair_rng(seed) -> np.random.Generator:
     # Stream 0 of the seed: the pair's arrays never share draws with an audit's samples (streams >= 1 there).
-    return np.random.default_rng([_count("seed", seed, minimum=0), 0])
+    return np.random.default_rng([check.seed("seed", seed), 0])
 
 
 # ---------------------------------------------------------------------------------------------- pairs
@@ -115,7 +101,7 @@ class _Pair:
     def __post_init__(self):
         first, second = (_read_only(getattr(self, name)) for name in self._inputs)
         if first.ndim != self._ndim or first.shape != second.shape:
-            raise ValueError(
+            raise InvalidArgument(
                 f"{self._inputs[0]} and {self._inputs[1]} must be {self._ndim}-D arrays of one shape, "
                 f"got {first.shape} and {second.shape}"
             )
@@ -124,7 +110,7 @@ class _Pair:
 
     def input(self, side: Side) -> np.ndarray:
         """The input of ``side``: the first array for ``"V"``, its neighbour for ``"V'"``."""
-        return getattr(self, self._inputs[SIDES.index(_side(side))])
+        return getattr(self, self._inputs[SIDES.index(check.one_of("side", side, SIDES))])
 
 
 @dataclass(frozen=True, eq=False)
@@ -157,15 +143,17 @@ def aligned_unit_vectors(d: int, rho: float, seed: int = 0) -> VectorPair:
     ``v = e``, ``v' = rho e + sqrt(1 - rho^2) w`` for a Haar-random orthonormal pair (e, w). The vector release
     is rotation invariant, so only rho matters; the random plane keeps the samplers honest about that.
     """
-    d = _count("d", d, minimum=2)
-    rho = _real("rho", rho, -1.0, 1.0, low_open=True)
+    d = check.count("d", d, minimum=2)
+    rho = check.real_in("rho", rho, -1.0, 1.0, low_open=True)
+    _pair_size(f"d = {d}", 2 * d)
     return VectorPair(*_aligned(_orthonormal_frame(_pair_rng(seed), d, 2), rho))
 
 
 def vectors_at_distance(d: int, sensitivity: float, seed: int = 0) -> VectorPair:
     """``v = 0`` and ``v' = sensitivity * u`` for a Haar-random unit u: a pair at l2 distance ``sensitivity``."""
-    d = _count("d", d)
-    sensitivity = _real("sensitivity", sensitivity, 0.0, math.inf, low_open=True, high_open=True)
+    d = check.count("d", d)
+    sensitivity = check.positive("sensitivity", sensitivity)
+    _pair_size(f"d = {d}", 2 * d)
     return VectorPair(np.zeros(d), sensitivity * _orthonormal_frame(_pair_rng(seed), d, 1)[:, 0])
 
 
@@ -254,17 +242,18 @@ def one_column_change(
     Needs ``d >= n + 1``; ``|rho_parallel| < 1`` with ``beta_perp < 1`` needs ``n >= 3`` (two directions in S),
     and ``n = 1`` (S = {0}) needs ``beta_perp = 1`` (then rho_parallel is vacuous).
     """
-    d, n = _count("d", d, minimum=2), _count("n", n)
-    beta_perp = _real("beta_perp", beta_perp, 0.0, 1.0)
-    rho_parallel = _real("rho_parallel", rho_parallel, -1.0, 1.0)
-    rho_perp = _real("rho_perp", rho_perp, -1.0, 1.0)
+    d, n = check.count("d", d, minimum=2), check.count("n", n)
+    beta_perp = check.real_in("beta_perp", beta_perp, 0.0, 1.0)
+    rho_parallel = check.real_in("rho_parallel", rho_parallel, -1.0, 1.0)
+    rho_perp = check.real_in("rho_perp", rho_perp, -1.0, 1.0)
+    _pair_size(f"d x n = {d} x {n}", d * (n + 1))
     if d < n + 1:
-        raise ValueError(f"d must be >= n + 1 (room for the changed column outside S), got d={d}, n={n}")
+        raise InvalidArgument(f"d must be >= n + 1 (room for the changed column outside S), got d={d}, n={n}")
     if n == 1 and beta_perp != 1.0:
-        raise ValueError("with n = 1, S = span(V_-j) = {0}: beta_perp must be 1")
+        raise InvalidArgument("with n = 1, S = span(V_-j) = {0}: beta_perp must be 1")
     s = n - 1
     if abs(rho_parallel) < 1 and beta_perp < 1 and s < 2:
-        raise ValueError(f"|rho_parallel| < 1 needs two directions in S = span(V_-j), i.e. n >= 3, got n={n}")
+        raise InvalidArgument(f"|rho_parallel| < 1 needs two directions in S = span(V_-j), i.e. n >= 3, got n={n}")
     rng = _pair_rng(seed)
     frame = _orthonormal_frame(rng, d, n + 1)
     inside, outside = frame[:, :s], frame[:, s:]  # S = span(inside); two directions of S^perp
@@ -291,11 +280,12 @@ def low_rank_change(d: int, n: int, rank: int, frobenius_norm: float, seed: int 
 
     U (d x s) and W (n x s) are Haar-random orthonormal frames, so ``|Delta V|_F = f`` and ``rank = s`` exactly.
     """
-    d, n = _count("d", d), _count("n", n)
-    rank = _count("rank", rank)
+    d, n = check.count("d", d), check.count("n", n)
+    _pair_size(f"d x n = {d} x {n}", d * n)
+    rank = check.count("rank", rank)
     if rank > min(d, n):
-        raise ValueError(f"rank must be <= min(d, n) = {min(d, n)}, got {rank}")
-    frobenius_norm = _real("frobenius_norm", frobenius_norm, 0.0, math.inf, low_open=True, high_open=True)
+        raise InvalidArgument(f"rank must be <= min(d, n) = {min(d, n)}, got {rank}")
+    frobenius_norm = check.positive("frobenius_norm", frobenius_norm)
     rng = _pair_rng(seed)
     V = rng.standard_normal((d, n))
     V /= np.linalg.norm(V, axis=0, keepdims=True)
@@ -372,16 +362,18 @@ def sketch_pair(
     rank only if ``B_S^2 <`` the eigenvalue along u; the constructor requires it (with sigma_g = 0 the sketch of a
     rank-deficient Q' lives on a subspace, and [S] Lemma 7.1 needs Gamma > 1 anyway).
     """
-    n, m = _count("n", n), _count("m", m)
+    n, m = check.count("n", n), check.count("m", m)
+    _pair_size(f"n x m = {n} x {m}", n * m)
     if m < n + 1:
-        raise ValueError(f"m must be >= n + 1 (n columns for a full-rank Q' plus the changed one), got m={m}, n={n}")
-    norm_bound = _real("norm_bound", norm_bound, 0.0, math.inf, low_open=True, high_open=True)
-    sensitivity = _real("sensitivity", sensitivity, 0.0, math.inf, low_open=True, high_open=True)
-    lambda_min = _real("lambda_min", lambda_min, 0.0, math.inf, low_open=True, high_open=True)
-    if direction not in ("smallest", "largest"):
-        raise ValueError(f"direction must be 'smallest' or 'largest', got {direction!r}")
+        raise InvalidArgument(
+            f"m must be >= n + 1 (n columns for a full-rank Q' plus the changed one), got m={m}, n={n}"
+        )
+    norm_bound = check.positive("norm_bound", norm_bound)
+    sensitivity = check.positive("sensitivity", sensitivity)
+    lambda_min = check.positive("lambda_min", lambda_min)
+    check.one_of("direction", direction, ("smallest", "largest"))
     if norm_bound**2 < n * lambda_min * (1 - 1e-12):
-        raise ValueError(
+        raise InvalidArgument(
             f"norm_bound^2 = {norm_bound**2:.6g} must be >= n * lambda_min = {n * lambda_min:.6g} "
             "(|Q|_F^2 is the sum of n eigenvalues, each >= lambda_min)"
         )
@@ -389,7 +381,7 @@ def sketch_pair(
     eigenvalues = np.array([lambda_min] + [rest] * (n - 1))
     along = 0 if direction == "smallest" else n - 1
     if not sensitivity**2 < eigenvalues[along]:
-        raise ValueError(
+        raise InvalidArgument(
             f"sensitivity^2 = {sensitivity**2:.6g} must be < the eigenvalue {eigenvalues[along]:.6g} "
             f"along the changed column (direction={direction!r}), so that Q' keeps full row rank"
         )
@@ -419,6 +411,15 @@ def _projection_factors(rng: np.random.Generator, count: int, d: int, r: int) ->
     return rng.standard_normal((count, d, r)) / math.sqrt(r)
 
 
+def _release_size(mechanism) -> None:
+    # a chunk holds at least one release, and a release is built from a few arrays of its size
+    check.allocation(
+        f"one release ({mechanism._elements_per_draw()} numbers)",
+        4 * 8 * mechanism._elements_per_draw(),
+        "lower the dimensions",
+    )
+
+
 class _Release:
     """Shared sampling plumbing (see the module docstring). Subclasses are frozen dataclasses."""
 
@@ -441,13 +442,13 @@ class _Release:
 
     def sample(self, rng: np.random.Generator, count: int, side: Side) -> np.ndarray:
         """``count`` full releases under ``side``'s input, shape ``(count, *release_shape)``."""
-        return self._sample(rng, _count("count", count), _side(side))
+        return self._sample(rng, check.count("count", count), check.one_of("side", side, SIDES))
 
     def sample_statistic(
         self, rng: np.random.Generator, count: int, side: Side, *, full_releases: bool = False
     ) -> np.ndarray:
         """``T`` of ``count`` releases under ``side``: from its exact law where known, else from full releases."""
-        count, side = _count("count", count), _side(side)
+        count, side = check.count("count", count), check.one_of("side", side, SIDES)
         if self.draws_statistic_directly and not full_releases:
             return self._draw_statistic(rng, count, side)
         return np.concatenate(
@@ -469,7 +470,8 @@ class GaussianMechanism(_Release):
     draws_statistic_directly: ClassVar[bool] = True
 
     def __post_init__(self):
-        _real("sigma", self.sigma, 0.0, math.inf, low_open=True, high_open=True)
+        check.positive("sigma", self.sigma)
+        _release_size(self)
 
     @property
     def mu(self) -> float:
@@ -508,12 +510,15 @@ class WishartVector(_Release):
     draws_statistic_directly: ClassVar[bool] = True
 
     def __post_init__(self):
-        _count("r", self.r)
+        check.count("r", self.r)
         if self.r > self.pair.d:
-            raise ValueError(f"r must be <= d = {self.pair.d}, got r={self.r}")
+            raise InvalidArgument(f"r must be <= d = {self.pair.d}, got r={self.r}")
+        _release_size(self)
         for name, vector in (("v", self.pair.v), ("v_prime", self.pair.v_prime)):
             if abs(np.linalg.norm(vector) - 1) > 1e-9:
-                raise ValueError(f"{name} must be a unit vector ([W] Sec. 3.1), its norm is {np.linalg.norm(vector)}")
+                raise InvalidArgument(
+                    f"{name} must be a unit vector ([W] Sec. 3.1), its norm is {np.linalg.norm(vector)}"
+                )
 
     def _elements_per_draw(self) -> int:
         return self.pair.d * self.r
@@ -558,9 +563,10 @@ class _MatrixRelease(_Release):
     r: int
 
     def __post_init__(self):
-        _count("r", self.r)
+        check.count("r", self.r)
         if self.r > self.pair.d:
-            raise ValueError(f"r must be <= d = {self.pair.d}, got r={self.r}")
+            raise InvalidArgument(f"r must be <= d = {self.pair.d}, got r={self.r}")
+        _release_size(self)
 
     def _elements_per_draw(self) -> int:
         return self.pair.d * max(self.r, self.pair.n)
@@ -593,7 +599,7 @@ class MatrixProjection(_MatrixRelease):
     def __post_init__(self):
         super().__post_init__()
         if self.pair.n < 2:
-            raise ValueError(
+            raise InvalidArgument(
                 f"the matrix projection needs n >= 2 columns (n = 1 is WishartVector), got n={self.pair.n}"
             )
 
@@ -610,7 +616,7 @@ class NoisyProjectionM1(_MatrixRelease):
 
     def __post_init__(self):
         super().__post_init__()
-        _real("sigma", self.sigma, 0.0, math.inf, low_open=True, high_open=True)
+        check.positive("sigma", self.sigma)
 
     def _release(self, rng, count, V):
         z = _projection_factors(rng, count, self.pair.d, self.r)
@@ -625,7 +631,7 @@ class NoisyProjectionM2(_MatrixRelease):
 
     def __post_init__(self):
         super().__post_init__()
-        _real("sigma", self.sigma, 0.0, math.inf, low_open=True, high_open=True)
+        check.positive("sigma", self.sigma)
 
     def _release(self, rng, count, V):
         z = _projection_factors(rng, count, self.pair.d, self.r)
@@ -651,12 +657,13 @@ class GaussianSketch(_Release):
     draws_statistic_directly: ClassVar[bool] = True
 
     def __post_init__(self):
-        _count("r", self.r)
-        _real("sigma_a", self.sigma_a, 0.0, math.inf, low_open=True, high_open=True)
-        _real("sigma_g", self.sigma_g, 0.0, math.inf, high_open=True)
+        check.count("r", self.r)
+        check.positive("sigma_a", self.sigma_a)
+        check.non_negative("sigma_g", self.sigma_g)
+        _release_size(self)
         for side in SIDES:
             if np.linalg.eigvalsh(self.covariance(side))[0] <= _RANK_TOLERANCE * np.trace(self.covariance(side)):
-                raise ValueError(
+                raise InvalidArgument(
                     f"the sketch covariance sigma_A^2 Q Q^T + sigma_g^2 I under {side} is singular: "
                     "give sigma_g > 0 or data of full row rank"
                 )

@@ -1,0 +1,212 @@
+"""CLI errors tell the truth: bad input is exit 2 in one line; anything else is a bug, exit 3 with its traceback."""
+
+import json
+import math
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from dpaudit.cli import build_parser, main
+
+_BUG_LINE = (
+    "dpaudit: internal error (a bug, not your input): please report it with the command line and the traceback above"
+)
+
+
+def _exit_code(argv: list[str]) -> int:
+    try:
+        return main(argv)
+    except SystemExit as exc:  # argparse's own errors exit from inside parse_args
+        return exc.code
+
+
+def test_a_planted_internal_error_is_a_traceback_with_exit_3(monkeypatch, capsys):
+    from accountants import gaussian
+
+    def broken(*args, **kwargs):
+        raise ValueError("planted bug")
+
+    monkeypatch.setattr(gaussian, "epsilon", broken)
+    monkeypatch.delenv("DPAUDIT_DEBUG", raising=False)
+    assert main(["bounds", "gaussian", "--sigma", "1", "--delta", "1e-5"]) == 3
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "ValueError: planted bug" in err
+    assert err.strip().splitlines()[-1] == _BUG_LINE
+
+
+def test_a_planted_internal_error_is_a_traceback_with_exit_3_in_a_subprocess():
+    program = textwrap.dedent(
+        """
+        import sys
+        from accountants import gaussian
+        from dpaudit.cli import main
+
+        def broken(*args, **kwargs):
+            raise ValueError("planted bug")
+
+        gaussian.epsilon = broken
+        sys.exit(main(["bounds", "gaussian", "--sigma", "1", "--delta", "1e-5"]))
+        """
+    )
+    env = {"PATH": "/usr/bin:/bin"}  # no DPAUDIT_DEBUG
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 3
+    assert "Traceback" in proc.stderr and "ValueError: planted bug" in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == _BUG_LINE
+
+
+def test_debug_mode_raises_the_internal_error(monkeypatch):
+    from accountants import gaussian
+
+    monkeypatch.setattr(gaussian, "epsilon", lambda *a, **k: (_ for _ in ()).throw(ValueError("planted bug")))
+    monkeypatch.setenv("DPAUDIT_DEBUG", "1")
+    with pytest.raises(ValueError, match="planted bug"):
+        main(["bounds", "gaussian", "--sigma", "1", "--delta", "1e-5"])
+
+
+def test_help_documents_the_exit_codes():
+    text = build_parser().format_help()
+    assert "exit codes:" in text and "internal error, a bug in dpaudit" in text and "130" in text
+
+
+@pytest.mark.parametrize(
+    "argv,unknown",
+    [
+        (["audit", "--model", "4"], "--model"),
+        (["bounds", "gaussian", "--sigma", "1", "--sens", "2", "--delta", "1e-5"], "--sens"),
+        (["audit-mechanism", "gaussian", "--sample", "100"], "--sample"),
+    ],
+)
+def test_abbreviated_options_are_refused(argv, unknown, capsys):
+    assert _exit_code(argv) == 2
+    err = capsys.readouterr().err
+    assert f"unrecognized arguments: {unknown}" in err and len(err.strip().splitlines()) == 1
+
+
+# Values the theorems or the machine cannot take, each refused as a usage error naming its option's parameter.
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        (
+            ["audit-mechanism", "gaussian", "--samples", "1000000000000"],
+            "1000000000000 releases per input needs 3.73e+05 GiB, more than the 8 GiB allowed; lower --samples",
+        ),
+        (["audit-mechanism", "gaussian", "--d", "100000000000"], "lower the dimensions"),
+        (["audit-mechanism", "wishart-m1", "--samples", "100", "--training-samples", "10000000000000"], "GiB"),
+        (["audit-mechanism", "sketch", "--r", "0"], "--r must be an integer >= 1"),
+        (["bounds", "gaussian", "--sigma", "1e-300", "--delta", "1e-5"], "mu = sensitivity / sigma"),
+        (
+            [
+                "bounds",
+                "dpsgd",
+                "--noise-multiplier",
+                "1e300",
+                "--sample-rate",
+                "0.01",
+                "--steps",
+                "10",
+                "--delta",
+                "1e-5",
+            ],
+            "noise_multiplier must be in",
+        ),
+        (
+            [
+                "bounds",
+                "wishart-vector",
+                "--rho",
+                "0.9",
+                "--d",
+                "10",
+                "--r",
+                "2",
+                "--samples",
+                "1000000000000",
+                "--delta",
+                "1e-3",
+            ],
+            "lower --samples",
+        ),
+        (
+            [
+                "bounds",
+                "prism",
+                "--noise-multiplier",
+                "1",
+                "--sample-rate",
+                "0.01",
+                "--steps",
+                "10",
+                "--batch-size",
+                "0",
+                "--m",
+                "8",
+                "--n",
+                "8",
+                "--r",
+                "2",
+                "--delta",
+                "1e-5",
+            ],
+            "batch_size must be in",
+        ),
+    ],
+)
+def test_huge_or_degenerate_numbers_are_usage_errors(argv, expected, capsys):
+    assert _exit_code(argv) == 2
+    err = capsys.readouterr().err
+    assert expected in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+_SKETCH = ["bounds", "sketch", "--rank", "8", "--tau", "1", "--lr", "0.01", "--smoothness", "1", "--batch-size", "1000"]
+_SKETCH += ["--lambda-min", "100", "--grad-bound", "0.1", "--steps", "10", "--delta", "1e-5"]
+
+
+@pytest.mark.parametrize("option,value", [("--layers", "0"), ("--layers", "-1"), ("--tau", "0"), ("--tau", "-1")])
+def test_sketch_refuses_nonsense_counts(option, value, capsys):
+    argv = list(_SKETCH)
+    if option in argv:
+        argv[argv.index(option) + 1] = value
+    else:
+        argv += [option, value]
+    assert _exit_code(argv) == 2
+    assert f"{option[2:]} must be an integer >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "option,value", [("--lambda-min", "0"), ("--lr", "1e300"), ("--steps", "1000000000000"), ("--grad-bound", "1e300")]
+)
+def test_sketch_outside_its_theorem_is_inf_with_the_reason(option, value, capsys):
+    argv = list(_SKETCH)
+    argv[argv.index(option) + 1] = value
+    assert main([*argv, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["bounds"]
+    assert {row["valid"] for row in rows} == {False}
+    assert all(row["epsilon"] == "inf" and "needs Gamma >" in row["reason"] for row in rows)
+
+
+def test_dpsgd_with_a_grid_too_large_answers_with_rdp_and_says_so(capsys):
+    from accountants import dpsgd
+
+    # sigma = 1e-6: the PLD grid would hold ~10^18 points (3.55 PiB); the RDP accountant answers in milliseconds.
+    tiny = dpsgd.epsilon(1e-6, 0.01, 100, 1e-5)
+    assert "RDP accountant" in tiny.source and "PLD grid would exceed" in tiny.source
+    assert tiny.valid and 1e13 < tiny.epsilon < 1e14  # ~ q^2 T / (2 sigma^2) / ... ; finite, and huge
+    many = dpsgd.epsilon(1.0, 0.01, 10**12, 1e-5)
+    assert "RDP accountant" in many.source and math.isfinite(many.epsilon)
+    assert many.epsilon > dpsgd.epsilon(1.0, 0.01, 10**4, 1e-5).epsilon
+
+
+def test_rdp_fallback_is_an_upper_bound_on_the_pld_answer(monkeypatch):
+    from accountants import dpsgd
+
+    pld = dpsgd.epsilon(1.0, 0.01, 1000, 1e-5)
+    monkeypatch.setattr(dpsgd, "_MAX_GRID_POINTS", 10)
+    fallback = dpsgd.epsilon(1.0, 0.01, 1000, 1e-5)
+    assert "PLD accountant" in pld.source and "RDP accountant" in fallback.source
+    assert fallback.epsilon == dpsgd.rdp_epsilon(1.0, 0.01, 1000, 1e-5).epsilon
+    assert pld.epsilon < fallback.epsilon < 1.5 * pld.epsilon
+    (curve,) = dpsgd.delta_curve(1.0, 0.01, 1000, [pld.epsilon])
+    assert curve.delta > 1e-5 * 0.999 and "RDP accountant" in curve.source
