@@ -13,7 +13,7 @@ from attacks import epsilon as epsilon_lib
 from attacks import lira, loss, one_run, reference, rmia, tradeoff, white_box
 from attacks import metrics as metrics_lib
 from attacks import scores as score_lib
-from dpaudit.bounds import AnalyticBound, LayerShape, analytic_bound
+from dpaudit.bounds import SKETCH_CLAIM_MECHANISMS, AnalyticBound, LayerShape, SketchClaim, analytic_bound, sketch_claim
 from dpaudit.config import CampaignConfig
 from dpaudit.errors import UsageError
 from dpaudit.store import ChunkOutputs, Plan, RunStore
@@ -153,6 +153,7 @@ class Analysis:
     analytic: AnalyticBound  # the mechanism's analytic ε at the campaign's δ, or why there is none
     seconds: float
     one_run: OneRunBounds | None = None  # the one-run design's bounds
+    sketch_claim: SketchClaim | None = None  # [S] Lemma 7.2's ε at the run's measured λ̄, C, β (LoRA-FA campaigns)
 
     @property
     def in_scores(self) -> np.ndarray:
@@ -198,6 +199,8 @@ def analyse(store: RunStore, attack: str | None = None) -> Analysis:
     member_accuracy = float(correct[membership].mean()) if membership.any() and config.canary == "input" else None
     layers = [LayerShape(*map(int, row)) for row in plan.layer_shapes]
     analytic = analytic_bound(config, int(plan.max_members), layers)
+    measured = store.measurements() if config.mechanism in SKETCH_CLAIM_MECHANISMS else None
+    claim = None if measured is None else sketch_claim(config, layers, measured)
     return Analysis(
         config,
         attack,
@@ -211,6 +214,7 @@ def analyse(store: RunStore, attack: str | None = None) -> Analysis:
         analytic,
         store.seconds(),
         one_run_result,
+        claim,
     )
 
 
@@ -218,7 +222,7 @@ def analyse(store: RunStore, attack: str | None = None) -> Analysis:
 class Verdict:
     """Theory vs audit (docs/theory.md §3.7): does the audit contradict the analytic (ε, δ)?"""
 
-    outcome: str  # consistent | violated | inconclusive
+    outcome: str  # consistent | violated | inconclusive | confirmed (a mechanism proven not DP, shown to leak)
     reason: str
     max_allowed_auc: float | None  # the largest AUC any attack can reach under the analytic (ε, δ)
 
@@ -228,6 +232,8 @@ def verdict(analysis: Analysis) -> Verdict:
     analytic_epsilon, delta = analysis.analytic.epsilon, analysis.config.delta
     allowed = None if analytic_epsilon is None else tradeoff.max_auc((analytic_epsilon, delta))
     pooled = None if analysis.one_run is None else analysis.one_run.pooled
+    if analysis.analytic.not_dp:
+        return _not_dp_verdict(analysis)
     if pooled is not None and analytic_epsilon is not None:
         violated = pooled.epsilon > analytic_epsilon
         return Verdict(
@@ -249,3 +255,64 @@ def verdict(analysis: Analysis) -> Verdict:
         max_allowed_auc=allowed,
     )
     return Verdict(result.outcome, result.reason, allowed)
+
+
+def empirical_epsilon(analysis: Analysis) -> tuple[float, str] | None:
+    """The audit's valid ε lower bound and its name: Clopper-Pearson, else the pooled one-run bound; None if none."""
+    if analysis.bound is not None:
+        return analysis.bound.epsilon, "Clopper-Pearson"
+    pooled = None if analysis.one_run is None else analysis.one_run.pooled
+    return None if pooled is None else (pooled.epsilon, "one-run, pooled")
+
+
+def _not_dp_verdict(analysis: Analysis) -> Verdict:
+    """A mechanism proven not DP at any ε (docs/theory.md §3.7): the audit can confirm that it leaks, not refute it.
+
+    confirmed: the ε lower bound is above 0 or (independent trials only) the AUC's lower 95% limit is above ½,
+    each wrong with probability at most 5% (2.5%) if the mechanism leaked nothing; inconclusive otherwise.
+    """
+    found = empirical_epsilon(analysis)
+    claim = analysis.analytic.reason
+    if found is None:
+        return Verdict(
+            "inconclusive",
+            f"{claim}; this design's trials share models, so there is no valid empirical ε lower bound to show it",
+            None,
+        )
+    epsilon, method = found
+    low, high = analysis.metrics.auc_ci
+    auc_evidence = analysis.bound is not None and low > 0.5
+    evidence = f"ε ≥ {epsilon:.3g} ({method}, 95%) at AUC {analysis.metrics.auc:.2f} [{low:.2f}, {high:.2f}]"
+    if epsilon > 0 or auc_evidence:
+        return Verdict("confirmed", f"confirmed: {claim}; the audit finds {evidence}", None)
+    return Verdict("inconclusive", f"{claim}, but the audit finds no leakage: {evidence}; run more trials", None)
+
+
+@dataclass(frozen=True)
+class SketchClaimVerdict:
+    """[S] Lemma 7.2's claimed ε for the run (:class:`dpaudit.bounds.SketchClaim`) against the audit's ε lower bound."""
+
+    outcome: str  # violated | vacuous | consistent | untested (no valid ε lower bound)
+    reason: str
+
+
+def sketch_claim_verdict(analysis: Analysis) -> SketchClaimVerdict | None:
+    """violated: the audit's ε lower bound exceeds the lemma's ε; vacuous: a condition of the lemma fails here."""
+    claim = analysis.sketch_claim
+    if claim is None:
+        return None
+    if claim.failing:
+        return SketchClaimVerdict("vacuous", f"vacuous (conditions fail: {'; '.join(claim.failing)})")
+    found = empirical_epsilon(analysis)
+    if found is None:
+        return SketchClaimVerdict("untested", f"the lemma claims ε = {claim.epsilon:.3g}; no valid ε lower bound")
+    epsilon, method = found
+    if epsilon > claim.epsilon:
+        return SketchClaimVerdict(
+            "violated",
+            f"violated: the audit's ε ≥ {epsilon:.3g} ({method}, 95%) exceeds the lemma's ε = {claim.epsilon:.3g}"
+            " at the measured λ̄, C, β̂ (inputs valid for every dataset would give a larger ε)",
+        )
+    return SketchClaimVerdict(
+        "consistent", f"consistent: the audit's ε ≥ {epsilon:.3g} ({method}) ≤ the lemma's ε = {claim.epsilon:.3g}"
+    )

@@ -11,7 +11,9 @@ dp-sgd, dp-lora, dp-lora-fa, prism       Poisson-subsampled Gaussian, σ, q, T, 
 m2 with ``--resample-projection``        [W] Thm 5 per step + App. F.2 composition
 m2 with M fixed                          the same when T = 1; none for T > 1 (see below)
 m1                                       none: [W] Thm 3/4 bound one release, not training
-sketch                                   none: [S] Lemma 7.2 needs β and λ̄, not measurable in a run
+sketch                                   none: [S] Lemma 7.2 needs β and λ̄ over every neighbouring
+                                         dataset (measured on the run's models, it is set beside the
+                                         audit as a claim: :func:`sketch_claim`)
 none, lora-fa, any σ = 0                 none: not DP at any ε ([W] Prop. 2)
 =======================================  ===============================================================
 
@@ -48,6 +50,7 @@ class AnalyticBound:
     epsilon: float | None
     source: str | None
     reason: str | None = None
+    not_dp: bool = False  # the paper proves the mechanism is not DP at any ε: an audit can confirm that, not refute it
 
     def summary_fields(self) -> dict:
         """The ``analytic_*`` fields of ``summary.json``."""
@@ -67,6 +70,10 @@ def _none(reason: str) -> AnalyticBound:
     return AnalyticBound(None, None, reason)
 
 
+def _not_dp(reason: str) -> AnalyticBound:
+    return AnalyticBound(None, None, reason, not_dp=True)
+
+
 def _from_accountant(bound, source: str) -> AnalyticBound:
     if not bound.valid:
         return AnalyticBound(None, source, bound.reason)
@@ -81,9 +88,9 @@ def analytic_bound(config: CampaignConfig, members: int, layers: Sequence[LayerS
     """
     name = config.mechanism
     if name in ("none", "lora-fa"):
-        return _none(f"noise-free {name}: {_NOT_DP}")
+        return _not_dp(f"noise-free {name}: {_NOT_DP}")
     if config.noise == 0:
-        return _none(f"σ = 0: noise-free, {_NOT_DP}")
+        return _not_dp(f"σ = 0: noise-free, {_NOT_DP}")
     if name == "m1":
         return _none(
             "[W] Thm 3/4 bound one release M V + Ξ with unit-norm columns and a data-dependent "
@@ -141,6 +148,60 @@ def _m2_multistep(
         return AnalyticBound(None, source, f"the union bound over s = {s} directions exceeds d = {d}")
     bound = wishart.m2_multistep_epsilon(config.delta, 1.0, noise, d, rank, s, sample_rate, steps)
     return _from_accountant(bound, source)
+
+
+SKETCH_CLAIM_MECHANISMS = ("lora-fa", "sketch")  # LoRA-FA, noise-free or noisy: [S] Lemma 7.2 claims an ε for both
+
+
+@dataclass(frozen=True)
+class SketchClaim:
+    """[S] Lemma 7.2's ε for a LoRA-FA campaign at its measured λ̄, C, β (docs/theory.md §2.8).
+
+    ``measured`` is what :func:`dpaudit.campaign.measure_sketch_inputs` recorded on some of the campaign's models:
+    λ̄ = λ_min(G Gᵀ) of the cumulative gradient G = Σ_t ∇_W L^t (smallest over layers and models), C the largest
+    per-example gradient norm of one layer, β̂ a finite-difference smoothness estimate, and the training facts
+    (lr, momentum, schedule, steps). Each of the three is measured on a few datasets and trajectories only: a λ̄
+    valid for every neighbouring dataset can only be smaller, C and β larger, and each of those lowers Γ, so
+    the ε here is the most favourable reading of the lemma. ``failing`` lists the lemma's conditions this run
+    does not meet (Γ ≤ 1 among them); where it is not empty the lemma claims nothing (``epsilon`` may be inf).
+    """
+
+    epsilon: float
+    gamma: float
+    failing: tuple[str, ...]
+    source: str
+    measured: dict
+
+
+def sketch_claim(config: CampaignConfig, layers: Sequence[LayerShape], measured: dict) -> SketchClaim:
+    """[S] Lemma 7.2 (σ_g = 0 for noise-free LoRA-FA, the sketch's σ_g otherwise) at ``measured``'s λ̄, C, β̂.
+
+    τ = n, the largest d_out (the lemma's worst case, [S] App. D.1), L = the number of adapted layers, δ the
+    campaign's. The lemma is stated for replace-one neighbours; the audit's canary is added or removed.
+    """
+    from accountants import sketch
+
+    assert config.rank is not None, "CampaignConfig sets the rank of every LoRA mechanism"
+    sigma_g = float(config.noise or 0.0) if config.mechanism == "sketch" else 0.0
+    lr, steps, batch_size = float(measured["lr"]), int(measured["steps"]), int(measured["batch_size"])
+    smoothness, grad_bound = float(measured["smoothness"]), float(measured["grad_bound"])
+    gram_minimum = float(measured["gram_minimum"])
+    tau = max(layer.d_out for layer in layers)
+    inputs = (lr, smoothness, batch_size, gram_minimum, sigma_g, grad_bound, steps, config.rank)
+    gamma = sketch.gamma_lora(*inputs)
+    bound = sketch.lemma72(config.delta, *inputs, len(layers), tau)
+    failing = [] if gamma > 1 else [f"Γ = {gamma:.3g} ≤ 1"]
+    if float(measured["momentum"]) != 0:
+        failing.append(f"momentum {float(measured['momentum']):g} (the lemma's update is plain SGD)")
+    if measured["schedule"] != "constant":
+        failing.append(f"a {measured['schedule']} learning-rate schedule (the lemma's η is constant)")
+    if config.alpha is not None and config.alpha != config.rank:
+        failing.append(f"scale alpha/r = {config.alpha / config.rank:g} (the lemma's A has N(0, 1/r) entries)")
+    source = (
+        f"[S] Lemma 7.2 + Prop. 4.3 at δ = {config.delta:g}, σ_g = {sigma_g:g}, η = {lr:g}, b = {batch_size},"
+        f" T = {steps}, r = {config.rank}, L = {len(layers)}, τ = n = {tau}; replace-one"
+    )
+    return SketchClaim(bound.epsilon, gamma, tuple(failing), source, dict(measured))
 
 
 def layer_shapes(module) -> list[LayerShape]:

@@ -7,6 +7,7 @@ Layout::
     RUN_DIR/plan.npz                 targets, design membership, canary, reference logits (everything analysis needs)
     RUN_DIR/chunks/models-A-B.npz    outputs of shadow models A..B-1
     RUN_DIR/timing.json              the campaign's wall time, summed over sessions
+    RUN_DIR/measured.json            LoRA-FA campaigns: [S] Lemma 7.2's λ̄, C, β measured on a few of its models
     RUN_DIR/.lock                    held (flock) by the process that trains
     RUN_DIR/summary.json, scores.csv, roc*.png, report.*   written by the analysis
 
@@ -561,6 +562,27 @@ class RunStore:
                     Path(entry.path).unlink(missing_ok=True)
                 except (PermissionError, OverflowError):
                     continue
+
+    # -- measurements -----------------------------------------------------------------------------------------
+
+    def write_measurements(self, values: dict) -> None:
+        """measured.json: numbers measured on the campaign's models after training, bound to campaign.json."""
+        record = {"campaign": self._record(), "values": values}
+        write_file(self.root, "measured.json", json_text(record).encode())
+
+    def measurements(self) -> dict | None:
+        """measured.json's values, None if absent (not measured yet: `dpaudit resume` measures them)."""
+        fix = "delete it; `dpaudit resume` measures again"
+        record = read_json(self.root, "measured.json", fix)
+        if record is ABSENT:
+            return None
+        if not (isinstance(record, dict) and isinstance(record.get("campaign"), str)):
+            raise self._damaged("measured.json", 'is not {"campaign": ..., "values": {...}}', fix)
+        self._check_record("measured.json", record["campaign"])
+        values = record.get("values")
+        if not isinstance(values, dict):
+            raise self._damaged("measured.json", 'is not {"campaign": ..., "values": {...}}', fix)
+        return values
 
     # -- timing ------------------------------------------------------------------------------------------------
 
