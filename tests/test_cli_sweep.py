@@ -44,8 +44,9 @@ _BASES = {
         *("--sample-rate", "0.01", "--steps", "10", "--delta", "1e-5"),
     ],
     ("bounds", "sketch"): [
-        *("--rank", "8", "--tau", "1", "--lr", "0.1", "--smoothness", "1", "--batch-size", "32"),
-        *("--lambda-min", "1", "--grad-bound", "1", "--steps", "100", "--sigma-g", "0.1", "--delta", "1e-5"),
+        # Gamma = 2.4e4: both [S] bounds hold, so that every option reaches the arithmetic
+        *("--rank", "8", "--tau", "1", "--lr", "0.01", "--smoothness", "1", "--batch-size", "1000"),
+        *("--lambda-min", "100", "--grad-bound", "0.1", "--steps", "10", "--sigma-g", "0.1", "--delta", "1e-5"),
     ],
     ("bounds", "prism"): [
         *("--noise-multiplier", "1", "--sample-rate", "0.01", "--steps", "100", "--batch-size", "32"),

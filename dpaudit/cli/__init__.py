@@ -7,7 +7,6 @@ Subcommand modules import heavy dependencies (torch, peft) inside their handlers
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import os
 import sys
@@ -15,7 +14,6 @@ import traceback
 from pathlib import Path
 
 from accountants.validation import InvalidArgument
-from dpaudit.errors import UsageError
 
 # Module names under dpaudit.cli, in the order ``dpaudit --help`` lists them.
 _SUBCOMMANDS = ("audit", "resume", "analyse", "report", "bounds", "audit_mechanism")
@@ -52,18 +50,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):  # noqa: D401 - argparse API
         self.exit(USAGE_ERROR, f"{self.prog}: error: {message}\n")
-
-
-@contextlib.contextmanager
-def user_path(path: Path | str, action: str):
-    """Report an OSError on a path the user gave (``action`` it, e.g. "create the run directory") as a usage error.
-
-    Only around the operation on the user's own path: an OSError anywhere else is a bug and surfaces as one.
-    """
-    try:
-        yield
-    except OSError as exc:
-        raise UsageError(f"cannot {action} {path}: {exc.strerror or exc}; give another path") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
