@@ -159,6 +159,26 @@ def finite_array(name: str, values, *, ndim: int) -> np.ndarray:
     return array
 
 
+def class_labels(name: str, values) -> np.ndarray:
+    """``values`` as a 1-D int64 array of class labels: whole numbers only (``3.0`` is accepted, ``"cat"`` is not)."""
+    array = np.asarray(values)
+    if array.ndim != 1:
+        raise InvalidArgument(f"{name} must be a 1-D array of class labels (one per example); got shape {array.shape}")
+    numeric = np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)
+    if array.dtype == np.bool_ or not numeric:
+        raise InvalidArgument(
+            f"{name} must hold integer class labels; got dtype {array.dtype}: encode the classes as 0..C-1"
+        )
+    if np.issubdtype(array.dtype, np.floating):
+        bad = np.flatnonzero(~np.isfinite(array) | (array != np.round(array)))
+        if bad.size:
+            raise InvalidArgument(
+                f"{name} must hold integer class labels; got {float(array[bad[0]])} at index {int(bad[0])}"
+                f"{f' and {bad.size - 1} more' if bad.size > 1 else ''}: encode the classes as 0..C-1"
+            )
+    return array.astype(np.int64)
+
+
 def score_vector(name: str, values) -> np.ndarray:
     """A non-empty, finite, 1-D float64 vector of attack scores."""
     array = finite_array(name, values, ndim=1)

@@ -190,7 +190,7 @@ def theory_vs_audit_rows(entries: list[RunEntry]) -> list[dict[str, str]]:
         rows.append(
             {
                 "run": entry.label,
-                "mechanism": s["mechanism"],
+                "mechanism": s["mechanism"] + (f" (mutant {s['config']['mutant']})" if s.get("planted_bug") else ""),
                 "parameters": _parameters(s),
                 "analytic ε": _number(s.get("analytic_epsilon")),
                 "bound": bound,
@@ -207,6 +207,11 @@ def theory_vs_audit_rows(entries: list[RunEntry]) -> list[dict[str, str]]:
 
 
 # -- writers ----------------------------------------------------------------------------------------------------
+
+
+def _planted_bugs(entries: list[RunEntry]) -> list[str]:
+    """The report's first lines: one per run with a planted bug (:mod:`dpaudit.mutants`), none for correct runs."""
+    return [f"{entry.label}: {entry.summary['planted_bug']}" for entry in entries if entry.summary.get("planted_bug")]
 
 
 def _figures(entries: list[RunEntry]) -> list[tuple[str, str, bytes]]:
@@ -228,6 +233,7 @@ def _html(entries: list[RunEntry], rows: list[dict[str, str]], figures) -> str:
     configs = "".join(
         f"<h3>{e(x.label)}</h3><pre>{e(json.dumps(x.summary['config'], indent=1))}</pre>" for x in entries
     )
+    bugs = "".join(f'<p class="planted-bug"><strong>{e(bug)}</strong></p>' for bug in _planted_bugs(entries))
     images = "".join(
         f'<figure><img alt="{e(caption)}" src="data:image/png;base64,'
         f'{base64.b64encode(png).decode()}"><figcaption>{e(caption)}</figcaption></figure>'
@@ -239,7 +245,7 @@ def _html(entries: list[RunEntry], rows: list[dict[str, str]], figures) -> str:
 td,th{{border:1px solid #bbb;padding:4px 6px;font-size:13px;vertical-align:top}}th{{background:#eee}}
 figure{{display:inline-block;margin:0.5em}}pre{{background:#f6f6f6;padding:0.5em;font-size:12px}}</style>
 </head><body>
-<h1>dpaudit report</h1>
+{bugs}<h1>dpaudit report</h1>
 <p>Does each mechanism leak as much as its analytic bound allows, or more? A verdict is <em>violated</em> when
 the empirical ε lower bound (or the AUC's lower confidence limit) exceeds what the analytic (ε, δ) allows.</p>
 <h2>Theory vs audit</h2>
@@ -267,7 +273,9 @@ def _code_block(text: str, language: str) -> list[str]:
 
 
 def _markdown(entries: list[RunEntry], rows: list[dict[str, str]], figures) -> str:
+    bugs = [f"**{_markdown_text(bug)}**" for bug in _planted_bugs(entries)]
     lines = [
+        *(bugs + [""] if bugs else []),
         "# dpaudit report",
         "",
         "## Theory vs audit",

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from accountants import validation as check
+from dpaudit import mutants
 from dpaudit.errors import UsageError
 
 TRAINING_MECHANISMS = ("none", "lora-fa", "m1", "m2", "sketch", "dp-sgd", "dp-lora", "dp-lora-fa", "prism")
@@ -60,6 +61,7 @@ _HASHED_WHEN_CHANGED = {
     "canary_norm": None,
     "observe": "outputs",
     "canaries": None,
+    "mutant": None,
 }
 PRECISIONS = ("fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
@@ -107,6 +109,7 @@ class CampaignConfig:
     canary_norm: float | None = None  # gradient canaries' norm (no CLI flag); None: C, or 1 without clipping
     observe: str | None = None  # outputs | weights | steps; None: outputs (input canary), steps (gradient)
     canaries: int | None = None  # M, the canaries of the one-run design
+    mutant: str | None = None  # a planted bug (dpaudit.mutants), for tests and benchmarks: no CLI flag or TOML key
 
     def __post_init__(self):
         checked = {
@@ -132,6 +135,17 @@ class CampaignConfig:
             raise UsageError("--null applies to the canary and one-run designs only")
         for name, value in self._canary_options().items():
             object.__setattr__(self, name, value)
+        if self.mutant is not None:
+            self._check_mutant()
+
+    def _check_mutant(self) -> None:
+        """A planted bug (:mod:`dpaudit.mutants`) names a mutant and a mechanism it can be planted in."""
+        check.one_of("mutant", self.mutant, tuple(mutants.MUTANTS))
+        if self.mechanism not in mutants.MUTATED_MECHANISMS or self.denoise:
+            raise UsageError(
+                f"mutant {self.mutant!r} is planted in {', '.join(mutants.MUTATED_MECHANISMS)} without --denoise,"
+                f" not in {self.mechanism}{' with --denoise' if self.denoise else ''}"
+            )
 
     def _canary_options(self) -> dict:
         """Canary kind, direction, norm, observation and count checked together (docs/theory.md §3.9).
@@ -340,4 +354,9 @@ def load_toml(path) -> dict:
     nested = [key for key, value in table.items() if isinstance(value, dict)]
     if nested:
         raise UsageError(f"config file {path}: tables are not supported ({', '.join(nested)}); use flat keys")
+    if "mutant" in table:
+        raise UsageError(
+            f"config file {path}: 'mutant' plants a DP bug on purpose (dpaudit.mutants) and is for tests and"
+            " benchmarks only: remove the key"
+        )
     return table

@@ -8,21 +8,32 @@ Every dataset comes as a :class:`Dataset` with three fixed parts:
 
 The split depends on the dataset alone (a fixed seed), never on the campaign seed, so that every campaign on
 a dataset audits the same private pool. Features are standardised with the public part's statistics.
+
+A user's own data (:func:`from_npz`, :func:`from_csv`) is checked as it is read: every defect (a missing array, a
+shape mismatch, a NaN feature, a label that is not a whole number, too small a split) is a one-line
+:class:`UsageError` naming the file and the fix. Byte-level text (``text``, ``text:PATH``) is in :mod:`dpaudit.text`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from accountants import validation as check
 from dpaudit.errors import UsageError
 
 # Fractions (public, private); the rest is test. Fixed: the split is part of the dataset's identity.
 _SPLIT = (0.4, 0.4)
 _SPLIT_SEED = 20260101
+# Examples every part needs: the public part's standard deviation standardises the features, each shadow model
+# trains on some private examples and leaves others out, and test accuracy needs more than one example.
+MIN_SPLIT_EXAMPLES = 2
+# The arrays of an .npz holding its own public/private/test split.
+SPLIT_KEYS = ("x_public", "y_public", "x_private", "y_private", "x_test", "y_test")
 
 CIFAR10_RECORD_BYTES = 1 + 3 * 32 * 32
 _CIFAR10_TRAIN_FILES = tuple(f"data_batch_{i}.bin" for i in range(1, 6))
@@ -61,21 +72,31 @@ class Dataset:
         return digest.hexdigest()
 
 
-def _standardised_split(name: str, x: np.ndarray, y: np.ndarray, num_classes: int) -> Dataset:
-    order = np.random.default_rng(_SPLIT_SEED).permutation(len(y))
-    n_public = int(_SPLIT[0] * len(y))
-    n_private = int(_SPLIT[1] * len(y))
+def split_indices(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of the public, private and test parts of n examples: dpaudit's fixed 40/40/20 split (a fixed seed)."""
+    order = np.random.default_rng(_SPLIT_SEED).permutation(n)
+    n_public = int(_SPLIT[0] * n)
+    n_private = int(_SPLIT[1] * n)
     public, private, test = np.split(order, [n_public, n_public + n_private])
-    # Per-feature statistics of the public part only: the private pool must not shape preprocessing.
-    axes = (0,) if x.ndim == 2 else (0, 2, 3)
-    mean = x[public].mean(axis=axes, keepdims=True)
-    std = x[public].std(axis=axes, keepdims=True)
+    return public, private, test
+
+
+def _standardised_split(name: str, x: np.ndarray, y: np.ndarray, num_classes: int) -> Dataset:
+    public, private, test = split_indices(len(y))
+    return _standardised(name, ((x[public], y[public]), (x[private], y[private]), (x[test], y[test])), num_classes)
+
+
+def _standardised(name: str, parts, num_classes: int) -> Dataset:
+    """The Dataset of the (x, y) parts (public, private, test), features standardised by the public part."""
+    (x_public, _), *_ = parts
+    # Per-feature statistics of the public part only: the private pool must not shape preprocessing. Images
+    # (N, C, H, W) per channel.
+    axes = (0, 2, 3) if x_public.ndim == 4 else (0,)
+    mean = x_public.mean(axis=axes, keepdims=True)
+    std = x_public.std(axis=axes, keepdims=True)
     std[std == 0] = 1.0
-    z = ((x - mean) / std).astype(np.float32)
-    y = y.astype(np.int64)
-    return Dataset(
-        name, Split(z[public], y[public]), Split(z[private], y[private]), Split(z[test], y[test]), num_classes
-    )
+    public, private, test = (Split(((x - mean) / std).astype(np.float32), y.astype(np.int64)) for x, y in parts)
+    return Dataset(name, public, private, test, num_classes)
 
 
 def digits() -> Dataset:
@@ -141,14 +162,165 @@ def cifar10(folder: str | Path, limit: int | None = None) -> Dataset:
     return _standardised_split("cifar10", x, y, 10)
 
 
+def _existing_file(path: Path, spec: str) -> Path:
+    if not path.is_file():
+        raise UsageError(f"--dataset {spec}: no file {path}; give the path of an existing file")
+    return path
+
+
+def from_npz(path: str | Path) -> Dataset:
+    """A user's arrays from an .npz archive: ``x`` and ``y`` (split by :func:`split_indices`) or :data:`SPLIT_KEYS`.
+
+    ``x``: (n, *input_shape) numeric features (e.g. (n, d) vectors, (n, C, H, W) images); ``y``: (n,) whole-number
+    class labels, renumbered as in :func:`_classes`. Written e.g. by ``numpy.savez(path, x=x, y=y)``.
+    """
+    path = _existing_file(Path(path), f"npz:{path}")
+    try:
+        archive = np.load(path, allow_pickle=False)
+        if not isinstance(archive, np.lib.npyio.NpzFile):
+            raise ValueError("it holds a single array")
+        with archive:
+            arrays = {key: archive[key] for key in archive.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise UsageError(
+            f"{path} is not an .npz archive of numeric arrays ({reason}); write it with numpy.savez(path, x=..., y=...)"
+        ) from None
+    keys = set(arrays)
+    split_keys = keys & set(SPLIT_KEYS)
+    if {"x", "y"} <= keys and not split_keys:
+        x, y = _checked_part(path, arrays, "x", "y")
+        public, private, test = split_indices(len(y))
+        parts = [(x[rows], y[rows]) for rows in (public, private, test)]
+        _check_split_sizes(path, [len(rows) for rows in (public, private, test)], len(y))
+    elif split_keys == set(SPLIT_KEYS) and not keys & {"x", "y"}:
+        parts = [_checked_part(path, arrays, f"x_{part}", f"y_{part}") for part in ("public", "private", "test")]
+        _check_split_sizes(path, [len(y) for _, y in parts], None)
+    else:
+        missing = sorted(({"x", "y"} if not split_keys else set(SPLIT_KEYS)) - keys)
+        lacking = f" (missing {', '.join(missing)})" if missing else ""
+        raise UsageError(
+            f"{path} holds arrays {', '.join(sorted(keys)) or 'none'}{lacking}: it must hold either x and y (split"
+            f" 40/40/20 by dpaudit) or all of {', '.join(SPLIT_KEYS)}, not both"
+        )
+    return _user_dataset(f"npz:{path}", path, parts)
+
+
+def from_csv(path: str | Path) -> Dataset:
+    """A user's table: a ``label`` column of whole-number classes, every other column a numeric feature (pandas).
+
+    Split by :func:`split_indices` like an .npz's ``x`` and ``y``.
+    """
+    import pandas as pd
+
+    path = _existing_file(Path(path), f"csv:{path}")
+    try:
+        frame = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise UsageError(
+            f"{path} is not a readable CSV table ({reason}); write it as comma-separated UTF-8 text"
+        ) from None
+    if "label" not in frame.columns:
+        raise UsageError(
+            f"{path} has no 'label' column (columns: {', '.join(map(str, frame.columns[:10]))}); name the class column"
+            " 'label'"
+        )
+    features = [column for column in frame.columns if column != "label"]
+    text = [str(column) for column in features if not pd.api.types.is_numeric_dtype(frame[column])]
+    if not features or text:
+        raise UsageError(
+            f"{path}: every column but 'label' must be a numeric feature; "
+            + (f"non-numeric column(s): {', '.join(text[:5])}; encode or drop them" if text else "there is none")
+        )
+    arrays = {"features": frame[features].to_numpy(), "label": frame["label"].to_numpy()}
+    x, y = _checked_part(path, arrays, "features", "label")
+    rows = split_indices(len(y))
+    _check_split_sizes(path, [len(part) for part in rows], len(y))
+    return _user_dataset(f"csv:{path}", path, [(x[part], y[part]) for part in rows])
+
+
+def _checked_part(path: Path, arrays: dict[str, np.ndarray], x_key: str, y_key: str) -> tuple[np.ndarray, np.ndarray]:
+    """Features (n, ...) float64, all finite, and labels (n,) int64 whole numbers, one per example."""
+    x = np.asarray(arrays[x_key])
+    if x.ndim < 2:
+        raise UsageError(
+            f"{path}: {x_key} has shape {x.shape}; it must be (examples, features...): reshape a single feature"
+            " column to (n, 1)"
+        )
+    x = check.finite_array(f"{path}: {x_key}", x, ndim=x.ndim)
+    y = check.class_labels(f"{path}: {y_key}", arrays[y_key])
+    if len(x) != len(y):
+        raise UsageError(f"{path}: {x_key} has {len(x)} examples but {y_key} has {len(y)} labels; give one per example")
+    return x, y
+
+
+def _check_split_sizes(path: Path, sizes: list[int], total: int | None) -> None:
+    small = [(part, size) for part, size in zip(("public", "private", "test"), sizes) if size < MIN_SPLIT_EXAMPLES]
+    if small:
+        part, size = small[0]
+        how = (
+            f"provide at least {_smallest_splittable()} examples (the fixed 40/40/20 split)"
+            if total is not None
+            else f"put at least {MIN_SPLIT_EXAMPLES} examples in x_{part}"
+        )
+        raise UsageError(
+            f"{path}: the {part} part has {size} example(s); every part needs at least {MIN_SPLIT_EXAMPLES} (the public"
+            f" part's standard deviation standardises features, shadow models leave private examples out, test"
+            f" accuracy): {how}"
+        )
+
+
+def _smallest_splittable() -> int:
+    """The fewest examples whose fixed split (:func:`split_indices`) gives every part MIN_SPLIT_EXAMPLES."""
+    n = MIN_SPLIT_EXAMPLES
+    while min(len(part) for part in split_indices(n)) < MIN_SPLIT_EXAMPLES:
+        n += 1
+    return n
+
+
+def _user_dataset(name: str, path: Path, parts: list[tuple[np.ndarray, np.ndarray]]) -> Dataset:
+    shapes = {x.shape[1:] for x, _ in parts}
+    if len(shapes) > 1:
+        described = ", ".join(f"{part} {x.shape[1:]}" for part, (x, _) in zip(("public", "private", "test"), parts))
+        raise UsageError(f"{path}: the parts' feature shapes differ ({described}); give every part the same features")
+    classes = _classes(path, [y for _, y in parts])
+    return _standardised(name, [(x, np.searchsorted(classes, y)) for x, y in parts], len(classes))
+
+
+def _classes(path: Path, labels: list[np.ndarray]) -> np.ndarray:
+    """The sorted distinct labels of all parts: class c is the c-th of them.
+
+    Labels 0..C-1 (each present somewhere) stay as they are; others are renumbered in order, e.g. {-1, 1} → {0, 1}.
+    """
+    classes = np.unique(np.concatenate(labels))
+    if len(classes) < 2:
+        raise UsageError(
+            f"{path}: every label is {classes[0] if len(classes) else 'absent'}; a classifier needs 2+ classes"
+        )
+    return classes
+
+
 def load(spec: str) -> Dataset:
-    """Dataset from its CLI name: ``digits``, ``breast-cancer``, ``synthetic`` or ``cifar10:PATH``."""
+    """Dataset from its CLI name (``CampaignConfig.dataset``).
+
+    ``digits``, ``breast-cancer``, ``synthetic``, ``cifar10:PATH``, ``npz:PATH`` (:func:`from_npz`), ``csv:PATH``
+    (:func:`from_csv`), ``text`` or ``text:PATH`` (:func:`dpaudit.text.load`).
+    """
     if spec == "digits":
         return digits()
     if spec == "breast-cancer":
         return breast_cancer()
     if spec == "synthetic":
         return synthetic()
-    if spec.startswith("cifar10:"):
-        return cifar10(spec.split(":", 1)[1])
-    raise UsageError(f"unknown dataset {spec!r}: use digits, breast-cancer, synthetic or cifar10:PATH")
+    kind, _, path = spec.partition(":")
+    if kind == "text":
+        from dpaudit import text  # text builds on this module's Dataset
+
+        return text.load(path or None)
+    if kind in ("cifar10", "npz", "csv") and path:
+        return {"cifar10": cifar10, "npz": from_npz, "csv": from_csv}[kind](path)
+    raise UsageError(
+        f"unknown dataset {spec!r}: use digits, breast-cancer, synthetic, cifar10:PATH, npz:PATH, csv:PATH, text or"
+        " text:PATH"
+    )

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from attacks import metrics as metrics_lib
-from dpaudit import audit_report
+from dpaudit import audit_report, mutants
 from dpaudit.analysis import CONFIDENCE, FPRS, Analysis, OneRunBounds, verdict, white_box_statistic
 from dpaudit.store import json_text, write_file
 
@@ -57,6 +57,7 @@ def summary(analysis: Analysis) -> dict:
     """The audit's numbers (``dpaudit audit --json``): attack metrics and the empirical ε lower bounds."""
     config, metrics = analysis.config, analysis.metrics
     numbers = {
+        "planted_bug": mutants.planted_bug(config),  # first: a run with a planted bug says so before anything
         "mechanism": config.mechanism,
         "rank": config.rank,
         "dataset": config.dataset,

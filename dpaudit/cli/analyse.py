@@ -30,13 +30,16 @@ def run(args: argparse.Namespace) -> int:
     store = RunStore(args.run_dir)
     if args.attack != "all":
         return finish(store, args.attack, args.json)
-    from dpaudit import analysis, report
+    from dpaudit import analysis, mutants, report
 
     attacks = analysis.applicable_attacks(store.config())
     rows = {attack: report.summary(analysis.analyse(store, attack)) for attack in attacks}
     if args.json:
         print(json_text(rows), end="")
         return 0
+    bug = mutants.planted_bug(store.config())
+    if bug is not None:
+        print(bug)
     print(f"{'attack':<14}{'AUC':>8}{'TPR@10%':>10}{'TPR@1%':>10}{'TPR@0.1%':>10}{'ε (CP)':>10}")
     for attack, numbers in rows.items():
         tpr = numbers["tpr_at_fpr"]

@@ -213,6 +213,8 @@ def finish(store, attack: str | None, as_json: bool) -> int:
         else f"no bound: {numbers['analytic_reason']}"
     )
     trained = numbers["mechanism"] if numbers["rank"] is None else f"{numbers['mechanism']} rank {numbers['rank']}"
+    if numbers["planted_bug"] is not None:
+        print(numbers["planted_bug"])
     print(
         f"{trained} on {numbers['dataset']} ({numbers['design']} design, {numbers['canary']} canary, "
         f"observed: {numbers['observe']}, "

@@ -16,12 +16,13 @@ prism          tangent-space DP-LoRA                            §1.6, [P] Alg. 
 ``config.denoise`` adds [D]'s spectral denoising (§1.7) to dp-sgd / dp-lora / dp-lora-fa. ``config.rank`` is the
 adapter's rank, or for m1/m2 the rank of the projection M = AᵀA; none and dp-sgd train the full weights without
 any A, so their rank is None (:data:`dpaudit.config.RANKED_MECHANISMS`). ``config.alpha`` scales the adapters only
-(:data:`dpaudit.config.SCALED_MECHANISMS`).
+(:data:`dpaudit.config.SCALED_MECHANISMS`). ``config.mutant`` plants a bug in dp-sgd / dp-lora / dp-lora-fa
+(:mod:`dpaudit.mutants`, tests and benchmarks only).
 """
 
 from __future__ import annotations
 
-from dpaudit import models
+from dpaudit import models, mutants
 from dpaudit.config import CampaignConfig
 from dpaudit.mechanisms.base import Mechanism
 from dpaudit.mechanisms.dpsgd import DP_SGD_PARAMETERIZATIONS, dp_sgd
@@ -45,7 +46,8 @@ def build(config: CampaignConfig) -> Mechanism:
     assert noise is not None, f"CampaignConfig left σ unset for {name!r}"
     if name in DP_SGD_PARAMETERIZATIONS:
         assert clip is not None
-        return dp_sgd(name, noise, clip, config.denoise)
+        correct = dp_sgd(name, noise, clip, config.denoise)
+        return correct if config.mutant is None else mutants.mutate(correct, config)
     if name == "sketch":
         return NoisyLoraFa(noise)
     assert clip is not None and rank is not None
