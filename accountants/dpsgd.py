@@ -125,6 +125,15 @@ def epsilon(
     values, interval = _refined(epsilon_at, scale=lambda values: float(values[0]))
     if values is None:
         return _rdp_instead(noise_multiplier, sample_rate, steps, neighbouring, delta=delta)
+    if not math.isfinite(values[0]):
+        return inapplicable(
+            _SOURCE,
+            neighbouring,
+            f"delta = {delta:g} is below the probability the PLD gives infinite privacy loss (its truncated tails, "
+            f"{_TAIL_MASS:g} per composition): no finite eps",
+            delta=delta,
+            inputs=_inputs(noise_multiplier, sample_rate, steps, delta=delta),
+        )
     return Bound(
         epsilon=float(values[0]),
         delta=delta,

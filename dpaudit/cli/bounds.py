@@ -190,8 +190,10 @@ def _m1_arguments(p):
 
 def _m1(args):
     from accountants import gaussian, wishart
+    from accountants import validation as check
 
-    baseline_sensitivity = (math.sqrt(args.d) + math.sqrt(args.r)) ** 2 / args.r * math.sqrt(args.k) * args.sensitivity
+    r, k = check.count("--r", args.r), check.count("--k", args.k)  # the baseline divides by r before Thm 3 checks it
+    baseline_sensitivity = (math.sqrt(args.d) + math.sqrt(r)) ** 2 / r * math.sqrt(k) * args.sensitivity
     bounds = []
     for d in args.delta:
         bounds.append(

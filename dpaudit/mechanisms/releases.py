@@ -260,7 +260,8 @@ def one_column_change(
     rest = inside @ rng.standard_normal((s, s))
     rest /= np.linalg.norm(rest, axis=0, keepdims=True)
     a_norm = math.sqrt((1 - beta_perp) * (1 + beta_perp))
-    a, a_prime = (a_norm * x for x in _aligned(inside, rho_parallel)) if s else (np.zeros(d), np.zeros(d))
+    # with beta_perp = 1 the columns have no part in S, and rho_parallel is vacuous
+    a, a_prime = (a_norm * x for x in _aligned(inside, rho_parallel)) if a_norm else (np.zeros(d), np.zeros(d))
     b, b_prime = (beta_perp * x for x in _aligned(outside, rho_perp))
     V = np.hstack([rest, (a + b)[:, None]])
     V_prime = np.hstack([rest, (a_prime + b_prime)[:, None]])
