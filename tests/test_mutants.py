@@ -208,3 +208,98 @@ def test_shuffle_as_poisson_divides_the_clipped_sum_by_b():
     torch.testing.assert_close(shuffled, correct, rtol=0, atol=0)  # the same noise, and 2 · 0.25 / b added
     (noise_only,) = _releases(None, _zero_gradients(), 1)
     torch.testing.assert_close(shuffled[:, 0] - noise_only[:, 0], torch.full((K,), 2 * 0.25 / B), rtol=0, atol=1e-6)
+
+
+# -- the audit catches them -------------------------------------------------------------------------------------
+# One full-batch step (q = 1, b = N = 227 breast-cancer examples) of dp-sgd with a Dirac gradient canary observed at
+# every step, 100 IN + 100 OUT models: ~2 s a campaign. At q = 1 the claimed mechanism is exactly the Gaussian
+# mechanism, μ-GDP with μ = √T/σ (the canary moves the clipped sum by C, the noise is σC).
+
+
+def _audit(tmp_path_factory, mutant: str | None, noise: float, canary_norm: float | None):
+    from dpaudit import analysis, campaign
+    from dpaudit.config import Execution
+
+    config = CampaignConfig(
+        mechanism="dp-sgd",
+        dataset="breast-cancer",
+        models=200,
+        epochs=1,
+        batch_size=227,
+        noise=noise,
+        clip=1.0,
+        canary="gradient",
+        observe="steps",
+        canary_norm=canary_norm,
+        mutant=mutant,
+    )
+    out = tmp_path_factory.mktemp(mutant or "correct") / "run"
+    store = campaign.run(config, Execution(device="cpu", workers=1, progress=False), out)
+    return store, analysis.analyse(store)
+
+
+@pytest.fixture(scope="module")
+def no_clipping_audits(tmp_path_factory):
+    """no-clipping and the correct mechanism at σ = 2 (claimed ε = 1.99 at δ = 1e-5), canary norm 10 C."""
+    return {mutant: _audit(tmp_path_factory, mutant, 2.0, 10.0) for mutant in ("no-clipping", None)}
+
+
+def test_the_audit_finds_no_clipping_violated_and_the_correct_mechanism_not(no_clipping_audits):
+    """The unclipped canary shifts an IN step by 10 C/b against noise 2 C/b (μ = 5): IN and OUT separate.
+
+    Chance of a false verdict: the correct mechanism is found violated with probability ≤ 5% (Clopper-Pearson at
+    95%) + 2.5% (the AUC's lower limit); the mutant was missed in 0 of 300 simulated audits of its scores.
+    """
+    from dpaudit.analysis import verdict
+
+    store, mutated = no_clipping_audits["no-clipping"]
+    _, correct = no_clipping_audits[None]
+    assert mutated.analytic == correct.analytic and mutated.analytic.epsilon == pytest.approx(1.993, abs=1e-3)
+    assert verdict(mutated).outcome == "violated"
+    assert mutated.bound.epsilon > mutated.analytic.epsilon
+    assert verdict(correct).outcome == "consistent"
+    assert correct.bound.epsilon < correct.analytic.epsilon
+
+
+def test_half_noise_exceeds_the_claimed_gdp_mu_where_the_correct_mechanism_does_not(tmp_path_factory):
+    """At σ = 1 the claim is μ = 1 (ε = 4.38); half the noise makes it μ = 2, which the GDP route sees.
+
+    The GDP route's 95% lower bound on μ exceeds the claim. Valid because the claimed mechanism is μ-GDP (q = 1): a
+    test whose (FPR, FNR) upper limits fall below the claimed tradeoff curve Φ(Φ⁻¹(1 - FPR) - μ) contradicts it.
+
+    The Clopper-Pearson verdict cannot see it (100 + 100 trials certify at most ε = 2.73; at 2000 + 2000 at most
+    5.69, and a μ = 2 mechanism gives ~3.4 there, benchmarks/bench_mutants.py). Chance of a false outcome: the
+    correct mechanism's μ lower bound exceeds μ = 1 with probability ≤ 5%; the mutant was missed in 17 of 300
+    simulated audits (6%).
+    """
+    _, mutated = _audit(tmp_path_factory, "half-noise", 1.0, None)
+    _, correct = _audit(tmp_path_factory, None, 1.0, None)
+    claimed_mu = 1.0  # √T / σ
+    assert mutated.gdp_bound.mu_lower > claimed_mu
+    assert mutated.gdp_bound.epsilon > mutated.analytic.epsilon
+    assert correct.gdp_bound.mu_lower < claimed_mu
+    assert correct.gdp_bound.epsilon < correct.analytic.epsilon
+
+
+def test_a_mutated_run_is_recorded_reported_first_and_never_resumed_as_a_correct_one(no_clipping_audits, capsys):
+    import json
+
+    from dpaudit import campaign, report
+    from dpaudit.cli import main
+    from dpaudit.config import Execution
+
+    store, mutated = no_clipping_audits["no-clipping"]
+    recorded = json.loads((store.root / "campaign.json").read_text())
+    assert recorded["config"]["mutant"] == "no-clipping"
+    assert recorded["config_hash"] == mutated.config.canonical_hash()
+    numbers = report.write_run(mutated, store.root)
+    assert next(iter(numbers)) == "planted_bug" and numbers["planted_bug"].startswith("PLANTED BUG, on purpose")
+    assert (store.root / "report.md").read_text().splitlines()[0].startswith("**run: PLANTED BUG, on purpose")
+    assert '<body>\n<p class="planted-bug"><strong>run: PLANTED BUG' in (store.root / "report.html").read_text()
+    assert main(["analyse", str(store.root)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == numbers["planted_bug"]
+    correct_config = dataclasses.replace(mutated.config, mutant=None)
+    with pytest.raises(UsageError, match="mutant: 'no-clipping' → None"):
+        campaign.run(correct_config, Execution(device="cpu", workers=1, progress=False), store.root)
+    _, correct = no_clipping_audits[None]
+    assert report.summary(correct)["planted_bug"] is None
