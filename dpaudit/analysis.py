@@ -283,6 +283,8 @@ def _not_dp_verdict(analysis: Analysis) -> Verdict:
     low, high = analysis.metrics.auc_ci
     auc_evidence = analysis.bound is not None and low > 0.5
     evidence = f"ε ≥ {epsilon:.3g} ({method}, 95%) at AUC {analysis.metrics.auc:.2f} [{low:.2f}, {high:.2f}]"
+    if epsilon == 0 and auc_evidence:
+        evidence += " (the AUC's lower limit is above ½; too few trials to certify an ε above 0)"
     if epsilon > 0 or auc_evidence:
         return Verdict("confirmed", f"confirmed: {claim}; the audit finds {evidence}", None)
     return Verdict("inconclusive", f"{claim}, but the audit finds no leakage: {evidence}; run more trials", None)

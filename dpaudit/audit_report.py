@@ -14,6 +14,7 @@ import html
 import io
 import json
 import re
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,11 +79,16 @@ def figure_png(draw, size: tuple[float, float] = (4.8, 4.0), dpi: int = 110) -> 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib import ticker
 
     with matplotlib.rc_context({"text.parse_math": False}):
         fig, ax = plt.subplots(figsize=size)
         try:
             draw(ax)
+            for axis in (ax.xaxis, ax.yaxis):
+                if axis.get_scale() == "log":  # log ticks are formulas (10^{-1}) by default, shown raw here
+                    axis.set_major_formatter(ticker.FuncFormatter(lambda value, _: f"{value:g}"))
+                    axis.set_minor_formatter(ticker.NullFormatter())
             fig.tight_layout()
             buffer = io.BytesIO()
             fig.savefig(buffer, format="png", dpi=dpi)
@@ -91,34 +97,106 @@ def figure_png(draw, size: tuple[float, float] = (4.8, 4.0), dpi: int = 110) -> 
     return buffer.getvalue()
 
 
-def roc_figure(entry: RunEntry) -> bytes:
-    """Log-log ROC; shaded: every (FPR, TPR) the analytic (ε, δ) allows."""
-    roc = metrics_lib.roc_curve(entry.analysis.in_scores, entry.analysis.out_scores)
-    floor = 0.5 / max(roc.n_in, roc.n_out)  # rates of 0 drawn at half the smallest non-zero rate
+ALLOWED_COLOUR = "tab:green"  # the region the analytic (ε, δ) allows
+ROC_COLOUR = "tab:purple"  # the attack's ROC (a colour no other figure uses, so a screenshot can be checked)
+VIOLATION_COLOUR = "tab:red"  # above the diagonal of the ε-vs-ε figure
+# The ε-vs-ε figure's markers: (summary key, label, colour, marker); the one-run keys only where a summary has them.
+EPSILON_SERIES = (
+    ("epsilon_lower_bound", "Clopper-Pearson", "tab:cyan", "o"),
+    ("epsilon_lower_bound_gdp", "GDP", "tab:pink", "s"),
+    ("epsilon_lower_bound_one_run", "one-run (Steinke et al.)", "tab:brown", "^"),
+    ("epsilon_lower_bound_one_run_fdp", "one-run (f-DP)", "tab:olive", "v"),
+)
+
+
+def draw_roc(ax, analysis: Analysis, summary: dict, title: str, loglog: bool) -> None:
+    """An attack's ROC over the region its analytic (ε, δ) allows, shaded (docs/theory.md §3.6).
+
+    The region is TPR ≤ min(e^ε FPR + δ, 1 - e^{-ε}(1 - δ - FPR)) (:func:`attacks.tradeoff.max_tpr_at_fpr`): a
+    curve that leaves it shows a violation. Without a finite analytic ε there is nothing to shade, and the legend
+    says why. On log axes a rate of 0 is drawn at half the smallest non-zero rate.
+    """
+    roc = metrics_lib.roc_curve(analysis.in_scores, analysis.out_scores)
+    floor = 0.5 / max(roc.n_in, roc.n_out) if loglog else 0.0
+    grid = np.logspace(np.log10(floor), 0, 400) if loglog else np.linspace(0, 1, 401)
+    epsilon, delta = summary.get("analytic_epsilon"), summary["delta"]
+    if epsilon is not None and np.isfinite(epsilon):
+        allowed = tradeoff.max_tpr_at_fpr(grid, (epsilon, delta))
+        label = f"allowed by analytic ε={epsilon:.3g}, δ={delta:g}"
+        ax.fill_between(grid, floor, np.maximum(allowed, floor), color=ALLOWED_COLOUR, alpha=0.2, lw=0, label=label)
+    else:
+        why = "not DP at any ε" if analysis.analytic.not_dp else (summary.get("analytic_reason") or "none computed")
+        ax.plot([], [], " ", label="\n".join(textwrap.wrap(f"no analytic ε to shade: {why}", 42)))
+    ax.plot(
+        np.maximum(roc.fpr, floor),
+        np.maximum(roc.tpr, floor),
+        drawstyle="steps-post",
+        color=ROC_COLOUR,
+        lw=1.5,
+        label=f"{summary['attack']} (AUC {summary['auc']:.3f})",
+    )
+    ax.plot(grid, grid, ":", color="grey", label="chance")
+    scale = "log" if loglog else "linear"
+    ax.set(xscale=scale, yscale=scale, xlabel="false positive rate", ylabel="true positive rate", title=title)
+    ax.title.set_fontsize(9)
+    ax.legend(loc="lower right", fontsize=7)
+
+
+def roc_figure(entry: RunEntry, loglog: bool) -> bytes:
+    """The run's ROC (:func:`draw_roc`), linear or log-log."""
+    return figure_png(lambda ax: draw_roc(ax, entry.analysis, entry.summary, entry.label, loglog))
+
+
+def epsilon_figure(entries: list[RunEntry]) -> bytes:
+    """Empirical ε lower bounds against the analytic ε, one point per run and bound, with the diagonal y = x.
+
+    A point above the diagonal (shaded) is a violation. Runs without a finite analytic ε have no place on the
+    x axis and are named in the title. Log axes where the values span more than a factor 30; an empirical ε of
+    0 is then drawn at half the smallest positive value.
+    """
+    placed = [e for e in entries if e.analytic_epsilon is not None and np.isfinite(e.analytic_epsilon)]
+    left_out = [e.label for e in entries if e not in placed]
+    points = [
+        (entry, key, float(entry.summary[key]))
+        for entry in placed
+        for key, *_ in EPSILON_SERIES
+        if entry.summary.get(key) is not None
+    ]
+    values = [v for _, _, v in points] + [float(e.analytic_epsilon) for e in placed]  # type: ignore[arg-type]
+    positive = [v for v in values if v > 0]
+    loglog = bool(positive) and max(positive) / min(positive) > 30
+    floor = min(positive) / 2 if loglog else 0.0
+    top = max(values, default=1.0) * (1.5 if loglog else 1.1) or 1.0
 
     def draw(ax):
-        grid = np.logspace(np.log10(floor), 0, 400)
-        if entry.analytic_epsilon is not None:
-            allowed = tradeoff.max_tpr_at_fpr(grid, (entry.analytic_epsilon, entry.summary["delta"]))
-            ax.fill_between(
-                grid,
-                floor,
-                np.maximum(allowed, floor),
-                color="tab:green",
-                alpha=0.15,
-                label=f"allowed by ε={entry.analytic_epsilon:.3g}, δ={entry.summary['delta']:g}",
+        line = np.array([floor or 0.0, top]) if not loglog else np.geomspace(floor, top, 200)
+        ax.fill_between(line, line, top, color=VIOLATION_COLOUR, alpha=0.1, lw=0, label="violation: above y = x")
+        ax.plot(line, line, "--", color="grey", label="y = x")
+        for key, label, colour, marker in EPSILON_SERIES:
+            shown = [(e, v) for e, k, v in points if k == key]
+            if shown:
+                x = [float(e.analytic_epsilon) for e, _ in shown]
+                ax.plot(x, [max(v, floor) for _, v in shown], marker, color=colour, ms=7, ls="none", label=label)
+        for entry in placed:
+            highest = max([v for e, _, v in points if e is entry], default=floor)
+            ax.annotate(
+                entry.label,
+                (float(entry.analytic_epsilon), max(highest, floor)),
+                fontsize=7,
+                xytext=(4, 4),
+                textcoords="offset points",
             )
-        ax.plot(
-            np.maximum(roc.fpr, floor),
-            np.maximum(roc.tpr, floor),
-            drawstyle="steps-post",
-            label=f"{entry.summary['attack']} (AUC {entry.summary['auc']:.3f})",
-        )
-        ax.plot(grid, grid, ":", color="grey", label="chance")
-        ax.set(xscale="log", yscale="log", xlabel="false positive rate", ylabel="true positive rate", title=entry.label)
-        ax.legend(loc="lower right", fontsize=7)
+        if loglog:
+            ax.set(xscale="log", yscale="log")
+        low = floor / 1.5 if loglog else -0.03 * top  # points at the floor (or 0) stay whole
+        ax.set(xlim=(low, top), ylim=(low, top), xlabel="analytic ε", ylabel="empirical ε lower bound (95%)")
+        title = "empirical vs analytic ε"
+        if left_out:
+            title += "\n" + "\n".join(textwrap.wrap(f"no finite analytic ε: {', '.join(left_out)}", 60))
+        ax.set_title(title, fontsize=8)
+        ax.legend(fontsize=7, loc="lower right")
 
-    return figure_png(draw)
+    return figure_png(draw, size=(5.2, 4.4))
 
 
 def histogram_figure(entry: RunEntry) -> bytes:
@@ -194,19 +272,36 @@ def theory_vs_audit_rows(entries: list[RunEntry]) -> list[dict[str, str]]:
                 "parameters": _parameters(s),
                 "analytic ε": _number(s.get("analytic_epsilon")),
                 "bound": bound,
-                "empirical ε ≥ (95%)": (
-                    f"{_number(s['epsilon_lower_bound'])} (GDP {_number(s['epsilon_lower_bound_gdp'])})"
-                ),
+                "empirical ε ≥ (95%)": _empirical(s),
                 "AUC (95% CI)": f"{s['auc']:.3f} ({lo:.3f}–{hi:.3f})",
                 "max AUC allowed": _number(entry.max_allowed_auc),
                 "verdict": outcome,
                 "why": reason,
             }
         )
+    if any(entry.summary.get("sketch_claim") for entry in entries):
+        for row, entry in zip(rows, entries):
+            claim = entry.summary.get("sketch_claim")
+            row["[S] Lemma 7.2 at measured λ̄, C, β"] = (
+                "n/a" if not claim else f"ε = {_number(claim['epsilon'])}, Γ = {claim['gamma']:.3g}: {claim['reason']}"
+            )
     return rows
 
 
+def _empirical(s: dict) -> str:
+    """The run's empirical ε lower bounds: Clopper-Pearson and GDP, or the one-run design's (pooled)."""
+    if s.get("epsilon_lower_bound") is None and "epsilon_lower_bound_one_run_fdp" in s:
+        pooled, fdp = s["epsilon_lower_bound_one_run"], s["epsilon_lower_bound_one_run_fdp"]
+        return f"one-run {_number(pooled)} (f-DP {_number(fdp)})"
+    return f"{_number(s['epsilon_lower_bound'])} (GDP {_number(s['epsilon_lower_bound_gdp'])})"
+
+
 # -- writers ----------------------------------------------------------------------------------------------------
+
+
+def _finding(entry: RunEntry, entries: list[RunEntry]) -> str:
+    """The run's finding in words (:func:`dpaudit.report.finding`), named by its run where the report has several."""
+    return entry.summary["finding"] if len(entries) == 1 else f"{entry.label}: {entry.summary['finding']}"
 
 
 def _planted_bugs(entries: list[RunEntry]) -> list[str]:
@@ -218,8 +313,11 @@ def _figures(entries: list[RunEntry]) -> list[tuple[str, str, bytes]]:
     """(file name, caption, png) of every figure, in report order."""
     figures = []
     for i, entry in enumerate(entries):
-        figures.append((f"report_roc_{i}.png", f"ROC (log-log), {entry.label}", roc_figure(entry)))
+        figures.append((f"report_roc_linear_{i}.png", f"ROC, {entry.label}", roc_figure(entry, loglog=False)))
+        figures.append((f"report_roc_{i}.png", f"ROC (log-log), {entry.label}", roc_figure(entry, loglog=True)))
         figures.append((f"report_scores_{i}.png", f"IN vs OUT scores, {entry.label}", histogram_figure(entry)))
+    if len(entries) > 1:
+        figures.append(("report_epsilon.png", "empirical against analytic ε", epsilon_figure(entries)))
     parameter = _varying_parameter(entries)
     if parameter is not None:
         figures.append(("report_sweep.png", f"ε and AUC against {parameter}", sweep_figure(entries, parameter)))
@@ -234,6 +332,7 @@ def _html(entries: list[RunEntry], rows: list[dict[str, str]], figures) -> str:
         f"<h3>{e(x.label)}</h3><pre>{e(json.dumps(x.summary['config'], indent=1))}</pre>" for x in entries
     )
     bugs = "".join(f'<p class="planted-bug"><strong>{e(bug)}</strong></p>' for bug in _planted_bugs(entries))
+    findings = "".join(f'<p class="finding"><strong>{e(_finding(x, entries))}</strong></p>' for x in entries)
     images = "".join(
         f'<figure><img alt="{e(caption)}" src="data:image/png;base64,'
         f'{base64.b64encode(png).decode()}"><figcaption>{e(caption)}</figcaption></figure>'
@@ -245,9 +344,13 @@ def _html(entries: list[RunEntry], rows: list[dict[str, str]], figures) -> str:
 td,th{{border:1px solid #bbb;padding:4px 6px;font-size:13px;vertical-align:top}}th{{background:#eee}}
 figure{{display:inline-block;margin:0.5em}}pre{{background:#f6f6f6;padding:0.5em;font-size:12px}}</style>
 </head><body>
-{bugs}<h1>dpaudit report</h1>
+{bugs}{findings}<h1>dpaudit report</h1>
 <p>Does each mechanism leak as much as its analytic bound allows, or more? A verdict is <em>violated</em> when
-the empirical ε lower bound (or the AUC's lower confidence limit) exceeds what the analytic (ε, δ) allows.</p>
+the empirical ε lower bound (or the AUC's lower confidence limit) exceeds what the analytic (ε, δ) allows, and
+<em>confirmed</em> when a mechanism its paper proves not DP at any ε is shown to leak (ε lower bound above 0, or
+the AUC's lower limit above ½). Each ROC is drawn over the region the analytic (ε, δ) allows, shaded green; an
+empirical curve straying a little out of it is sampling noise unless the verdict, which accounts for it, says
+violated.</p>
 <h2>Theory vs audit</h2>
 <table id="theory-vs-audit"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
 <h2>Figures</h2>
@@ -274,8 +377,10 @@ def _code_block(text: str, language: str) -> list[str]:
 
 def _markdown(entries: list[RunEntry], rows: list[dict[str, str]], figures) -> str:
     bugs = [f"**{_markdown_text(bug)}**" for bug in _planted_bugs(entries)]
+    findings = [f"**{_markdown_text(_finding(entry, entries))}**" for entry in entries]
     lines = [
         *(bugs + [""] if bugs else []),
+        *[line for finding in findings for line in (finding, "")],
         "# dpaudit report",
         "",
         "## Theory vs audit",

@@ -398,8 +398,10 @@ def measure_sketch_inputs(setup: Setup) -> dict:
         for before, after in pairs:
             start, end = recorder.snapshots[before], recorder.snapshots[after]
             gradients = [full_gradient(weights_at, shadow.frozen, x, y, weights) for weights_at in (start, end)]
-            moved = sum((end[n] - start[n]).double().flatten(1).square().sum(1) for n in start)
-            changed = sum((gradients[1][n] - gradients[0][n]).double().flatten(1).square().sum(1) for n in start)
+            moved = torch.stack([(end[n] - start[n]).double().flatten(1).square().sum(1) for n in start]).sum(0)
+            changed = torch.stack(
+                [(gradients[1][n] - gradients[0][n]).double().flatten(1).square().sum(1) for n in start]
+            ).sum(0)
             ratio = (changed.sqrt() / moved.sqrt()).nan_to_num(nan=0.0)
             smoothness = max(smoothness, float(ratio.max()))
     gram_minimum = min(

@@ -8,9 +8,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from attacks import metrics as metrics_lib
 from dpaudit import audit_report, mutants
-from dpaudit.analysis import CONFIDENCE, FPRS, Analysis, OneRunBounds, verdict, white_box_statistic
+from dpaudit.analysis import (
+    CONFIDENCE,
+    FPRS,
+    Analysis,
+    OneRunBounds,
+    sketch_claim_verdict,
+    verdict,
+    white_box_statistic,
+)
 from dpaudit.store import json_text, write_file
 
 
@@ -90,26 +97,80 @@ def summary(analysis: Analysis) -> dict:
     }
     judged = verdict(analysis)
     numbers.update(verdict=judged.outcome, verdict_reason=judged.reason, max_allowed_auc=judged.max_allowed_auc)
+    numbers["sketch_claim"] = _sketch_claim_fields(analysis)
+    numbers["finding"] = finding(numbers)
     return numbers
 
 
-def _roc_png(in_scores: np.ndarray, out_scores: np.ndarray, title: str, loglog: bool) -> bytes:
-    roc = metrics_lib.roc_curve(in_scores, out_scores)
-    floor = 0.5 / max(roc.n_out, roc.n_in) if loglog else 0.0
+def _sketch_claim_fields(analysis: Analysis) -> dict | None:
+    """[S] Lemma 7.2's ε at the run's measured λ̄, C, β beside the audit (LoRA-FA campaigns; docs/theory.md §3.7)."""
+    claim, judged = analysis.sketch_claim, sketch_claim_verdict(analysis)
+    if claim is None or judged is None:
+        return None
+    return {
+        "epsilon": claim.epsilon,
+        "gamma": claim.gamma,
+        "failing": list(claim.failing),
+        "source": claim.source,
+        "measured": claim.measured,
+        "outcome": judged.outcome,
+        "reason": judged.reason,
+    }
 
-    def draw(ax) -> None:
-        # On log axes a rate of 0 has no place: draw it at half the smallest non-zero rate, as is customary.
-        ax.plot(np.maximum(roc.fpr, floor), np.maximum(roc.tpr, floor), drawstyle="steps-post", label="attack")
-        ax.plot([floor or 0, 1], [floor or 0, 1], ":", color="grey", label="chance")
-        if loglog:
-            ax.set_xscale("log")
-            ax.set_yscale("log")
-        ax.set_xlabel("false positive rate")
-        ax.set_ylabel("true positive rate")
-        ax.set_title(title, fontsize=9)
-        ax.legend(loc="lower right")
 
-    return audit_report.figure_png(draw, size=(4.5, 4.5), dpi=120)
+def _mechanism_label(numbers: dict) -> str:
+    """``dp-sgd (σ=1, C=1)``: the mechanism and the parameters its privacy depends on."""
+    config = numbers["config"]
+    shown = [] if numbers["rank"] is None else [f"r={numbers['rank']}"]
+    shown += [
+        f"{symbol}={config[key]:g}" for key, symbol in (("noise", "σ"), ("clip", "C")) if config.get(key) is not None
+    ]
+    return f"{numbers['mechanism']} ({', '.join(shown)})" if shown else numbers["mechanism"]
+
+
+def _empirical_words(numbers: dict) -> str:
+    if numbers["epsilon_lower_bound"] is not None:
+        return (
+            f"empirical ε ≥ {numbers['epsilon_lower_bound_gdp']:.3g} (GDP), {numbers['epsilon_lower_bound']:.3g}"
+            " (Clopper-Pearson)"
+        )
+    if numbers["design"] == "one-run":
+        pooled = numbers["epsilon_lower_bound_one_run"]
+        steinke = "n/a" if pooled is None else f"{pooled:.3g}"
+        return f"one-run ε ≥ {steinke} (Steinke et al.), {numbers['epsilon_lower_bound_one_run_fdp']:.3g} (f-DP)"
+    return "no valid empirical ε lower bound (the design's trials share models)"
+
+
+def finding(numbers: dict) -> str:
+    """The audit's finding in one line, the first of its summary (stdout, report.md, report.html).
+
+    E.g. ``dp-sgd (σ=1, C=1): empirical ε ≥ 3.1 (GDP), 2.9 (Clopper-Pearson) against analytic ε = 4.5 —
+    consistent; the audit recovers 69% of the bound`` (``audit_tightness``, the GDP bound over the analytic ε),
+    ``VIOLATED: …``, or for a mechanism proven not DP ``lora-fa (r=16): confirmed: not DP …``.
+    """
+    label, outcome, reason = _mechanism_label(numbers), numbers["verdict"], numbers["verdict_reason"]
+    analytic = numbers["analytic_epsilon"]
+    against = "no analytic ε" if analytic is None else f"analytic ε = {analytic:.3g}"
+    if outcome == "confirmed":
+        line = f"{label}: {reason}"
+    elif outcome == "consistent":
+        tightness = numbers.get("audit_tightness")
+        recovers = "" if tightness is None else f"; the audit recovers {tightness:.0%} of the bound"
+        line = f"{label}: {_empirical_words(numbers)} against {against} — consistent{recovers}"
+    elif outcome == "violated":
+        line = f"VIOLATED: {label}: {_empirical_words(numbers)} against {against}: {reason}"
+    else:
+        line = f"{label}: {_empirical_words(numbers)} against {against} — {outcome}: {reason}"
+    claim = numbers.get("sketch_claim")
+    if claim is not None:
+        line += f"; [S] Lemma 7.2 at the measured λ̄, C, β: {claim['reason']}"
+    return line
+
+
+def _roc_png(analysis: Analysis, numbers: dict, title: str, loglog: bool) -> bytes:
+    return audit_report.figure_png(
+        lambda ax: audit_report.draw_roc(ax, analysis, numbers, title, loglog), size=(4.5, 4.5), dpi=120
+    )
 
 
 def write_run(analysis: Analysis, out: Path) -> dict:
@@ -132,7 +193,7 @@ def write_run(analysis: Analysis, out: Path) -> dict:
         f"{numbers['mechanism']} r={numbers['rank']} on {numbers['dataset']}, {numbers['attack']}: "
         f"AUC {numbers['auc']:.3f}"
     )
-    write_file(out, "roc.png", _roc_png(analysis.in_scores, analysis.out_scores, title, loglog=False))
-    write_file(out, "roc_loglog.png", _roc_png(analysis.in_scores, analysis.out_scores, title, loglog=True))
+    write_file(out, "roc.png", _roc_png(analysis, numbers, title, loglog=False))
+    write_file(out, "roc_loglog.png", _roc_png(analysis, numbers, title, loglog=True))
     audit_report.write_entries([audit_report.RunEntry(out, numbers, analysis)], out)
     return numbers

@@ -215,6 +215,7 @@ def finish(store, attack: str | None, as_json: bool) -> int:
     trained = numbers["mechanism"] if numbers["rank"] is None else f"{numbers['mechanism']} rank {numbers['rank']}"
     if numbers["planted_bug"] is not None:
         print(numbers["planted_bug"])
+    print(numbers["finding"])
     print(
         f"{trained} on {numbers['dataset']} ({numbers['design']} design, {numbers['canary']} canary, "
         f"observed: {numbers['observe']}, "
