@@ -20,6 +20,7 @@ import hashlib
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
@@ -53,6 +54,14 @@ class Split:
 
 @dataclass(frozen=True)
 class Dataset:
+    """A dataset's three parts (module docstring); ``task`` says what a model learns from it.
+
+    ``classification``: y holds class labels in 0..num_classes-1; ``next-token``: y holds the next-token targets
+    of each sequence in x (:class:`dpaudit.text.TextDataset`), ``num_classes`` the vocabulary size.
+    """
+
+    task: ClassVar[str] = "classification"
+
     name: str
     public: Split
     private: Split
@@ -260,7 +269,7 @@ def _check_split_sizes(path: Path, sizes: list[int], total: int | None) -> None:
     if small:
         part, size = small[0]
         how = (
-            f"provide at least {_smallest_splittable()} examples (the fixed 40/40/20 split)"
+            f"provide at least {smallest_splittable()} examples (the fixed 40/40/20 split)"
             if total is not None
             else f"put at least {MIN_SPLIT_EXAMPLES} examples in x_{part}"
         )
@@ -271,7 +280,7 @@ def _check_split_sizes(path: Path, sizes: list[int], total: int | None) -> None:
         )
 
 
-def _smallest_splittable() -> int:
+def smallest_splittable() -> int:
     """The fewest examples whose fixed split (:func:`split_indices`) gives every part MIN_SPLIT_EXAMPLES."""
     n = MIN_SPLIT_EXAMPLES
     while min(len(part) for part in split_indices(n)) < MIN_SPLIT_EXAMPLES:

@@ -1,0 +1,138 @@
+"""Byte-level text for next-token audits: an embedded corpus, fixed-length sequences, secret canaries.
+
+A :class:`TextDataset` is a :class:`dpaudit.data.Dataset` whose examples are windows of ``L + 1`` consecutive
+bytes, disjoint, cut from the corpus in order: ``x`` (n, L) int64 holds bytes 0..L-1 of each window and ``y``
+(n, L) int64 bytes 1..L, the same window shifted by one, so ``y[i, t]`` is the next-token target of position t
+(``num_classes`` = 256, the vocabulary). Windows are split into public/private/test by dpaudit's fixed rule
+(:func:`dpaudit.data.split_indices`), as every dataset is.
+
+``--dataset text`` is the reference documentation of Python's ``pydoc_data.topics`` (about 466 kB, shipped with
+Python, no download; its text, and so the fingerprint, can change with the Python version); ``text:PATH`` a
+UTF-8 file.
+
+Canaries (Carlini et al. 2019, "The Secret Sharer", arXiv 1802.08232): :func:`secret_sequences` draws random
+secrets in a format such as ``"my secret number is "`` + 9 digits; the exposure of a secret (its rank among all
+candidates of the format by log-likelihood, :mod:`attacks.exposure`) needs :func:`log_likelihoods` of the
+candidates (:func:`candidates` enumerates a small space).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from accountants import validation as check
+from dpaudit import data
+from dpaudit.errors import UsageError
+
+SEQUENCE_LENGTH = 64
+
+
+@dataclass(frozen=True)
+class TextDataset(data.Dataset):
+    """A dataset of byte sequences (module docstring): x (n, L) and y (n, L) int64, y the next-token targets."""
+
+    task: ClassVar[str] = "next-token"
+
+    @property
+    def sequence_length(self) -> int:
+        return int(self.private.x.shape[1])
+
+
+def corpus() -> bytes:
+    """Python's ``pydoc_data.topics`` as UTF-8: every topic's text in sorted topic order, as one byte string."""
+    from pydoc_data.topics import topics
+
+    return "".join(topics[name] for name in sorted(topics)).encode()
+
+
+def sequences(text: bytes, length: int = SEQUENCE_LENGTH) -> tuple[np.ndarray, np.ndarray]:
+    """(x, y): the disjoint (length + 1)-byte windows of ``text`` in order, x its first and y its last L bytes."""
+    length = check.count("sequence length", length)
+    windows = np.frombuffer(text, dtype=np.uint8)[: len(text) // (length + 1) * (length + 1)].reshape(-1, length + 1)
+    windows = windows.astype(np.int64)
+    return windows[:, :-1].copy(), windows[:, 1:].copy()
+
+
+def from_bytes(name: str, text: bytes, length: int = SEQUENCE_LENGTH) -> TextDataset:
+    """The :class:`TextDataset` of ``text``, split by the fixed rule; ``name`` enters the fingerprint."""
+    x, y = sequences(text, length)
+    parts = [data.Split(x[rows], y[rows]) for rows in data.split_indices(len(x))]
+    if min(map(len, parts)) < data.MIN_SPLIT_EXAMPLES:
+        needed = data.smallest_splittable()
+        raise UsageError(
+            f"{name} has {len(text)} bytes, {len(x)} sequences of {length + 1}: every part of the fixed 40/40/20 "
+            f"split needs {data.MIN_SPLIT_EXAMPLES}, so give at least {needed * (length + 1)} bytes of text"
+        )
+    return TextDataset(name, *parts, num_classes=256)
+
+
+def load(path: str | None = None, length: int = SEQUENCE_LENGTH) -> TextDataset:
+    """``--dataset text`` (path None: the embedded corpus) or ``text:PATH`` (a UTF-8 file)."""
+    if path is None:
+        return from_bytes("text", corpus(), length)
+    file = Path(path)
+    if not file.is_file():
+        raise UsageError(f"--dataset text:{path}: no file {file}; give the path of an existing UTF-8 text file")
+    raw = file.read_bytes()
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UsageError(
+            f"{file} is not UTF-8 text (byte {raw[error.start]:#04x} at offset {error.start}); convert it to UTF-8"
+        ) from None
+    return from_bytes(f"text:{path}", raw, length)
+
+
+def secret_sequences(
+    count: int,
+    rng: np.random.Generator,
+    prefix: bytes = b"my secret number is ",
+    alphabet: bytes = b"0123456789",
+    secret_length: int = 9,
+) -> np.ndarray:
+    """(count, len(prefix) + secret_length) int64 secrets: ``prefix``, then random bytes of ``alphabet``.
+
+    The ``secret_length`` bytes are drawn uniformly (Carlini et al. 2019 Sec. 3: the format and its randomness
+    space R, |R| = |alphabet|^secret_length).
+    """
+    check.count("count", count)
+    check.count("secret length", secret_length)
+    symbols = np.frombuffer(alphabet, dtype=np.uint8).astype(np.int64)
+    secrets = symbols[rng.integers(len(symbols), size=(count, secret_length))]
+    return np.concatenate([np.tile(np.frombuffer(prefix, dtype=np.uint8).astype(np.int64), (count, 1)), secrets], 1)
+
+
+def candidates(prefix: bytes, alphabet: bytes, secret_length: int) -> np.ndarray:
+    """Every sequence of the format: the whole space R, for exact exposure on small spaces.
+
+    (|alphabet|^secret_length, len(prefix) + secret_length) int64, in lexicographic order of the alphabet.
+    """
+    symbols = np.frombuffer(alphabet, dtype=np.uint8).astype(np.int64)
+    secrets = np.array(list(itertools.product(symbols, repeat=secret_length)), dtype=np.int64)
+    return np.concatenate(
+        [np.tile(np.frombuffer(prefix, dtype=np.uint8).astype(np.int64), (len(secrets), 1)), secrets], 1
+    )
+
+
+@torch.no_grad()
+def log_likelihoods(model: nn.Module, tokens: np.ndarray, start: int, batch_size: int = 1024) -> np.ndarray:
+    """(n,) float64: each sequence's log-likelihood from position ``start`` on, ``Σ_{t ≥ start} log p(x_t | x_<t)``.
+
+    ``model`` maps (n, T) tokens to (n, T, V) next-token logits (position t predicting t + 1); ``start`` is where
+    the secret begins after its prefix (``len(prefix) ≥ 1``).
+    """
+    start = check.integer("start", start, 1, tokens.shape[1] - 1)
+    totals = []
+    for first in range(0, len(tokens), batch_size):
+        batch = torch.from_numpy(tokens[first : first + batch_size])
+        logits = model(batch[:, :-1]).double().log_softmax(-1)
+        chosen = logits.gather(-1, batch[:, 1:].unsqueeze(-1)).squeeze(-1)
+        totals.append(chosen[:, start - 1 :].sum(-1))
+    return torch.cat(totals).numpy()
