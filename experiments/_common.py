@@ -124,8 +124,10 @@ def digits_task(seed: int, pretrain_epochs: int = 30) -> Task:
 
 
 def frozen_feature_head(seed: int) -> Task:
-    """[W] Fig. 3's frozen-feature linear head on digits: features = the penultimate (128-d) activations of the
-    pretrained MLP, the fine-tuned model a fresh linear layer 128 → 10 (logistic regression on the features).
+    """[W] Fig. 3's frozen-feature linear head on digits.
+
+    Features = the penultimate (128-d) activations of the pretrained MLP, the fine-tuned model a fresh linear layer
+    128 → 10 (logistic regression on the features).
     """
     dataset = data.digits()
     mlp = models.pretrain(models.mlp(64, 10), dataset.public.x, dataset.public.y, seed=seed)
@@ -139,8 +141,9 @@ def frozen_feature_head(seed: int) -> Task:
 
 
 def allowed_ranks(dataset: str, ranks: Sequence[int]) -> list[int]:
-    """The ranks of ``ranks`` a LoRA adapter of the dataset's default model admits (r ≤ every adapted layer's
-    input dimension, :func:`dpaudit.models.check_rank`).
+    """The ranks of ``ranks`` a LoRA adapter of the dataset's default model admits.
+
+    That is r ≤ every adapted layer's input dimension (:func:`dpaudit.models.check_rank`).
     """
     loaded = data.load(dataset)
     model = models.for_input(loaded.input_shape, loaded.num_classes)

@@ -1,5 +1,6 @@
-"""Factor-space DP-LoRA vs PRISM intrinsic noise energy over gauge rescalings ([P] Prop. 2.2, Cor. 2.3, Thm 3.1,
-Figs. 3 and 12).
+"""Factor-space DP-LoRA vs PRISM intrinsic noise energy over gauge rescalings ([P] Prop. 2.2, Cor. 2.3, Thm 3.1).
+
+[P] Figs. 3 and 12.
 
 For one LoRA module Z = A Bᵀ and gauges (cA, B/c), the same Z, this measures by sampling
 * factor-space DP-LoRA: ‖ξ_A B_cᵀ + A_c ξ_Bᵀ + ξ_A ξ_Bᵀ‖², ξ i.i.d. N(0, τ²): predicted τ² S_t + mnrτ⁴ with

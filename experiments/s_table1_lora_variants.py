@@ -1,5 +1,6 @@
-"""[S] Table 1 analogue: membership inference on full fine-tuning vs LoRA vs LoRA-FA, and [S] Lemma 7.2's ε with
-the run's measured λ̄, C and β set beside the audited ε of the same setting.
+"""[S] Table 1 analogue (MIA on full fine-tuning vs LoRA vs LoRA-FA) and [S] Lemma 7.2 with measured λ̄, C, β.
+
+Lemma 7.2's ε with the run's measured λ̄, C and β is set beside the audited ε of the same setting.
 
 Part 1 (``s_table1_lora_variants.csv``): every private example a target, IN for half of ``--models`` models
 (the all-examples design; [S] attacks training examples), attacked with [S] Eq. 16's reference-calibrated loss
@@ -92,8 +93,10 @@ def measure_lemma72_inputs(
 
 
 def lemma72_rows(measured: dict, rank: int, lr: float, batch_size: int) -> list[dict]:
-    """Lemma 7.2 over all layers, over the layers with m ≥ n only (n × m weights), and for the single layer with
-    the largest λ_min (the most favourable reading); ``lambda_bar_for_gamma_1``: the λ̄ that would make Γ = 1.
+    """Lemma 7.2 over all layers, over the layers with m ≥ n only (n × m weights), and for the best single layer.
+
+    The best single layer is the one with the largest λ_min (the most favourable reading);
+    ``lambda_bar_for_gamma_1``: the λ̄ that would make Γ = 1.
     """
     shapes, gram = measured["shapes"], measured["gram_minimum"]
     rows = []

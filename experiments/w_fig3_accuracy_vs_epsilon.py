@@ -1,5 +1,6 @@
-"""[W] Fig. 3: test accuracy vs ε of DP-SGD, DP-LoRA-FA and M2 (with [W] Thm 5 + App. F.2 accounting) when
-fine-tuning a frozen-feature linear head.
+"""[W] Fig. 3: test accuracy vs ε of DP-SGD, DP-LoRA-FA and M2 on a frozen-feature linear head.
+
+M2 is accounted with [W] Thm 5 + App. F.2.
 
 The head is a linear layer 128 → 10 on the frozen penultimate features of the digits MLP (pretrained on the
 public split; [W] uses frozen CIFAR-10 features of a pretrained network). Every method: Poisson batches of

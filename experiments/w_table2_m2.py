@@ -1,5 +1,6 @@
-"""[W] Table 2: membership inference on M2 training (``g̃ = (V + Ξ) M / b``, M = AᵀA fixed per model as in
-LoRA-FA), AUC / balanced accuracy / test accuracy vs rank r at noise multipliers σ = 0.1 and 0.5.
+"""[W] Table 2: membership inference on M2 training, AUC / balanced / test accuracy vs rank r at σ = 0.1 and 0.5.
+
+M2: ``g̃ = (V + Ξ) M / b``, M = AᵀA fixed per model as in LoRA-FA.
 
 [W] Def. 3 and App. F.2 (Alg. 3): clipped per-example gradients summed over a Poisson batch, Gaussian noise of
 std σC added *before* the rank-r Wishart projection. [W] Table 2 (CIFAR-10, 200 trials): at σ = 0.1 the AUC

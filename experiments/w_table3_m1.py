@@ -1,5 +1,6 @@
-"""[W] Table 3: membership inference on M1 training (``g̃ = (V M + Ξ) / b``: noise added *after* the rank-r
-projection), AUC / balanced accuracy / test accuracy vs rank r at noise multiplier σ = 0.5.
+"""[W] Table 3: membership inference on M1 training, AUC / balanced / test accuracy vs rank r at σ = 0.5.
+
+M1: ``g̃ = (V M + Ξ) / b``, the noise added *after* the rank-r projection.
 
 [W] Def. 3, App. F.2. [W] Table 3 (CIFAR-10, σ = 0.5, reported ε ≈ 136): AUC 0.62 (r = 32) to 0.87
 (r = 1000). Same grid and outputs as ``w_table2_m2.py`` (``w_table3_m1.csv`` / ``.png``).
