@@ -216,6 +216,11 @@ def check_inputs(config: CampaignConfig) -> tuple[data_lib.Dataset, nn.Module, M
     its options.
     """
     dataset = data_lib.load(config.dataset)
+    if dataset.task != "classification":
+        raise UsageError(
+            f"--dataset {config.dataset} is {dataset.task} data, but campaigns audit classifiers only so far: use it"
+            " from Python (dpaudit.text, dpaudit.transformer)"
+        )
     architecture = models.for_input(dataset.input_shape, dataset.num_classes)
     mechanism = registry.build(config)
     if config.rank is not None:  # LoRA or m1/m2's projection: r <= d_in

@@ -260,16 +260,20 @@ def poisson_batches(
 
 
 def _loss_functions(module: nn.Module):
-    """Batch-mean and single-example cross-entropy as functions of (trainable, frozen, data)."""
+    """Weighted batch-mean and single-example losses as functions of (trainable, frozen, data).
+
+    The loss is the module's task's (:func:`dpaudit.models.task_of`).
+    """
+    task = model_lib.task_of(module)
 
     def batch_loss(trainable, frozen, x, y, w):
         logits = functional_call(module, {**frozen, **trainable}, (x,))
-        losses = nn.functional.cross_entropy(logits, y, reduction="none")
+        losses = model_lib.example_losses(task, logits, y)
         return (w * losses).sum() / w.sum().clamp(min=1.0)
 
     def example_loss(trainable, frozen, x, y):
         logits = functional_call(module, {**frozen, **trainable}, (x.unsqueeze(0),))
-        return nn.functional.cross_entropy(logits, y.unsqueeze(0))
+        return model_lib.mean_loss(task, logits, y.unsqueeze(0))
 
     return batch_loss, example_loss
 
@@ -318,18 +322,26 @@ class LinearExampleGradients:
 
     ``inputs[name]`` (K, b, d_in) are the layer's inputs and ``output_gradients[name]`` (K, b, d_out) the
     gradients of the per-example loss with respect to its outputs, so ``‖g_i‖² = ‖δ_i‖² ‖x_i‖²`` and
-    ``Σ_i c_i g_i = (c δ)ᵀ x`` are exact without forming any (K, b, d_out, d_in) tensor.
+    ``Σ_i c_i g_i = (c δ)ᵀ x`` are exact without forming any (K, b, d_out, d_in) tensor. A layer that sees a
+    sequence per example has (K, b, T, d_in) inputs and (K, b, T, d_out) output gradients, and
+    ``g_i = Σ_t δ_{i,t} x_{i,t}ᵀ``: sums run over positions as over examples, and norms need the positions'
+    Gram matrices or ``g_i`` itself (:func:`_summed_outer_squared_norms`).
     """
 
     inputs: dict[str, torch.Tensor]
     output_gradients: dict[str, torch.Tensor]
 
     def squared_norms(self) -> torch.Tensor:
-        return sum(
+        return functools.reduce(
+            operator.add,
             (
-                torch.linalg.vector_norm(self.output_gradients[name], dim=-1) * torch.linalg.vector_norm(x, dim=-1)
-            ).square()
-            for name, x in self.inputs.items()
+                (
+                    torch.linalg.vector_norm(self.output_gradients[name], dim=-1) * torch.linalg.vector_norm(x, dim=-1)
+                ).square()
+                if x.ndim == 3
+                else _summed_outer_squared_norms(self.output_gradients[name], x)
+                for name, x in self.inputs.items()
+            ),
         )
 
     def weighted_sum(self, coefficients: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -344,6 +356,9 @@ class LinearExampleGradients:
         B, which have r features).
         """
         output_gradients, inputs = self.output_gradients[name], self.inputs[name]
+        if inputs.ndim == 4:  # g_i = Σ_t δ_{i,t} x_{i,t}ᵀ: a sum over positions as over examples, each weighted c_i
+            coefficients = coefficients.unsqueeze(-1).expand(inputs.shape[:3]).flatten(1, 2)
+            output_gradients, inputs = output_gradients.flatten(1, 2), inputs.flatten(1, 2)
         if output_gradients.shape[-1] <= inputs.shape[-1]:
             return (coefficients.unsqueeze(-1) * output_gradients).mT, inputs
         return output_gradients.mT, coefficients.unsqueeze(-1) * inputs
@@ -355,14 +370,34 @@ class LinearExampleGradients:
         depend on where a model's matrix sits in memory (its position in the chunk), and these norms must not.
         """
         output_gradients, inputs = self.output_gradients[name], self.inputs[name]
+        per_model = (slice(None), *(None,) * (inputs.ndim - 2))  # L, R broadcast over examples (and positions)
         if left is not None:
-            output_gradients = (output_gradients.unsqueeze(-2) * left.unsqueeze(1)).sum(-1)
+            output_gradients = (output_gradients.unsqueeze(-2) * left[per_model]).sum(-1)
         if right is not None:
-            inputs = (inputs.unsqueeze(-1) * right.unsqueeze(1)).sum(-2)
+            inputs = (inputs.unsqueeze(-1) * right[per_model]).sum(-2)
+        if inputs.ndim == 4:  # L (Σ_t δ_t x_tᵀ) R = Σ_t (L δ_t)(Rᵀ x_t)ᵀ
+            return _summed_outer_squared_norms(output_gradients, inputs)
         return output_gradients.square().sum(-1) * inputs.square().sum(-1)
 
     def materialise(self) -> dict[str, torch.Tensor]:
-        return {name: torch.einsum("kbo,kbi->kboi", self.output_gradients[name], x) for name, x in self.inputs.items()}
+        return {
+            name: self.output_gradients[name].mT @ x
+            if x.ndim == 4
+            else torch.einsum("kbo,kbi->kboi", self.output_gradients[name], x)
+            for name, x in self.inputs.items()
+        }
+
+
+def _summed_outer_squared_norms(output_gradients: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
+    """(K, b): ``‖Σ_t δ_t x_tᵀ‖_F²`` for δ (K, b, T, d_out) and x (K, b, T, d_in), exactly, by the cheaper route.
+
+    Either the Gram matrices, ``Σ_{t,s} (δ_t·δ_s)(x_t·x_s)`` at O(T² (d_out + d_in)) per example, or the
+    gradient itself at O(T d_out d_in): the Gram route wins when T (d_out + d_in) < d_out d_in.
+    """
+    positions, d_out, d_in = inputs.shape[-2], output_gradients.shape[-1], inputs.shape[-1]
+    if positions * (d_out + d_in) < d_out * d_in:
+        return ((output_gradients @ output_gradients.mT) * (inputs @ inputs.mT)).sum((-2, -1))
+    return (output_gradients.mT @ inputs).square().sum((-2, -1))
 
 
 @dataclass(frozen=True)
@@ -426,9 +461,12 @@ def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callab
     """(trainable, frozen, x, y, w) → :class:`PerExampleGradients` of K models, exact per example.
 
     If every trained tensor ``names`` is a Linear weight, one batched backward pass records each layer's inputs
-    and output gradients (:class:`LinearExampleGradients`: each Linear layer must see one vector per example, as
-    in every dpaudit model); otherwise nested ``vmap(grad)`` materialises them (:class:`DenseExampleGradients`).
+    and output gradients (:class:`LinearExampleGradients`). A layer that sees several vectors per example (a
+    sequence's T positions; any further axes are flattened into them) has ``g_i = Σ_t δ_{i,t} x_{i,t}ᵀ``, still
+    exact. Otherwise nested ``vmap(grad)`` materialises them (:class:`DenseExampleGradients`). The loss is the
+    module's task's (:func:`dpaudit.models.task_of`).
     """
+    task = model_lib.task_of(module)
     layers = _trained_linear_layers(module, names)
     if layers is None:
         dense = gradient_function(module, per_example=True)
@@ -439,10 +477,10 @@ def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callab
 
         def recorder(name):
             def hook(layer, args, output):
-                if args[0].ndim != 2:
+                if name in inputs:
                     raise ValueError(
-                        f"layer {name!r} sees inputs of shape {tuple(args[0].shape)} per model; "
-                        f"factored per-example gradients need one vector per example"
+                        f"layer {name!r} is called twice in one forward pass: factored per-example gradients "
+                        "record one input per layer; give each use its own layer"
                     )
                 inputs[name], outputs[name] = args[0], output
 
@@ -466,15 +504,22 @@ def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callab
             recorded = {name: t.detach().requires_grad_() for name, t in trainable.items()}
             logits, inputs, outputs = per_model(recorded, frozen, x)
             versions = {name: output._version for name, output in outputs.items()}
-            loss = _summed_cross_entropy(logits, y)
+            loss = (
+                _summed_cross_entropy(logits, y)
+                if task == "classification"
+                else model_lib.example_losses(task, logits.flatten(0, 1), y.flatten(0, 1)).sum()
+            )
             if any(output._version != versions[name] for name, output in outputs.items()):
                 raise ValueError(
                     "a trained layer's output was modified in place (e.g. ReLU(inplace=True)): "
                     "per-example output gradients need it unchanged; use out-of-place modules"
                 )
             output_gradients = torch.autograd.grad(loss, list(outputs.values()))
+        # (K, b, ..., d): positions along one axis (K, b, T, d) where there are several
+        positions = {name: value.flatten(2, -2) if value.ndim > 4 else value for name, value in inputs.items()}
         return LinearExampleGradients(
-            {name: value.detach() for name, value in inputs.items()}, dict(zip(outputs, output_gradients))
+            {name: value.detach() for name, value in positions.items()},
+            {name: g.flatten(2, -2) if g.ndim > 4 else g for name, g in zip(outputs, output_gradients)},
         )
 
     return gradients
@@ -646,6 +691,7 @@ def train_sequentially(
         raise ValueError("the per-model reference loop covers batch-gradient mechanisms only")
     layout = layout or BatchLayout.for_members(int(membership.sum(axis=1).max()), config.batch_size)
     inputs, labels = torch.from_numpy(x), torch.from_numpy(y)
+    task = model_lib.task_of(shadow.module)
     trained: dict[str, list[torch.Tensor]] = {name: [] for name in shadow.trainable}
     for k in range(shadow.n_models):
         module = copy.deepcopy(shadow.module)
@@ -669,7 +715,7 @@ def train_sequentially(
         for step, (index, weight) in enumerate(batches):
             batch = torch.from_numpy(index[0][weight[0] > 0])
             optimiser.zero_grad()
-            nn.functional.cross_entropy(module(inputs[batch]), labels[batch]).backward()
+            model_lib.mean_loss(task, module(inputs[batch]), labels[batch]).backward()
             grads = {n: _gradient(params[n]).unsqueeze(0) for n in shadow.trainable}
             update = mechanism.transform(Step(grads, torch.from_numpy(weight), step), state)
             for n in shadow.trainable:

@@ -8,6 +8,10 @@ Parameterizations (what a mechanism trains, docs/theory.md §1):
   LoRA fine-tuning, so that full fine-tuning and LoRA variants train the same layers);
 * ``lora``: both LoRA factors ``lora_A`` and ``lora_B`` (DP-LoRA);
 * ``lora-fa``: ``lora_B`` only, ``lora_A`` a frozen Gaussian drawn per model ([W] Sec. 2, App. E).
+
+Tasks (the loss a model trains with; a module's ``task`` attribute, :func:`task_of`): ``classification`` (logits
+(n, C), labels (n,), the default) or ``next-token`` (logits (n, T, V), targets (n, T); an example's loss is the mean
+cross-entropy over its T positions), e.g. :class:`dpaudit.transformer.CausalTransformer`.
 """
 
 from __future__ import annotations
@@ -23,7 +27,34 @@ from torch import nn
 from dpaudit.errors import UsageError
 
 PARAMETERIZATIONS = ("full", "lora", "lora-fa")
+TASKS = ("classification", "next-token")
 _ADAPTED_TYPES = (nn.Linear, nn.Conv2d)
+
+
+def task_of(model: nn.Module) -> str:
+    """The model's task (module docstring): its ``task`` attribute, ``classification`` where it has none.
+
+    A peft-wrapped model answers for the model it wraps (peft forwards unknown attributes).
+    """
+    task = getattr(model, "task", "classification")
+    if task not in TASKS:
+        raise ValueError(f"model task must be one of {', '.join(TASKS)}, got {task!r}")
+    return task
+
+
+def example_losses(task: str, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """(n,) per-example losses of ``task``: cross-entropy, for next-token the mean over the T positions."""
+    if task == "classification":
+        return nn.functional.cross_entropy(logits, labels, reduction="none")
+    tokens = nn.functional.cross_entropy(logits.flatten(0, -2), labels.flatten(), reduction="none")
+    return tokens.view(labels.shape).mean(-1)
+
+
+def mean_loss(task: str, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The batch-mean loss of ``task`` (every sequence has the same T, so the mean over all tokens for next-token)."""
+    if task == "classification":
+        return nn.functional.cross_entropy(logits, labels)
+    return nn.functional.cross_entropy(logits.flatten(0, -2), labels.flatten())
 
 
 def mlp(input_dim: int, num_classes: int, hidden: tuple[int, ...] = (128, 128)) -> nn.Sequential:
@@ -79,13 +110,14 @@ def pretrain(
             if callable(reset):
                 reset()
     order_rng = np.random.default_rng(seed)
+    task = task_of(model)
     inputs, labels = torch.from_numpy(x), torch.from_numpy(y)
     optimiser = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     model.train()
     for _ in range(epochs):
         for batch in np.array_split(order_rng.permutation(len(y)), max(1, len(y) // batch_size)):
             optimiser.zero_grad()
-            nn.functional.cross_entropy(model(inputs[batch]), labels[batch]).backward()
+            mean_loss(task, model(inputs[batch]), labels[batch]).backward()
             optimiser.step()
     model.eval()
     for p in model.parameters():
@@ -94,8 +126,44 @@ def pretrain(
 
 
 def adapted_layers(model: nn.Module) -> dict[str, nn.Linear | nn.Conv2d]:
-    """Name → layer for every Linear/Conv2d layer: the layers LoRA (or a projection) adapts."""
+    """Name → layer for every Linear/Conv2d layer: the layers full fine-tuning (or a projection) trains.
+
+    A model with an ``nn.MultiheadAttention`` is refused: its fused ``in_proj_weight`` is no layer an adapter or
+    a per-example gradient can target, and it reads ``out_proj``'s weight without calling the layer, so a LoRA
+    adapter that peft puts there never trains.
+    """
+    for name, module in model.named_modules():
+        if isinstance(module, nn.MultiheadAttention):
+            raise UsageError(
+                f"layer {name!r} is an nn.MultiheadAttention, which LoRA adapters cannot train (fused in_proj, "
+                "out_proj read without being called): build attention from nn.Linear q/k/v/out projections, as "
+                "dpaudit.transformer.CausalSelfAttention does"
+            )
     return {name: m for name, m in model.named_modules() if isinstance(m, _ADAPTED_TYPES)}
+
+
+def lora_layers(model: nn.Module, targets: tuple[str, ...] | None = None) -> dict[str, nn.Linear | nn.Conv2d]:
+    """The layers a LoRA adapter wraps: those of :func:`adapted_layers` that ``targets`` names.
+
+    peft's ``target_modules`` semantics: a layer is targeted when its name is a target or ends with ``"." +``
+    a target (``("q", "v")`` targets every ``*.q`` and ``*.v``). ``None``: the model's ``lora_targets``
+    attribute where it has one (the transformer's leave its output head out), else every Linear/Conv2d layer.
+    """
+    layers = adapted_layers(model)
+    targets = targets if targets is not None else getattr(model, "lora_targets", None)
+    if targets is None:
+        return layers
+
+    def named(name: str, target: str) -> bool:
+        return name == target or name.endswith(f".{target}")
+
+    unmatched = [target for target in targets if not any(named(name, target) for name in layers)]
+    if unmatched or not targets:
+        raise UsageError(
+            f"LoRA target(s) {', '.join(unmatched) or '(none given)'} name no Linear/Conv2d layer of the model; "
+            f"name layers or their last name parts, e.g. {', '.join(list(layers)[:4])}"
+        )
+    return {name: layer for name, layer in layers.items() if any(named(name, target) for target in targets)}
 
 
 def projection_dim(layer: nn.Linear | nn.Conv2d) -> int:
@@ -103,11 +171,11 @@ def projection_dim(layer: nn.Linear | nn.Conv2d) -> int:
     return int(np.prod(layer.weight.shape[1:]))
 
 
-def check_rank(model: nn.Module, rank: int) -> None:
+def check_rank(model: nn.Module, rank: int, targets: tuple[str, ...] | None = None) -> None:
     """A rank-r adapter needs r ≤ d_i for every adapted layer (otherwise A has more rows than its input)."""
     if rank < 1:
         raise UsageError(f"--rank must be a positive integer, got {rank}")
-    dims = {name: projection_dim(layer) for name, layer in adapted_layers(model).items()}
+    dims = {name: projection_dim(layer) for name, layer in lora_layers(model, targets).items()}
     too_small = {name: d for name, d in dims.items() if d < rank}
     if too_small:
         name, d = min(too_small.items(), key=lambda item: item[1])
@@ -118,10 +186,14 @@ def check_rank(model: nn.Module, rank: int) -> None:
 
 @dataclass(frozen=True)
 class LoraSpec:
-    """Options of a LoRA adapter: ``scale = alpha / rank`` multiplies ``B A`` (peft's ``lora_alpha / r``)."""
+    """Options of a LoRA adapter: ``scale = alpha / rank`` multiplies ``B A`` (peft's ``lora_alpha / r``).
+
+    ``targets``: the layers adapted, as peft's ``target_modules`` (:func:`lora_layers`; None: the model's default).
+    """
 
     rank: int
     alpha: float | None = None  # None: alpha = rank, so scale 1 and W's update is -η G AᵀA (docs/theory.md §1.2)
+    targets: tuple[str, ...] | None = None
 
     @property
     def scale(self) -> float:
@@ -129,21 +201,21 @@ class LoraSpec:
 
 
 def attach_lora(model: nn.Module, spec: LoraSpec) -> nn.Module:
-    """Wrap every Linear/Conv2d layer of ``model`` with a peft LoRA adapter of rank ``spec.rank``.
+    """Wrap the layers ``spec.targets`` names (:func:`lora_layers`) with peft LoRA adapters of rank ``spec.rank``.
 
     The adapter's own initial factors are placeholders: the engine draws ``lora_A`` per shadow model
     (:func:`draw_lora_a`) and starts ``lora_B`` at zero. Dropout is 0 (it would be extra, unaudited randomness).
     """
     import peft  # lazy: pulls in transformers
 
-    check_rank(model, spec.rank)
+    check_rank(model, spec.rank, spec.targets)
     model = copy.deepcopy(model)  # peft wraps in place; the caller's base model stays a plain module
     config = peft.LoraConfig(
         r=spec.rank,
         # peft annotates lora_alpha as int but only divides it by r: a fractional alpha (--alpha 8.5) is valid.
         lora_alpha=spec.rank * spec.scale,  # type: ignore[arg-type]
         lora_dropout=0.0,
-        target_modules=list(adapted_layers(model)),
+        target_modules=list(lora_layers(model, spec.targets)),
         init_lora_weights=False,
     )
     wrapped = peft.get_peft_model(model, config)

@@ -1,0 +1,84 @@
+"""A small byte-level causal transformer for next-token audits (:mod:`dpaudit.text`).
+
+Pre-LayerNorm blocks (Radford et al. 2019): ``h + attention(LN(h))`` then ``h + MLP(LN(h))`` with a GELU MLP,
+token + learned position embeddings, a final LayerNorm and a linear output head over the bytes. Attention is
+written with plain ``nn.Linear`` projections ``q``, ``k``, ``v`` and ``out``, not ``nn.MultiheadAttention``:
+peft can target each of them, and every one is called as a layer, so LoRA adapters on them train and the engine's
+factored per-example gradients (:func:`dpaudit.engine.example_gradient_function`) see their inputs.
+
+Input: (n, T) int64 byte values, T ≤ ``length``; output: (n, T, ``vocabulary``) logits, position t predicting
+byte t + 1 (``task = "next-token"``, :func:`dpaudit.models.task_of`). LoRA adapts the attention projections and
+the MLP layers by default (``lora_targets``), never the output head unless asked.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from accountants import validation as check
+
+VOCABULARY = 256  # bytes
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head attention over positions ≤ t, from four ``nn.Linear`` projections."""
+
+    def __init__(self, d_model: int, heads: int):
+        super().__init__()
+        if d_model % heads:
+            raise check.InvalidArgument(f"d_model {d_model} must be a multiple of heads {heads}")
+        self.heads = heads
+        self.q = nn.Linear(d_model, d_model)
+        self.k = nn.Linear(d_model, d_model)
+        self.v = nn.Linear(d_model, d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        n, t, d = h.shape
+        split = (n, t, self.heads, d // self.heads)
+        q, k, v = (projection(h).reshape(split).transpose(1, 2) for projection in (self.q, self.k, self.v))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(d // self.heads)
+        future = torch.ones(t, t, dtype=torch.bool, device=h.device).triu(1)
+        attention = scores.masked_fill(future, float("-inf")).softmax(-1)
+        return self.out((attention @ v).transpose(1, 2).reshape(n, t, d))
+
+
+class Block(nn.Module):
+    """``h + attention(LN(h))``, then ``h + fc2(GELU(fc1(LN(h))))``."""
+
+    def __init__(self, d_model: int, heads: int, d_hidden: int):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(d_model)
+        self.attention = CausalSelfAttention(d_model, heads)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.fc1 = nn.Linear(d_model, d_hidden)
+        self.gelu = nn.GELU()
+        self.fc2 = nn.Linear(d_hidden, d_model)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        h = h + self.attention(self.norm1(h))
+        return h + self.fc2(self.gelu(self.fc1(self.norm2(h))))
+
+
+class CausalTransformer(nn.Module):
+    """Byte-level decoder: ``layers`` blocks of width ``d_model`` over sequences of up to ``length`` bytes."""
+
+    task = "next-token"
+    lora_targets = ("q", "k", "v", "out", "fc1", "fc2")  # every Linear but the head
+
+    def __init__(self, length: int, d_model: int = 64, heads: int = 4, layers: int = 2, vocabulary: int = VOCABULARY):
+        super().__init__()
+        for name, value in (("length", length), ("d_model", d_model), ("heads", heads), ("layers", layers)):
+            check.count(name, value)
+        self.token = nn.Embedding(vocabulary, d_model)
+        self.position = nn.Embedding(length, d_model)
+        self.blocks = nn.Sequential(*(Block(d_model, heads, 4 * d_model) for _ in range(layers)))
+        self.norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocabulary)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(tokens.shape[-1], device=tokens.device)
+        return self.head(self.norm(self.blocks(self.token(tokens) + self.position(positions))))

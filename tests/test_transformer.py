@@ -1,0 +1,183 @@
+"""The byte-level causal transformer in the engine: LoRA targeting, the next-token loss, exact per-example gradients.
+
+Maths is compared in float64: the batched engine against the per-model loop, and the engine's factored
+per-example gradients (summed over sequence positions) against a per-example autograd loop.
+"""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from dpaudit import engine, models, seeding, text
+from dpaudit.errors import UsageError
+from dpaudit.mechanisms.dpsgd import dp_sgd
+from dpaudit.mechanisms.nonprivate import NonPrivate
+from dpaudit.transformer import CausalTransformer
+
+LENGTH = 12
+
+
+@pytest.fixture(scope="module")
+def setting(single_torch_thread):
+    """A pretrained float64 transformer (2 blocks, d_model 16) and 60 private 12-byte sequences of the corpus."""
+    x, y = text.sequences(text.corpus()[:20000], LENGTH)
+    base = CausalTransformer(LENGTH, d_model=16, heads=2, layers=2).double()
+    base = models.pretrain(base, x[:200], y[:200], epochs=1, batch_size=32, lr=0.05, seed=0)
+    membership = np.random.default_rng(0).random((3, 60)) < 0.6
+    return base, x[200:260], y[200:260], membership
+
+
+def _trained(base, parameterization, mechanism, x, y, membership, spec=None, sequential=False):
+    randomness = seeding.shadow_randomness(5, range(len(membership)))
+    shadow = engine.build(base, parameterization, spec or models.LoraSpec(4), randomness, torch.device("cpu"))
+    start = {name: t.clone() for name, t in shadow.trainable.items()}
+    config = engine.TrainingConfig(epochs=2, batch_size=8, lr=0.1, momentum=0.9)
+    trainer = engine.train_sequentially if sequential else engine.train
+    return start, trainer(shadow, mechanism, x, y, membership, randomness, config)
+
+
+@pytest.mark.parametrize("parameterization", ["full", "lora"])
+def test_batched_engine_matches_the_per_model_loop(setting, parameterization):
+    base, x, y, membership = setting  # LayerNorm, GELU, residual blocks, embeddings, next-token loss
+    mechanism = NonPrivate(parameterization=parameterization)
+    start, batched = _trained(base, parameterization, mechanism, x, y, membership)
+    _, looped = _trained(base, parameterization, mechanism, x, y, membership, sequential=True)
+    for name, value in batched.trainable.items():
+        assert value.dtype == torch.float64
+        torch.testing.assert_close(value, looped.trainable[name], rtol=0, atol=1e-5)
+    moved = max(float((batched.trainable[name] - value).abs().max()) for name, value in start.items())
+    assert moved > 1e-2  # the comparison is about trained models, not two copies of the start
+
+
+@pytest.mark.parametrize(
+    "mechanism,targets",
+    [
+        (NonPrivate(parameterization="lora"), None),
+        (NonPrivate(parameterization="lora"), ("q", "v")),
+        (dp_sgd("dp-lora", 0.5, 1.0), None),  # per-example clipping through the factored path
+        (dp_sgd("dp-lora-fa", 0.5, 1.0), ("fc1", "head")),
+    ],
+)
+def test_every_trained_adapter_moves(setting, mechanism, targets):
+    base, x, y, membership = setting
+    start, shadow = _trained(
+        base, mechanism.parameterization, mechanism, x, y, membership, models.LoraSpec(4, None, targets)
+    )
+    adapted = {name.split(".lora_")[0].removeprefix("base_model.model.") for name in start}
+    expected = {"q", "k", "v", "out", "fc1", "fc2"} if targets is None else set(targets)
+    assert adapted == {f"blocks.{i}.attention.{t}" for i in (0, 1) for t in expected & {"q", "k", "v", "out"}} | {
+        f"blocks.{i}.{t}" for i in (0, 1) for t in expected & {"fc1", "fc2"}
+    } | ({"head"} & expected)
+    for name, before in start.items():
+        change = (shadow.trainable[name] - before).flatten(1).norm(dim=1)
+        assert bool((change > 1e-6).all()), f"{name} did not move in every model: {change.tolist()}"
+
+
+def test_lora_targets_follow_peft_semantics_and_leave_the_head_out_unless_asked():
+    model = CausalTransformer(LENGTH, d_model=16, heads=2, layers=2)
+    assert "head" not in models.lora_layers(model) and len(models.lora_layers(model)) == 12
+    assert sorted(models.lora_layers(model, ("attention.q", "head"))) == [
+        "blocks.0.attention.q",
+        "blocks.1.attention.q",
+        "head",
+    ]
+    with pytest.raises(UsageError, match="LoRA target\\(s\\) query name no Linear/Conv2d layer"):
+        models.lora_layers(model, ("q", "query"))
+    assert len(models.lora_layers(models.mlp(8, 3))) == 3  # a model without lora_targets: every layer, as before
+
+
+class _MultiheadModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.token = nn.Embedding(256, 16)
+        self.attention = nn.MultiheadAttention(16, 2, batch_first=True)
+        self.head = nn.Linear(16, 256)
+
+    def forward(self, tokens):
+        h = self.token(tokens)
+        return self.head(self.attention(h, h, h, need_weights=False)[0])
+
+
+def test_multihead_attention_is_refused_in_one_line_naming_the_alternative(setting):
+    *_, membership = setting
+    randomness = seeding.shadow_randomness(0, range(2))
+    for parameterization in ("full", "lora"):
+        with pytest.raises(UsageError) as refused:
+            engine.build(
+                _MultiheadModel().eval(), parameterization, models.LoraSpec(4), randomness, torch.device("cpu")
+            )
+        message = str(refused.value)
+        assert "'attention' is an nn.MultiheadAttention" in message and "nn.Linear q/k/v/out projections" in message
+        assert "\n" not in message
+
+
+def test_why_multihead_attention_is_refused_peft_adapts_out_proj_but_it_never_trains():
+    import peft
+
+    model = peft.get_peft_model(
+        _MultiheadModel(), peft.LoraConfig(r=2, target_modules=["out_proj"], init_lora_weights="gaussian")
+    )
+    tokens = torch.randint(256, (4, LENGTH))
+    loss = models.mean_loss("next-token", model(tokens[:, :-1]), tokens[:, 1:])
+    adapters = [name for name, p in model.named_parameters() if p.requires_grad]
+    assert adapters and all("out_proj.lora_" in name for name in adapters)
+    assert not loss.requires_grad  # MHA reads out_proj.weight directly: the adapters are not on the loss's path
+
+
+def _per_example_loop(shadow, x, y):
+    """Every g_i by autograd, one model and one example at a time: (K, b, ...) per trained tensor."""
+    result = {
+        name: torch.zeros(len(x), x.shape[1], *t.shape[1:], dtype=t.dtype) for name, t in shadow.trainable.items()
+    }
+    for k in range(len(x)):
+        module = copy.deepcopy(shadow.module)
+        params = dict(module.named_parameters())
+        with torch.no_grad():
+            for name, value in {**shadow.frozen, **shadow.trainable}.items():
+                params[name].copy_(value[k])
+        trained = [params[name] for name in shadow.trainable]
+        for p in params.values():
+            p.requires_grad_(False)
+        for p in trained:
+            p.requires_grad_(True)
+        for i in range(x.shape[1]):
+            loss = models.mean_loss("next-token", module(x[k, i : i + 1]), y[k, i : i + 1])
+            for name, g in zip(shadow.trainable, torch.autograd.grad(loss, trained)):
+                result[name][k, i] = g
+    return result
+
+
+@pytest.mark.parametrize("parameterization", ["full", "lora"])
+def test_per_example_gradients_of_the_transformer_equal_an_autograd_loop(setting, parameterization):
+    base, x, y, _ = setting
+    randomness = seeding.shadow_randomness(2, range(2))
+    shadow = engine.build(base, parameterization, models.LoraSpec(4), randomness, torch.device("cpu"))
+    generator = torch.Generator().manual_seed(0)
+    for t in shadow.trainable.values():  # away from lora_B = 0, where lora_A's gradients vanish
+        t.add_(0.05 * torch.randn(t.shape, generator=generator, dtype=t.dtype))
+    xb, yb = torch.from_numpy(x[:10].reshape(2, 5, LENGTH)), torch.from_numpy(y[:10].reshape(2, 5, LENGTH))
+    weights = torch.tensor([[1.0, 1.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0, 0.0]], dtype=torch.float64)
+    examples = engine.example_gradient_function(shadow.module, list(shadow.trainable))(
+        shadow.trainable, shadow.frozen, xb, yb, weights
+    )
+    assert isinstance(examples, engine.LinearExampleGradients)  # factored, summed over the 12 positions
+    reference = _per_example_loop(shadow, xb, yb)
+    materialised = examples.materialise()
+    for name, g in reference.items():
+        assert float(g.abs().max()) > 1e-6, f"{name}: a vanishing gradient checks nothing"
+        torch.testing.assert_close(materialised[name], g, rtol=1e-10, atol=1e-12)
+    norms = sum(g.flatten(2).square().sum(-1) for g in reference.values())
+    torch.testing.assert_close(examples.squared_norms(), norms, rtol=1e-10, atol=0)
+    coefficients = torch.rand(weights.shape, generator=generator, dtype=torch.float64) * weights
+    sums = examples.weighted_sum(coefficients)
+    for name, g in reference.items():
+        torch.testing.assert_close(sums[name], torch.einsum("kb,kb...->k...", coefficients, g), rtol=1e-10, atol=1e-12)
+    name = next(iter(reference))
+    d_out, d_in = reference[name].shape[-2:]
+    left = torch.randn(2, 3, d_out, generator=generator, dtype=torch.float64)
+    right = torch.randn(2, d_in, 2, generator=generator, dtype=torch.float64)
+    transformed = (left.unsqueeze(1) @ reference[name] @ right.unsqueeze(1)).square().sum((-2, -1))
+    torch.testing.assert_close(examples.transformed_squared_norms(name, left, right), transformed, rtol=1e-10, atol=0)
