@@ -29,7 +29,10 @@ def register(subparsers) -> None:
     campaign = p.add_argument_group("campaign (changes the numbers; defaults in parentheses)")
     defaults = config_lib.CampaignConfig()
     campaign.add_argument("--mechanism", choices=config_lib.TRAINING_MECHANISMS, help=f"({defaults.mechanism})")
-    campaign.add_argument("--dataset", help=f"digits | breast-cancer | synthetic | cifar10:PATH ({defaults.dataset})")
+    campaign.add_argument(
+        "--dataset",
+        help=f"digits | breast-cancer | synthetic | cifar10:PATH | npz:PATH | csv:PATH ({defaults.dataset})",
+    )
     campaign.add_argument(
         "--design",
         choices=config_lib.DESIGNS,

@@ -15,8 +15,9 @@ class PerExampleGradients(Protocol):
     """Per-example gradients of K models on a padded batch of width b, in whatever form the engine computed them.
 
     The engine picks the representation (materialised ``vmap(grad)`` tensors, or a Linear layer's input
-    activations and output gradients, from which ``g_i = Σ_t δ_{i,t} x_{i,t}ᵀ`` is exact); mechanisms use only
-    these operations, so clipping is exact per example either way (docs/theory.md §1.5).
+    activations and output gradients, from which ``g_i = Σ_t δ_{i,t} x_{i,t}ᵀ`` is exact: one term for a vector
+    per example, one per position t for a sequence, e.g. the transformer's); mechanisms use only these
+    operations, so clipping is exact per example either way (docs/theory.md §1.5).
     """
 
     def squared_norms(self) -> torch.Tensor:
