@@ -364,6 +364,23 @@ class _SketchInputsRecorder:
         return project(mean, factors, self.projection.scale)
 
 
+def retrain_recording(
+    setup: Setup, indices: np.ndarray, snapshot_steps: frozenset[int]
+) -> tuple[_SketchInputsRecorder, engine.ShadowModels]:
+    """Models ``indices`` of the campaign trained again on the CPU as full-weight LoRA-FA, recording as they train."""
+    config = setup.config
+    assert config.rank is not None, "LoRA-FA has a rank"
+    scale = models.LoraSpec(config.rank, config.alpha).scale
+    recorder = _SketchInputsRecorder(WishartProjection(config.rank, scale), snapshot_steps)
+    randomness = shadow_randomness(config.seed, indices)
+    device = torch.device("cpu")
+    shadow = engine.build(setup.base, "full", None, randomness, device)
+    membership, training = setup.pool_membership[indices], _training(config)
+    with _one_thread_precision(config, device):
+        engine.train(shadow, recorder, setup.pool_x, setup.pool_y, membership, randomness, training, setup.layout)
+    return recorder, shadow
+
+
 def measure_sketch_inputs(setup: Setup) -> dict:
     """[S] Lemma 7.2's λ̄, C and β̂ (:class:`dpaudit.bounds.SketchClaim`), measured on two of the campaign's models.
 
@@ -384,17 +401,10 @@ def measure_sketch_inputs(setup: Setup) -> dict:
     steps = config.epochs * setup.layout.steps
     starts = np.unique(np.linspace(0, max(steps - 2, 0), min(_SMOOTHNESS_PAIRS, max(steps - 1, 1))).astype(int))
     pairs = [(int(t), int(t) + 1) for t in starts if t + 1 < steps]
-    assert config.rank is not None, "LoRA-FA has a rank"
-    scale = models.LoraSpec(config.rank, config.alpha).scale
-    snapshot_steps = frozenset(t for pair in pairs for t in pair)
-    recorder = _SketchInputsRecorder(WishartProjection(config.rank, scale), snapshot_steps)
-    randomness = shadow_randomness(config.seed, indices)
+    recorder, shadow = retrain_recording(setup, indices, frozenset(t for pair in pairs for t in pair))
     membership = setup.pool_membership[indices]
-    device = torch.device("cpu")
-    shadow = engine.build(setup.base, "full", None, randomness, device)
     training = _training(config)
-    with _one_thread_precision(config, device):
-        engine.train(shadow, recorder, setup.pool_x, setup.pool_y, membership, randomness, training, setup.layout)
+    with _one_thread_precision(config, torch.device("cpu")):
         full_gradient = engine.gradient_function(shadow.module, per_example=False)
         x = torch.from_numpy(setup.pool_x).expand(len(indices), *setup.pool_x.shape)
         y = torch.from_numpy(setup.pool_y).expand(len(indices), *setup.pool_y.shape)

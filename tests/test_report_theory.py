@@ -12,8 +12,9 @@ import tempfile
 
 import numpy as np
 import pytest
+import torch
 
-from dpaudit import analysis, audit_report, bounds, campaign, data, models, report
+from dpaudit import analysis, audit_report, bounds, campaign, data, engine, models, report
 from dpaudit.cli.audit import finish
 from dpaudit.config import CampaignConfig, Execution
 from dpaudit.store import ChunkOutputs, Plan, RunStore
@@ -190,3 +191,24 @@ def test_default_audit_is_not_inconclusive(tmp_path, capsys):
     # The first layer's W is 128 × 64: G Gᵀ (128 × 128) has rank ≤ 64, so λ̄ = 0 and Γ = 0.
     assert measured["gram_minimum"] == 0 and claim["gamma"] == 0 and claim["outcome"] == "vacuous"
     assert claim["epsilon"] == "inf" and "Γ = 0 ≤ 1" in claim["reason"]
+
+
+def test_sketch_inputs_are_measured_on_the_campaigns_own_models(tmp_path):
+    """The recording retrain (full-weight LoRA-FA, the models' own A and batches) ends where the campaign did.
+
+    Their stored canary logits agree, and measured.json's λ̄ and C are those of the recorded gradients.
+    """
+    config = CampaignConfig(models=4, epochs=1)
+    store = campaign.run(config, Execution(progress=False, workers=1), tmp_path / "run")
+    setup = campaign.prepare(config, store, torch.device("cpu"))
+    indices = np.array(store.measurements()["models"])
+    recorder, shadow = campaign.retrain_recording(setup, indices, frozenset())
+    retrained = engine.logits(shadow, setup.targets_x).numpy()
+    stored = store.outputs().target_logits[indices]
+    np.testing.assert_allclose(retrained, stored, rtol=1e-4, atol=1e-4 * np.abs(stored).max())
+    smallest = min(
+        np.linalg.eigvalsh(g @ g.transpose(0, 2, 1))[:, 0].clip(min=0).min()
+        for g in (t.numpy() for t in recorder.cumulative.values())
+    )
+    assert store.measurements()["gram_minimum"] == pytest.approx(smallest, abs=1e-9)
+    assert 0 < recorder.grad_bound == pytest.approx(store.measurements()["grad_bound"], rel=1e-6)
