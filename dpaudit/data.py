@@ -327,8 +327,12 @@ def load(spec: str) -> Dataset:
         from dpaudit import text  # text builds on this module's Dataset
 
         return text.load(path or None)
-    if kind in ("cifar10", "npz", "csv") and path:
-        return {"cifar10": cifar10, "npz": from_npz, "csv": from_csv}[kind](path)
+    if kind == "cifar10" and path:
+        return cifar10(path)
+    if kind == "npz" and path:
+        return from_npz(path)
+    if kind == "csv" and path:
+        return from_csv(path)
     raise UsageError(
         f"unknown dataset {spec!r}: use digits, breast-cancer, synthetic, cifar10:PATH, npz:PATH, csv:PATH, text or"
         " text:PATH"

@@ -70,7 +70,8 @@ def from_bytes(name: str, text: bytes, length: int = SEQUENCE_LENGTH) -> TextDat
             f"{name} has {len(text)} bytes, {len(x)} sequences of {length + 1}: every part of the fixed 40/40/20 "
             f"split needs {data.MIN_SPLIT_EXAMPLES}, so give at least {needed * (length + 1)} bytes of text"
         )
-    return TextDataset(name, *parts, num_classes=256)
+    public, private, test = parts
+    return TextDataset(name, public, private, test, num_classes=256)
 
 
 def load(path: str | None = None, length: int = SEQUENCE_LENGTH) -> TextDataset:
