@@ -16,7 +16,9 @@ Measured (2-core CPU shared with other jobs; 2000 + 2000 models unless said; mut
 =====================================  ==========================  ==========================  ========
 setting                                mutant: verdict, CP, GDP    correct: verdict, CP, GDP   analytic
 =====================================  ==========================  ==========================  ========
-half-noise σ=1, q=1, T=1               consistent 3.00, 8.67       (μ_lo 1.78 > claimed μ 1)   4.38
+half-noise σ=1, q=1, T=1               consistent 3.00, 8.67       (not run at this size)      4.38
+  GDP μ lower bound vs claimed μ = 1   1.78 (violates the μ-GDP    0.47 (100 + 100 models,
+                                       claim)                      breast-cancer)
 skip-noise-every-10 σ=2, q=1, T=1      violated 5.69, 37.0         consistent 0.41, 1.09       1.99
 skip-noise-every-10 σ=2, q=1, T=10     inconclusive 1.56, 5.77     inconclusive 1.63, 5.25     7.51
   (200 + 200 models)
