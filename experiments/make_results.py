@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 import textwrap
 from collections.abc import Callable
@@ -76,8 +77,12 @@ def num(value: float, digits: int = 3) -> str:
 
 
 def sig(value: float, digits: int = 3) -> str:
-    """``value`` with ``digits`` significant digits."""
-    return "∞" if math.isinf(value) else f"{value:.{digits}g}"
+    """``value`` with ``digits`` significant digits (exponents without padding: ``1.7e7``, ``3.4e-8``)."""
+    return (
+        "∞"
+        if math.isinf(value)
+        else re.sub(r"e([+-])0*(\d)", lambda m: "e" + m[1].strip("+") + m[2], f"{value:.{digits}g}")
+    )
 
 
 def power(value: float) -> str:
@@ -690,6 +695,12 @@ def s_table1(src: Sources) -> Section:
             )
         return "; ".join(parts)
 
+    def tail_at_1(lower: pd.Series, higher: pd.Series) -> str:
+        """The summary's word for LiRA TPR at FPR 1% (the paper's lowest FPR): lower / higher / overlapping CIs."""
+        if tpr_intervals_overlap(lower, higher, lira, "0.01"):
+            return "CIs overlap"
+        return "lower" if lower[f"{lira}tpr_at_fpr_0.01"] < higher[f"{lira}tpr_at_fpr_0.01"] else "higher"
+
     def word(holds: bool) -> str:
         return "**yes**" if holds else "**no**"
 
@@ -733,10 +744,12 @@ the pretrained MLP barely overfits {targets} examples in {epochs} epochs, so eve
 {num(frame[f"{ref}auc"].median(), 2)}. [S] reports AUC and TPR at FPR 10% and 1% (not 0.1%). Claims, each tested
 at b = {batch} (not the paper's b = {paper_batch:g}):
 
-* *LoRA lowers the MIA AUC vs full fine-tuning*: {word(lora_holds)} — {lora_text}. Low-FPR tail (LiRA TPR, full
+* *LoRA lowers the MIA AUC vs full fine-tuning*: AUC {word(lora_holds)} — {lora_text}. Low-FPR tail (LiRA TPR, full
   fine-tuning → LoRA): {tail_claim(lora, full)}.
-* *LoRA-FA lowers it further*: {word(fa_holds)} — at r = 16: {fa_text}. Tail (LoRA → LoRA-FA): {tail_claim(fa16, lora)}.
-* *Smaller r lowers it* ([S] Fig. 3): {word(rank_holds)} — r = {big["rank"]:g} → {small["rank"]:g}: {rank_text}.
+* *LoRA-FA lowers it further*: AUC {word(fa_holds)} — at r = 16: {fa_text}. Tail (LoRA → LoRA-FA): {
+        tail_claim(fa16, lora)
+    }.
+* *Smaller r lowers it* ([S] Fig. 3): AUC {word(rank_holds)} — r = {big["rank"]:g} → {small["rank"]:g}: {rank_text}.
   Tail: {tail_claim(small, big)}.
 * *Larger b lowers it at a fixed number of steps T = EN/b*: **not tested** — [S] doubles b and E together
   ((16, {paper_epochs:g}, {paper_batch:g}) → (16, {paper_large_epochs:g}, {paper_large_batch:g})); our
@@ -750,8 +763,9 @@ at b = {batch} (not the paper's b = {paper_batch:g}):
         f"ref. AUC {num(full[f'{ref}auc'])} / {num(lora[f'{ref}auc'])} / {num(fa16[f'{ref}auc'])} (b = {batch}); "
         f"LiRA TPR@1% {num(full[f'{lira}tpr_at_fpr_0.01'])} / {num(lora[f'{lira}tpr_at_fpr_0.01'])} / "
         f"{num(fa16[f'{lira}tpr_at_fpr_0.01'])}",
-        f"LoRA < full: {word(lora_holds)}; LoRA-FA < LoRA: {word(fa_holds)}; smaller r: {word(rank_holds)}; "
-        "larger b at fixed T: **not tested** (b = 32 here vs 8)",
+        f"AUC (TPR@1%): LoRA < full: {word(lora_holds)} ({tail_at_1(lora, full)}); LoRA-FA < LoRA: {word(fa_holds)} "
+        f"({tail_at_1(fa16, lora)}); smaller r: {word(rank_holds)} ({tail_at_1(small, big)}); larger b at fixed T: "
+        f"**not tested**; b = {batch} here vs {paper_batch:g}; TPR CIs too narrow (trials share models)",
     )
     return Section([summary], body)
 
