@@ -297,10 +297,6 @@ def _lower_bound(method: Method, in_scores, out_scores, delta, confidence, strat
     if method == "gaussian_dp" and delta == 0.0:
         raise InvalidArgument("delta must be > 0 for gdp_epsilon (μ-GDP is not (ε, 0)-DP); use e.g. 1e-5.")
     alpha = 1.0 - confidence
-    # Counts the bounds use: the observed ones, except that GridThresholds caps TP and floors FP at its
-    # grid counts (equal to the observed ones unless scores tie), the counts its union bound covers.
-    true_positive_cap: np.ndarray | int = in_scores.size
-    false_positive_floor: np.ndarray | int = 0
 
     if isinstance(strategy, SplitThreshold):
         in_select, in_certify = _split(in_scores, strategy, "in_scores", rng_stream=0)
@@ -317,39 +313,14 @@ def _lower_bound(method: Method, in_scores, out_scores, delta, confidence, strat
             delta,
         )
         candidates = selection_candidates[[np.argmax(chosen.objective)]]
-    elif isinstance(strategy, BonferroniThresholds):
-        in_certify, out_certify = in_scores, out_scores
-        alpha_per_bound = alpha / (in_scores.size + out_scores.size)
-        candidates = _candidate_thresholds(in_scores, out_scores)
-    elif isinstance(strategy, GridThresholds):
-        in_certify, out_certify = in_scores, out_scores
-        false_positive_grid = _count_grid(out_scores.size, strategy.ratio)
-        false_negative_grid = _count_grid(in_scores.size, strategy.ratio)
-        alpha_per_bound = alpha / (2 * (false_positive_grid.size + false_negative_grid.size))
-        # Just above the (j+1)-th largest OUT score: FP ≤ j; at the (j+1)-th smallest IN score: FN ≤ j.
-        candidates = np.concatenate(
-            [
-                np.nextafter(np.sort(out_scores)[::-1][false_positive_grid], np.inf),
-                np.sort(in_scores)[false_negative_grid],
-            ]
-        )
-        false_positive_floor = np.concatenate([false_positive_grid, np.zeros_like(false_negative_grid)])
-        true_positive_cap = np.concatenate(
-            [np.full_like(false_positive_grid, in_scores.size), in_scores.size - false_negative_grid]
-        )
-    elif isinstance(strategy, FixedThreshold):
-        in_certify, out_certify = in_scores, out_scores
-        alpha_per_bound = alpha / 2.0
-        candidates = np.array([float(strategy.threshold)])
+        n_in, n_out = in_certify.size, out_certify.size
+        true_positives = count_at_or_above(in_certify, candidates)
+        false_positives = count_at_or_above(out_certify, candidates)
     else:
-        raise InvalidArgument(
-            "strategy must be GridThresholds(...), BonferroniThresholds(), SplitThreshold(...) or "
-            f"FixedThreshold(...); got {strategy!r}."
-        )
-
-    n_in, n_out = in_certify.size, out_certify.size
-    true_positives = np.minimum(count_at_or_above(in_certify, candidates), true_positive_cap)
-    false_positives = np.maximum(count_at_or_above(out_certify, candidates), false_positive_floor)
+        intervals = _simultaneous_counts(in_scores, out_scores, alpha, strategy)
+        candidates, alpha_per_bound = intervals.thresholds, intervals.alpha_per_bound
+        true_positives, false_positives = intervals.true_positives, intervals.false_positives
+        n_in, n_out = intervals.n_in, intervals.n_out
     evaluation = _evaluate(method, true_positives, false_positives, n_in, n_out, alpha_per_bound, delta)
     best = int(np.argmax(evaluation.objective))
     objective = float(evaluation.objective[best])
@@ -372,6 +343,106 @@ def _lower_bound(method: Method, in_scores, out_scores, delta, confidence, strat
         fpr_upper=float(evaluation.fpr_upper[best]),
         mu_lower=max(objective, 0.0) if method == "gaussian_dp" else None,
         max_certifiable_epsilon=_epsilon_of(method, float(perfect.objective[0]), delta),
+    )
+
+
+PresetThresholds = BonferroniThresholds | GridThresholds | FixedThreshold  # thresholds no bound chooses
+
+
+@dataclasses.dataclass(frozen=True)
+class SimultaneousBounds:
+    """One-sided Clopper-Pearson bounds on TPR and FPR at a strategy's thresholds, all holding at once.
+
+    With probability ≥ ``confidence`` every ``tpr_lower[k]`` ≤ TPR(t_k) and every ``fpr_upper[k]`` ≥ FPR(t_k) (the
+    union bound of the module docstring, ``alpha_per_bound`` each). The counts are the observed ones, except that
+    `GridThresholds` caps TP and floors FP at its grid counts (equal unless scores tie), the counts it covers.
+
+    Attributes:
+      thresholds: (K,) the rules "IN iff score ≥ t_k".
+      true_positives: (K,) #IN scores ≥ t_k, as bounded.
+      false_positives: (K,) #OUT scores ≥ t_k, as bounded.
+      n_in: IN trials.
+      n_out: OUT trials.
+      confidence: 1 - α of all the bounds together.
+      alpha_per_bound: failure probability of each one-sided bound.
+      tpr_lower: (K,) Clopper-Pearson lower bounds on TPR(t_k).
+      fpr_upper: (K,) Clopper-Pearson upper bounds on FPR(t_k).
+    """
+
+    thresholds: np.ndarray
+    true_positives: np.ndarray
+    false_positives: np.ndarray
+    n_in: int
+    n_out: int
+    confidence: float
+    alpha_per_bound: float
+    tpr_lower: np.ndarray
+    fpr_upper: np.ndarray
+
+
+def simultaneous_bounds(
+    in_scores, out_scores, confidence: float = 0.95, strategy: PresetThresholds = GridThresholds()
+) -> SimultaneousBounds:
+    """:class:`SimultaneousBounds` of IN/OUT scores at the thresholds of ``strategy`` (module docstring).
+
+    The same intervals as `clopper_pearson_epsilon` with the same strategy: any test of a claimed trade-off curve
+    against them (e.g. :func:`attacks.tradeoff.profile_test`) errs with probability ≤ 1 - ``confidence``.
+    `SplitThreshold` is not accepted: its threshold is chosen by the bound it certifies.
+    """
+    in_scores = check.score_vector("in_scores", in_scores)
+    out_scores = check.score_vector("out_scores", out_scores)
+    confidence = check.open_unit("confidence", confidence)
+    if isinstance(strategy, SplitThreshold):
+        raise InvalidArgument(
+            "strategy must be GridThresholds(...), BonferroniThresholds() or FixedThreshold(...) for simultaneous"
+            " bounds: a SplitThreshold's threshold is chosen by the bound it certifies."
+        )
+    return _simultaneous_counts(in_scores, out_scores, 1.0 - confidence, strategy)
+
+
+def _simultaneous_counts(in_scores, out_scores, alpha: float, strategy) -> SimultaneousBounds:
+    """:func:`simultaneous_bounds` of checked scores at total error ``alpha``."""
+    n_in, n_out = in_scores.size, out_scores.size
+    # Counts the bounds use: the observed ones, except that GridThresholds caps TP and floors FP at its
+    # grid counts (equal to the observed ones unless scores tie), the counts its union bound covers.
+    true_positive_cap: np.ndarray | int = n_in
+    false_positive_floor: np.ndarray | int = 0
+    if isinstance(strategy, BonferroniThresholds):
+        alpha_per_bound = alpha / (n_in + n_out)
+        candidates = _candidate_thresholds(in_scores, out_scores)
+    elif isinstance(strategy, GridThresholds):
+        false_positive_grid = _count_grid(n_out, strategy.ratio)
+        false_negative_grid = _count_grid(n_in, strategy.ratio)
+        alpha_per_bound = alpha / (2 * (false_positive_grid.size + false_negative_grid.size))
+        # Just above the (j+1)-th largest OUT score: FP ≤ j; at the (j+1)-th smallest IN score: FN ≤ j.
+        candidates = np.concatenate(
+            [
+                np.nextafter(np.sort(out_scores)[::-1][false_positive_grid], np.inf),
+                np.sort(in_scores)[false_negative_grid],
+            ]
+        )
+        false_positive_floor = np.concatenate([false_positive_grid, np.zeros_like(false_negative_grid)])
+        true_positive_cap = np.concatenate([np.full_like(false_positive_grid, n_in), n_in - false_negative_grid])
+    elif isinstance(strategy, FixedThreshold):
+        alpha_per_bound = alpha / 2.0
+        candidates = np.array([float(strategy.threshold)])
+    else:
+        raise InvalidArgument(
+            "strategy must be GridThresholds(...), BonferroniThresholds(), SplitThreshold(...) or "
+            f"FixedThreshold(...); got {strategy!r}."
+        )
+    true_positives = np.minimum(count_at_or_above(in_scores, candidates), true_positive_cap)
+    false_positives = np.maximum(count_at_or_above(out_scores, candidates), false_positive_floor)
+    return SimultaneousBounds(
+        thresholds=candidates,
+        true_positives=true_positives,
+        false_positives=false_positives,
+        n_in=n_in,
+        n_out=n_out,
+        confidence=1.0 - alpha,
+        alpha_per_bound=alpha_per_bound,
+        tpr_lower=clopper_pearson_lower(true_positives, n_in, alpha_per_bound),
+        fpr_upper=clopper_pearson_upper(false_positives, n_out, alpha_per_bound),
     )
 
 

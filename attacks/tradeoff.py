@@ -26,10 +26,13 @@ from typing import Literal
 
 import numpy as np
 
+from accountants import validation as check
 from accountants.validation import InvalidArgument
-from attacks.epsilon import EpsilonLowerBound
+from attacks.clopper_pearson import clopper_pearson_lower, clopper_pearson_upper
+from attacks.epsilon import EpsilonLowerBound, GridThresholds, PresetThresholds, simultaneous_bounds
 
 Outcome = Literal["consistent", "violated", "inconclusive"]
+_GRID = GridThresholds()  # the Clopper-Pearson ε bound's default thresholds
 
 
 def _as_profile(privacy_profile) -> tuple[np.ndarray, np.ndarray]:
@@ -134,6 +137,91 @@ def _undercut(first, middle, last) -> bool:
 
 
 @dataclasses.dataclass(frozen=True)
+class ProfileTest:
+    """The audit's ROC against the region a privacy profile allows, at simultaneous Clopper-Pearson bounds.
+
+    Attributes:
+      violated: at some threshold the bounds put (FPR_hi, TPR_lo) above the largest TPR the profile allows at
+        FPR_hi; wrong with probability ≤ 1 - `confidence` if the mechanism satisfies the profile.
+      margin: TPR_lo - max_tpr_at_fpr(FPR_hi) at the threshold where it is largest (> 0 iff violated).
+      threshold: that threshold (IN iff score ≥ it).
+      fpr_upper: FPR_hi there.
+      tpr_lower: TPR_lo there.
+      allowed_tpr: max_tpr_at_fpr(FPR_hi, profile) there.
+      true_positives: #IN scores ≥ threshold (as bounded).
+      false_positives: #OUT scores ≥ threshold (as bounded).
+      n_in: IN trials.
+      n_out: OUT trials.
+      confidence: 1 - α of all the thresholds' bounds together.
+      max_margin: the margin of a perfect attack (every IN above every OUT) with these trials: ≤ 0 means no attack
+        could have refuted the profile.
+    """
+
+    violated: bool
+    margin: float
+    threshold: float
+    fpr_upper: float
+    tpr_lower: float
+    allowed_tpr: float
+    true_positives: int
+    false_positives: int
+    n_in: int
+    n_out: int
+    confidence: float
+    max_margin: float
+
+
+def profile_test(
+    in_scores,
+    out_scores,
+    privacy_profile,
+    confidence: float = 0.95,
+    strategy: PresetThresholds = _GRID,
+) -> ProfileTest:
+    """Does the ROC of IN/OUT scores leave the region ``privacy_profile`` allows? (docs/theory.md §3.7).
+
+    At each threshold t_k of ``strategy`` the simultaneous one-sided bounds TPR_lo ≤ TPR(t_k), FPR_hi ≥ FPR(t_k)
+    (:func:`attacks.epsilon.simultaneous_bounds`, the intervals of the Clopper-Pearson ε bound) are set against
+    the profile's largest TPR, which increases with FPR: if every pair (ε_k, δ_k) holds, then
+    TPR_lo ≤ TPR ≤ max_tpr_at_fpr(FPR) ≤ max_tpr_at_fpr(FPR_hi) at every threshold unless a bound failed. So
+    ``violated`` errs with probability ≤ 1 - ``confidence``. The envelope includes the complement inequality
+    TNR ≤ e^ε FNR + δ, so both directions of the Clopper-Pearson bound are covered; with the single pair (ε, δ)
+    the test is violated exactly when `clopper_pearson_epsilon` at the same strategy exceeds ε.
+
+    Args:
+      in_scores: 1-D scores of independent IN trials (higher = member).
+      out_scores: 1-D scores of independent OUT trials.
+      privacy_profile: one (ε, δ) pair or an array (P, 2) of pairs the mechanism claims all at once.
+      confidence: 1 - α of the whole test.
+      strategy: the thresholds (default: the Clopper-Pearson bound's geometric grid).
+    """
+    check.open_unit("confidence", confidence)
+    _as_profile(privacy_profile)
+    bounds = simultaneous_bounds(in_scores, out_scores, confidence, strategy)
+    allowed = max_tpr_at_fpr(bounds.fpr_upper, privacy_profile)
+    margins = bounds.tpr_lower - allowed
+    worst = int(np.argmax(margins))
+    # A perfect attack's bounds at the same level: TPR_lo(n_in of n_in) and FPR_hi(0 of n_out). Every other
+    # threshold has a smaller TPR_lo and a larger FPR_hi, so no attack's margin exceeds this one.
+    perfect_tpr = float(clopper_pearson_lower(bounds.n_in, bounds.n_in, bounds.alpha_per_bound))
+    perfect_fpr = float(clopper_pearson_upper(0, bounds.n_out, bounds.alpha_per_bound))
+    return ProfileTest(
+        violated=bool(margins[worst] > 0.0),
+        margin=float(margins[worst]),
+        threshold=float(bounds.thresholds[worst]),
+        fpr_upper=float(bounds.fpr_upper[worst]),
+        tpr_lower=float(bounds.tpr_lower[worst]),
+        allowed_tpr=float(allowed[worst]),
+        true_positives=int(bounds.true_positives[worst]),
+        false_positives=int(bounds.false_positives[worst]),
+        n_in=bounds.n_in,
+        n_out=bounds.n_out,
+        confidence=bounds.confidence,
+        max_margin=perfect_tpr - float(max_tpr_at_fpr(perfect_fpr, privacy_profile)),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
 class AuditVerdict:
     """Does an audit contradict an analytic bound?
 
@@ -147,6 +235,7 @@ class AuditVerdict:
       max_certifiable_epsilon: the largest ε lower bound these trials could ever give.
       auc_lower: lower confidence limit of the attack's AUC (None if not used).
       max_allowed_auc: largest AUC the analytic guarantee allows (None if not used).
+      profile: the ROC tested against the claimed privacy profile (None if not used).
     """
 
     outcome: Outcome
@@ -158,6 +247,7 @@ class AuditVerdict:
     max_certifiable_epsilon: float
     auc_lower: float | None
     max_allowed_auc: float | None
+    profile: ProfileTest | None
 
 
 def audit_verdict(
@@ -166,19 +256,23 @@ def audit_verdict(
     *,
     auc_lower: float | None = None,
     max_allowed_auc: float | None = None,
+    profile: ProfileTest | None = None,
+    claim: str = "the analytic guarantee",
 ) -> AuditVerdict:
-    """Compares an audit with an analytic bound. The rule, applied in this order:
+    """Compares an audit with an analytic bound by these rules, applied in order.
 
     1. inconclusive: `analytic_epsilon` is None, NaN or +inf. There is no finite bound to test
        (a bound whose theorem does not apply reports ε = inf, docs/theory.md §0).
-    2. violated: the empirical ε lower bound > `analytic_epsilon`, or (if given)
-       `auc_lower` > `max_allowed_auc`. The first is wrong with probability
-       ≤ 1 - `empirical.confidence`; with both routes the error probabilities add (union bound),
+    2. violated: (if given) `profile.violated`, the ROC leaves the region the claimed privacy
+       profile allows; the empirical ε lower bound > `analytic_epsilon`; or (if given)
+       `auc_lower` > `max_allowed_auc`. The first two rest on the same simultaneous intervals
+       (`profile_test` at the ε bound's strategy) and are wrong together with probability
+       ≤ 1 - `empirical.confidence`; with the AUC route the error probabilities add (union bound),
        e.g. 0.05 + 0.025 for a 95% ε bound and the lower limit of a two-sided 95% AUC interval.
-    3. inconclusive: `empirical.max_certifiable_epsilon` ≤ `analytic_epsilon`. Even a perfect
-       attack (every IN score above every OUT score) could not have certified an ε above the
-       analytic one with these trial counts and this confidence: the audit had no power; run
-       more trials.
+    3. inconclusive: `empirical.max_certifiable_epsilon` ≤ `analytic_epsilon` (with a profile:
+       `profile.max_margin` ≤ 0). Even a perfect attack (every IN score above every OUT score)
+       could not have refuted the claim with these trial counts and this confidence: the audit
+       had no power; run more trials.
     4. consistent: otherwise. The audit could have shown a violation and did not; this does not
        prove the bound (only an absence of evidence against it).
 
@@ -189,6 +283,9 @@ def audit_verdict(
       auc_lower: lower limit of the attack's AUC confidence interval
         (`metrics.summarize(...).auc_ci[0]`).
       max_allowed_auc: `max_auc(profile)` of the analytic guarantee. Give both or neither.
+      profile: `profile_test` of the same scores against the claimed profile (which should include
+        the pair (`analytic_epsilon`, δ)), at the strategy and confidence of `empirical`.
+      claim: what the profile is, for the reason: "... above the 0.23 {claim} allows".
     """
     if not isinstance(empirical, EpsilonLowerBound):
         raise InvalidArgument(
@@ -214,11 +311,18 @@ def audit_verdict(
             max_certifiable_epsilon=empirical.max_certifiable_epsilon,
             auc_lower=auc_lower,
             max_allowed_auc=max_allowed_auc,
+            profile=profile,
         )
 
     at = f"at δ = {empirical.delta:g}"
     if analytic_epsilon is None or math.isnan(analytic_epsilon) or math.isinf(analytic_epsilon):
         return verdict("inconclusive", f"no finite analytic ε {at} to test against.")
+    if profile is not None and profile.violated:
+        return verdict(
+            "violated",
+            f"at FPR ≤ {profile.fpr_upper:.3g} the attack reaches TPR ≥ {profile.tpr_lower:.3g} "
+            f"({profile.confidence:.0%} simultaneous bounds), above the {profile.allowed_tpr:.3g} {claim} allows.",
+        )
     if empirical.epsilon > analytic_epsilon:
         return verdict(
             "violated",
@@ -231,12 +335,25 @@ def audit_verdict(
             f"the AUC's lower confidence limit {auc_lower:.4g} exceeds the largest AUC "
             f"{max_allowed_auc:.4g} the analytic guarantee allows.",
         )
-    if empirical.max_certifiable_epsilon <= analytic_epsilon:
+    if profile is not None and profile.max_margin <= 0.0:
+        return verdict(
+            "inconclusive",
+            f"with {profile.n_in} + {profile.n_out} trials even a perfect attack stays inside the region "
+            f"{claim} allows; run more trials.",
+        )
+    if profile is None and empirical.max_certifiable_epsilon <= analytic_epsilon:
         return verdict(
             "inconclusive",
             f"with {empirical.n_in} + {empirical.n_out} trials even a perfect attack certifies at "
             f"most ε = {empirical.max_certifiable_epsilon:.4g}, not above the analytic "
             f"ε = {analytic_epsilon:.4g} {at}; run more trials.",
+        )
+    if profile is not None:
+        return verdict(
+            "consistent",
+            f"the ROC stays inside the region {claim} allows (closest: TPR ≥ {profile.tpr_lower:.3g} against "
+            f"{profile.allowed_tpr:.3g} at FPR ≤ {profile.fpr_upper:.3g}), which these trials could have left; "
+            f"empirical ε ≥ {empirical.epsilon:.4g} ≤ the analytic ε = {analytic_epsilon:.4g} {at}.",
         )
     return verdict(
         "consistent",
