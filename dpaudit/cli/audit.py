@@ -15,6 +15,7 @@ from pathlib import Path
 
 from dpaudit import config as config_lib
 from dpaudit.analysis import ATTACKS
+from dpaudit.cli import directory
 from dpaudit.errors import UsageError
 
 
@@ -123,7 +124,7 @@ def register(subparsers) -> None:
         choices=ATTACKS,
         help="membership score (canary-loss; white-box, the only one, with --observe weights or steps)",
     )
-    p.add_argument("--out", type=Path, help="run directory (./dpaudit-runs/<timestamp>)")
+    p.add_argument("--out", type=directory, help="run directory (./dpaudit-runs/<timestamp>)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.set_defaults(func=run)
 
