@@ -22,6 +22,7 @@ from dp_accounting.privacy_accountant import NeighboringRelation
 from scipy.optimize import brentq
 
 from accountants import validation as check
+from accountants.gaussian import delta_for_mu
 from accountants.result import ADD_REMOVE, REPLACE_ONE, Bound, Neighbouring, inapplicable
 from accountants.validation import InvalidArgument
 
@@ -182,6 +183,30 @@ def delta_curve(
         )
         for e, d in zip(epsilons, deltas)
     )
+
+
+def privacy_profile(
+    noise_multiplier: float,
+    sample_rate: float,
+    steps: int,
+    epsilons: Sequence[float],
+    neighbouring: Neighbouring = ADD_REMOVE,
+) -> np.ndarray:
+    """(P, 2) pairs (eps, delta(eps)) at ``epsilons``, all holding at once: the profile an audit's ROC is tested on.
+
+    At q = 1 the T steps are the Gaussian mechanism with mu = sqrt(T) Delta / sigma (Delta = 1 add/remove, 2
+    replace-one; docs/theory.md §2.1), whose exact profile is closed-form; otherwise :func:`delta_curve`'s
+    pessimistic PLD deltas (each an upper bound, so the pairs hold).
+    """
+    noise_multiplier, sample_rate, steps = _checked(noise_multiplier, sample_rate, steps, neighbouring)
+    epsilons = np.array([check.non_negative("epsilon", e) for e in epsilons], dtype=float)
+    if sample_rate == 1:
+        sensitivity = 1.0 if neighbouring == ADD_REMOVE else 2.0
+        deltas = np.asarray(delta_for_mu(epsilons, math.sqrt(steps) * sensitivity / noise_multiplier), dtype=float)
+    else:
+        curve = delta_curve(noise_multiplier, sample_rate, steps, epsilons, neighbouring)
+        deltas = np.array([bound.delta for bound in curve])
+    return np.stack([epsilons, np.reshape(deltas, epsilons.shape)], axis=1)
 
 
 def delta(
