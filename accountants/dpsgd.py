@@ -307,6 +307,18 @@ def rdp_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: 
     """epsilon(delta) from dp_accounting's RDP accountant (Mironov et al. 2019): a looser cross-check."""
     noise_multiplier, sample_rate, steps = _checked(noise_multiplier, sample_rate, steps, ADD_REMOVE)
     delta = check.open_unit("delta", delta)
+    sampled = 1.0 if sample_rate == 1 else -math.expm1(steps * math.log1p(-sample_rate))
+    if sampled <= delta:
+        # With probability 1 - sampled the record is never drawn and both output laws agree, so the mechanism is
+        # (0, sampled)-DP exactly. The RDP accountant is at float64's rounding floor there (q below ~1e-13 gives
+        # negative divergences, which dp_accounting logs and clamps), so it is not asked.
+        return Bound(
+            epsilon=0.0,
+            delta=delta,
+            neighbouring=ADD_REMOVE,
+            source=f"Poisson-subsampled Gaussian: the record is drawn with probability 1 - (1 - q)^T = {sampled:.3g}",
+            inputs=_inputs(noise_multiplier, sample_rate, steps, delta=delta),
+        )
     return Bound(
         epsilon=_rdp_accountant(noise_multiplier, sample_rate, steps).get_epsilon(delta),
         delta=delta,

@@ -39,6 +39,30 @@ def positive(name: str, value) -> float:
     return value
 
 
+# A scale of a sampled release (a noise std, a norm, a sensitivity) enters the release's law squared, and the
+# likelihood and covariance code multiplies two squared scales (sigma_A^2 |Q|_F^2 in [S]'s sketch covariance,
+# sigma^2 against |v|^2 in the Gaussian log-likelihood ratio). Those fourth powers must be finite, normal float64
+# numbers (about 2.2e-308 to 1.8e308): scales in [1e-75, 1e75] keep them inside [1e-300, 1e300].
+SCALE_RANGE = (1e-75, 1e75)
+
+
+def scale(name: str, value, *, zero: bool = False) -> float:
+    """A scale of a sampled release in :data:`SCALE_RANGE` (``0`` too with ``zero=True``), so its squares stay finite.
+
+    The release laws are scale invariant (scaling the data and the noise together leaves every likelihood ratio
+    unchanged), so a value outside the range is a choice of units: the message says to rescale.
+    """
+    value = _real(name, value)
+    low, high = SCALE_RANGE
+    if not (low <= value <= high or (zero and value == 0.0)):
+        interval = f"{'0 or ' if zero else ''}[{low:g}, {high:g}]"
+        raise InvalidArgument(
+            f"{name} must be in {interval} (a scale of the release: products of its square with another must stay "
+            f"finite in float64; rescale the data and noise together), got {value}"
+        )
+    return value
+
+
 def non_negative(name: str, value) -> float:
     value = _real(name, value)
     if not 0.0 <= value < math.inf:

@@ -731,6 +731,9 @@ def m2_multistep_epsilon(
             f"delta_projection must be in (0, delta/steps) = (0, {delta / steps:.3g}), got {delta_projection}"
         )
     composed = account(delta_projection)
+    if not composed.valid:
+        reason = f"the composition at delta - T delta_p has no finite eps: {composed.reason}"
+        return inapplicable("[W] Thm 5 + App. F.2", ADD_REMOVE, reason, delta=delta, inputs=inputs)
     return Bound(
         epsilon=composed.epsilon,
         delta=delta,
@@ -829,8 +832,8 @@ def _normalised_spectrum(singular_values, sensitivity: float) -> np.ndarray:
     values = np.asarray(singular_values, float).reshape(-1)
     if values.size == 0 or np.any(~np.isfinite(values)) or np.any(values < 0) or not np.any(values > 0):
         raise InvalidArgument("singular_values must be finite, >= 0, with at least one > 0")
-    values = values[values > 0]
-    return values * sensitivity / np.linalg.norm(values)
+    values = values[values > 0] / values.max()  # in (0, 1]: the sum of squares neither overflows nor underflows
+    return values * (sensitivity / np.linalg.norm(values))
 
 
 @dataclass(frozen=True)

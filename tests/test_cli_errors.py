@@ -210,3 +210,71 @@ def test_rdp_fallback_is_an_upper_bound_on_the_pld_answer(monkeypatch):
     assert pld.epsilon < fallback.epsilon < 1.5 * pld.epsilon
     (curve,) = dpsgd.delta_curve(1.0, 0.01, 1000, [pld.epsilon])
     assert curve.delta > 1e-5 * 0.999 and "RDP accountant" in curve.source
+
+
+@pytest.mark.parametrize(
+    "argv,name",
+    [
+        (["audit-mechanism", "gaussian", "--sensitivity", "1e300"], "sensitivity"),
+        (["audit-mechanism", "gaussian", "--sigma", "1e-300"], "sigma"),
+        (["audit-mechanism", "wishart-m1", "--sigma", "1e300"], "sigma"),
+        (["audit-mechanism", "wishart-m2", "--frobenius", "1e76"], "frobenius_norm"),
+        (["audit-mechanism", "sketch", "--sigma-a", "1e300"], "sigma_a"),
+        (["audit-mechanism", "sketch", "--sigma-g", "1e-300"], "sigma_g"),
+        (["audit-mechanism", "sketch", "--norm-bound", "1e300"], "norm_bound"),
+        (["audit-mechanism", "sketch", "--sensitivity", "1e300"], "sensitivity"),
+    ],
+)
+def test_release_scales_whose_squares_overflow_are_refused_with_the_range(argv, name, capsys):
+    assert _exit_code([*argv, "--samples", "100"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()  # one line: no RuntimeWarning above it
+    assert f"{name} must be in " in line and "[1e-75, 1e+75]" in line and "finite in float64" in line
+
+
+def test_release_scales_at_the_ends_of_their_range_give_finite_audits(capsys):
+    for argv in (["gaussian", "--sensitivity", "1e75", "--sigma", "1e75"], ["sketch", "--sigma-a", "1e-75"]):
+        assert main(["audit-mechanism", *argv, "--samples", "200", "--json"]) == 0
+        result = json.loads(capsys.readouterr().out)
+        assert math.isfinite(result["auc"]) and 0 <= result["auc"] <= 1
+
+
+_M2 = ["bounds", "wishart-m2", "--sensitivity", "1", "--sigma", "2", "--d", "100", "--r", "10", "--samples", "200"]
+
+
+def test_m2_spectrum_is_normalised_without_overflow(capsys):
+    # Only the shape of the spectrum matters (it is rescaled to |Delta V|_F): 1e300 is the spectrum 1.
+    outputs = []
+    for value in ("1", "1e300", "1e-300"):
+        assert main([*_M2, "--delta", "1e-5", "--singular-values", value, value, "--json"]) == 0
+        captured = capsys.readouterr()
+        assert captured.err == ""
+        outputs.append([row["epsilon"] for row in json.loads(captured.out)["bounds"]])
+    assert outputs[0] == outputs[1] == outputs[2]
+
+
+def test_m2_multistep_below_the_pld_tail_mass_is_inf_with_the_reason(capsys):
+    assert main([*_M2, "--sample-rate", "0.01", "--steps", "1", "--delta", "1e-300", "--json"]) == 0
+    (row,) = [row for row in json.loads(capsys.readouterr().out)["bounds"] if row["source"] == "[W] Thm 5 + App. F.2"]
+    assert row["epsilon"] == "inf" and "infinite privacy loss" in row["reason"]
+
+
+def test_m1_refuses_a_negative_dimension_before_its_baseline_takes_a_root(capsys):
+    argv = ["bounds", "wishart-m1", "--sensitivity", "0.1", "--sigma", "1", "--d", "-1", "--r", "10", "--s", "1"]
+    argv += ["--rho-perp", "0.99", "--delta", "1e-5"]
+    assert _exit_code(argv) == 2
+    assert capsys.readouterr().err.strip() == "dpaudit: error: --d must be an integer >= 1, got -1"
+
+
+def test_rdp_cross_check_of_a_record_almost_never_sampled_is_zero_without_asking_dp_accounting(monkeypatch):
+    from accountants import dpsgd
+
+    def refuse(*args):
+        raise AssertionError("the RDP accountant logs negative divergences at this sampling rate")
+
+    monkeypatch.setattr(dpsgd, "_rdp_accountant", refuse)
+    for sample_rate in (1e-300, 1e-15):
+        bound = dpsgd.rdp_epsilon(1.0, sample_rate, 100, 1e-5)
+        assert bound.valid and bound.epsilon == 0.0 and "1 - (1 - q)^T" in bound.source
+    monkeypatch.undo()
+    # once the record is sampled with probability above delta, the RDP accountant answers as before
+    assert dpsgd.rdp_epsilon(1.0, 1e-6, 100, 1e-5).source.endswith("RDP accountant (dp_accounting)")

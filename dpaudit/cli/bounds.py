@@ -192,8 +192,9 @@ def _m1(args):
     from accountants import gaussian, wishart
     from accountants import validation as check
 
-    r, k = check.count("--r", args.r), check.count("--k", args.k)  # the baseline divides by r before Thm 3 checks it
-    baseline_sensitivity = (math.sqrt(args.d) + math.sqrt(r)) ** 2 / r * math.sqrt(k) * args.sensitivity
+    # the baseline takes sqrt(d) and divides by r before Thm 3 checks them
+    d, r, k = check.count("--d", args.d), check.count("--r", args.r), check.count("--k", args.k)
+    baseline_sensitivity = (math.sqrt(d) + math.sqrt(r)) ** 2 / r * math.sqrt(k) * args.sensitivity
     bounds = []
     for d in args.delta:
         bounds.append(

@@ -31,7 +31,9 @@ or ``"V'"`` (its neighbour):
 
 Pairs are frozen dataclasses holding ``(V, V')`` (read-only arrays) and the parameters of their construction;
 their properties measure the quantities the bounds need from the arrays themselves. All randomness comes from
-an explicit seed or ``numpy.random.Generator``. numpy only: no torch, so that ``dpaudit audit-mechanism`` stays
+an explicit seed or ``numpy.random.Generator``. Scales (noise stds, norms, sensitivities) are checked by
+:func:`accountants.validation.scale`: the likelihoods multiply their squares, which must stay finite in float64.
+numpy only: no torch, so that ``dpaudit audit-mechanism`` stays
 light.
 """
 
@@ -152,7 +154,7 @@ def aligned_unit_vectors(d: int, rho: float, seed: int = 0) -> VectorPair:
 def vectors_at_distance(d: int, sensitivity: float, seed: int = 0) -> VectorPair:
     """``v = 0`` and ``v' = sensitivity * u`` for a Haar-random unit u: a pair at l2 distance ``sensitivity``."""
     d = check.count("d", d)
-    sensitivity = check.positive("sensitivity", sensitivity)
+    sensitivity = check.scale("sensitivity", sensitivity)
     _pair_size(f"d = {d}", 2 * d)
     return VectorPair(np.zeros(d), sensitivity * _orthonormal_frame(_pair_rng(seed), d, 1)[:, 0])
 
@@ -286,7 +288,7 @@ def low_rank_change(d: int, n: int, rank: int, frobenius_norm: float, seed: int 
     rank = check.count("rank", rank)
     if rank > min(d, n):
         raise InvalidArgument(f"rank must be <= min(d, n) = {min(d, n)}, got {rank}")
-    frobenius_norm = check.positive("frobenius_norm", frobenius_norm)
+    frobenius_norm = check.scale("frobenius_norm", frobenius_norm)
     rng = _pair_rng(seed)
     V = rng.standard_normal((d, n))
     V /= np.linalg.norm(V, axis=0, keepdims=True)
@@ -369,8 +371,8 @@ def sketch_pair(
         raise InvalidArgument(
             f"m must be >= n + 1 (n columns for a full-rank Q' plus the changed one), got m={m}, n={n}"
         )
-    norm_bound = check.positive("norm_bound", norm_bound)
-    sensitivity = check.positive("sensitivity", sensitivity)
+    norm_bound = check.scale("norm_bound", norm_bound)
+    sensitivity = check.scale("sensitivity", sensitivity)
     lambda_min = check.positive("lambda_min", lambda_min)
     check.one_of("direction", direction, ("smallest", "largest"))
     if norm_bound**2 < n * lambda_min * (1 - 1e-12):
@@ -471,7 +473,7 @@ class GaussianMechanism(_Release):
     draws_statistic_directly: ClassVar[bool] = True
 
     def __post_init__(self):
-        check.positive("sigma", self.sigma)
+        check.scale("sigma", self.sigma)
         _release_size(self)
 
     @property
@@ -617,7 +619,7 @@ class NoisyProjectionM1(_MatrixRelease):
 
     def __post_init__(self):
         super().__post_init__()
-        check.positive("sigma", self.sigma)
+        check.scale("sigma", self.sigma)
 
     def _release(self, rng, count, V):
         z = _projection_factors(rng, count, self.pair.d, self.r)
@@ -632,7 +634,7 @@ class NoisyProjectionM2(_MatrixRelease):
 
     def __post_init__(self):
         super().__post_init__()
-        check.positive("sigma", self.sigma)
+        check.scale("sigma", self.sigma)
 
     def _release(self, rng, count, V):
         z = _projection_factors(rng, count, self.pair.d, self.r)
@@ -659,8 +661,8 @@ class GaussianSketch(_Release):
 
     def __post_init__(self):
         check.count("r", self.r)
-        check.positive("sigma_a", self.sigma_a)
-        check.non_negative("sigma_g", self.sigma_g)
+        check.scale("sigma_a", self.sigma_a)
+        check.scale("sigma_g", self.sigma_g, zero=True)
         _release_size(self)
         for side in SIDES:
             if np.linalg.eigvalsh(self.covariance(side))[0] <= _RANK_TOLERANCE * np.trace(self.covariance(side)):
