@@ -68,16 +68,44 @@ def step_likelihood_ratio_scores(projections, sample_rate: float, shift: float, 
     Returns:
       Higher = more likely IN. Computed as ``logaddexp(log(1 - q), log q + z)``, finite for every finite x_t.
     """
-    projections = _observations("projections", projections)
+    projections, offsets = _observations_and_offsets(projections, offsets)
     q = check.real_in("sample_rate", sample_rate, 0.0, 1.0, low_open=True)
     s = check.positive("shift", shift)
     tau = check.positive("noise_std", noise_std)
-    try:
-        offsets = np.broadcast_to(offsets, projections.shape)
-    except ValueError:
-        raise InvalidArgument(f"offsets must broadcast to the projections' shape {projections.shape}.") from None
-    offsets = check.finite_array("offsets", offsets, ndim=3)
     z = (s * (projections - offsets) - s * s / 2.0) / (tau * tau)
     with np.errstate(divide="ignore"):  # log(1 - q) = -inf at q = 1: logaddexp then returns z
         per_step = np.logaddexp(np.log1p(-q), np.log(q) + z)
     return per_step.sum(axis=1)
+
+
+def nearest_step_scores(projections, shift: float, offsets=0.0) -> np.ndarray:
+    """(models, canaries) scores ``-min_t |x_t - a_t - s|``: how close the closest step comes to the canary's shift.
+
+    Under the claimed mechanism every step carries noise of std τ, so no step lands exactly on s; a step released
+    without noise does (IN, canary sampled) or sits at 0 (OUT), which this score separates however many noisy steps
+    surround it: the summed likelihood ratio dilutes one noiseless step among T (docs/theory.md §3.9).
+    """
+    projections, offsets = _observations_and_offsets(projections, offsets)
+    s = check.positive("shift", shift)
+    return -np.abs(projections - offsets - s).min(axis=1)
+
+
+def step_spread_scores(projections, offsets=0.0) -> np.ndarray:
+    """(models, canaries) scores: the standard deviation over steps of ``x_t - a_t``, higher = more likely IN.
+
+    Under the claimed mechanism the steps' noises are independent, so the spread is about τ whether or not the
+    canary is in. Noise drawn once and reused at every step cancels in it: an OUT run's steps are then identical
+    (spread 0), and an IN run's differ only by the canary's shift on the steps that sampled it.
+    """
+    projections, offsets = _observations_and_offsets(projections, offsets)
+    return (projections - offsets).std(axis=1)
+
+
+def _observations_and_offsets(projections, offsets) -> tuple[np.ndarray, np.ndarray]:
+    """(models, steps, canaries) projections and the offsets a_t broadcast to their shape, both finite."""
+    projections = _observations("projections", projections)
+    try:
+        offsets = np.broadcast_to(offsets, projections.shape)
+    except ValueError:
+        raise InvalidArgument(f"offsets must broadcast to the projections' shape {projections.shape}.") from None
+    return projections, check.finite_array("offsets", offsets, ndim=3)
