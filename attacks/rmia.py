@@ -1,6 +1,6 @@
-"""Robust membership inference attack, RMIA (Zarifzadeh et al. 2024, "Low-cost high-power
-membership inference attacks", the pairwise likelihood-ratio test and its offline
-approximation).
+"""Robust membership inference attack, RMIA: the pairwise likelihood-ratio test and its offline approximation.
+
+Zarifzadeh et al. 2024, "Low-cost high-power membership inference attacks".
 
 Inputs (all per model, as log-probabilities of the true label, log p(y | x; θ) =
 -cross-entropy, from `scores.true_label_log_probability`):

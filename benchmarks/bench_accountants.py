@@ -1,4 +1,6 @@
-"""Timings of the accountants (printed, not asserted): acceptance targets on this machine are
+"""Timings of the accountants (printed, not asserted).
+
+Acceptance targets on this machine are
 Thm 5 with alpha optimisation < 50 ms, the exact vector profile with 10^6 samples < 2 s,
 DP-SGD epsilon for T = 10^4 < 2 s.
 

@@ -90,7 +90,9 @@ def opacus_loop(
 
 
 def best_seconds(trainers: dict, count: int, repeats: int) -> dict[str, float]:
-    """Per trainer, the fastest of ``repeats`` timed calls ``train(count)``, after one untimed call on two models
+    """Per trainer, the fastest of ``repeats`` timed calls ``train(count)``.
+
+    The timed calls come after one untimed call on two models
     (first-call costs: vmap tracing, opacus's hooks, allocator warm-up). Trainers take turns, so that a slow
     spell of the (shared, virtual) machine slows all of them rather than one.
     """

@@ -352,7 +352,9 @@ class LinearExampleGradients:
             totals[name].baddbmm_(*self._sum_factors(name, coefficients), alpha=scale)  # the sum in the GEMM
 
     def _sum_factors(self, name: str, coefficients: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(L, R) with ``L @ R = (c δ)ᵀ x``: the coefficients scale the narrower factor (e.g. the inputs of LoRA's
+        """(L, R) with ``L @ R = (c δ)ᵀ x``.
+
+        The coefficients scale the narrower factor (e.g. the inputs of LoRA's
         B, which have r features).
         """
         output_gradients, inputs = self.output_gradients[name], self.inputs[name]
@@ -532,7 +534,9 @@ def _gathered(
     blocks: Callable[[int], list[slice]],
     device: torch.device,
 ):
-    """Per step of ``batches``: the example weights (K, w) as a tensor and, per block of the step, its slots and the
+    """Per step of ``batches``: the example weights as a tensor and, per block, its slots, inputs and labels.
+
+    The example weights are (K, w); per block of the step come its slots and the
     gathered inputs (K, width, ...) and labels (K, width), each block contiguous.
 
     Gathered with numpy: the engine runs this on its background thread, where a torch op could start an OpenMP

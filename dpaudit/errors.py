@@ -4,5 +4,7 @@ from accountants.validation import InvalidArgument
 
 
 class UsageError(InvalidArgument):
-    """Bad input to dpaudit itself (an option, a config file, a run directory): the message says what is wrong
-    and how to fix it."""
+    """Bad input to dpaudit itself (an option, a config file, a run directory).
+
+    The message says what is wrong and how to fix it.
+    """

@@ -103,7 +103,9 @@ def test_auc_interval_solves_newcombe_score_equation_on_a_grid():
 
 
 def test_auc_interval_lower_limit_is_valid_near_one():
-    """Binormal AUC Φ(2.5/√2) = 0.96 with 20 + 20 scores: the 95% lower limit may exceed the true
+    """Binormal AUC Φ(2.5/√2) = 0.96 with 20 + 20 scores: the 95% lower limit is valid.
+
+    The 95% lower limit may exceed the true
     AUC in at most 2.5% of runs; the count over 400 runs must not be improbably high for that.
     """
     true_auc = scipy.stats.norm.cdf(2.5 / np.sqrt(2))

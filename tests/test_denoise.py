@@ -23,8 +23,10 @@ def gen(seed: int) -> torch.Generator:
 def low_rank_plus_noise(
     draws: int, n: int, m: int, rank: int, sigma: float, strength: tuple[float, float], seed: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Clean rank-k signals with singular values uniform in ``strength`` × the BBP threshold σ(nm)^{1/4}
-    ([D] Eq. 3), and their noisy versions with i.i.d. N(0, σ²) entries.
+    """Clean rank-k signals and their noisy versions with i.i.d. N(0, σ²) entries.
+
+    The clean signals have singular values uniform in ``strength`` × the BBP threshold σ(nm)^{1/4}
+    ([D] Eq. 3).
     """
     generator = gen(seed)
     left, _ = torch.linalg.qr(torch.randn(draws, n, rank, generator=generator, dtype=DTYPE))

@@ -200,7 +200,9 @@ POISSON_MECHANISMS = {
 @pytest.mark.parametrize("first_block_overflow", [1e-3, 0.5])
 @pytest.mark.parametrize("name", sorted(POISSON_MECHANISMS))
 def test_dp_models_do_not_depend_on_their_batch_companions(digits, base, name, first_block_overflow, monkeypatch):
-    """Poisson batches, clipping and noise per model: each model trained alone is bit-identical to the same model
+    """Poisson batches, clipping and noise per model: a model does not depend on its batch companions.
+
+    Each model trained alone is bit-identical to the same model
     trained at position 1, 3 or 4 of a chunk of 5 (where its tensors sit at other memory offsets). With a first
     block that half of the batches overflow, most steps run in several blocks whose number depends on the chunk.
     """
@@ -230,8 +232,10 @@ def test_dp_models_do_not_depend_on_their_batch_companions(digits, base, name, f
 
 
 def test_blocked_gradients_equal_one_block(digits, base):
-    """A step computed in blocks (PoissonLayout.blocks) gives one pass's norms, sums (also accumulated into given
-    totals) and gradients (to float32 rounding: the blocks' GEMMs have other shapes).
+    """A step computed in blocks (PoissonLayout.blocks) gives one pass's norms, sums and gradients.
+
+    The sums are also accumulated into given
+    totals; the gradients agree to float32 rounding (the blocks' GEMMs have other shapes).
     """
     randomness = seeding.shadow_randomness(0, range(3))
     shadow = _perturbed(engine.build(base, "lora", models.LoraSpec(4), randomness, torch.device("cpu")))

@@ -100,8 +100,10 @@ def test_sketch_adds_eta_z_to_lora_b_once(setting):
 
 
 def test_denoise_cosine_recorder_compares_each_entry_with_itself(setting):
-    """[D] Fig. 2's diagnostic on DP-LoRA (A and B of each layer: the sums' dicts list tensors in other orders
-    than the parameters): the recorded improvement equals cos(Denoise(g̃), ḡ) - cos(g̃, ḡ) taken tensor by
+    """[D] Fig. 2's diagnostic on DP-LoRA compares each entry with itself.
+
+    DP-LoRA has A and B of each layer: the sums' dicts list tensors in other orders
+    than the parameters. The recorded improvement equals cos(Denoise(g̃), ḡ) - cos(g̃, ḡ) taken tensor by
     tensor.
     """
     randomness = seeding.shadow_randomness(4, range(3))

@@ -27,14 +27,18 @@ class PerExampleGradients(Protocol):
         """``Σ_i c_i g_i`` per trained tensor, (K, ...), for coefficients (K, b)."""
 
     def add_weighted_sum(self, totals: dict[str, torch.Tensor], coefficients: torch.Tensor, scale: float) -> None:
-        """``totals[name] += scale · Σ_i c_i g_i`` in place for every trained tensor (e.g. into the drawn DP noise:
-        one pass over the weights fewer than summing, then adding).
+        """``totals[name] += scale · Σ_i c_i g_i`` in place for every trained tensor.
+
+        E.g. into the drawn DP noise:
+        one pass over the weights fewer than summing, then adding.
         """
 
     def transformed_squared_norms(
         self, name: str, left: torch.Tensor | None, right: torch.Tensor | None
     ) -> torch.Tensor:
-        """(K, b): ``‖L g_i R‖_F²`` for tensor ``name`` seen as a (d_out, rest) matrix, ``left`` L (K, p, d_out)
+        """(K, b): ``‖L g_i R‖_F²`` for tensor ``name`` seen as a (d_out, rest) matrix.
+
+        ``left`` L (K, p, d_out)
         and ``right`` R (K, rest, q) per model (None = identity); PRISM's intrinsic norms need them.
         """
 

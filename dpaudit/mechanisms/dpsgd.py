@@ -32,7 +32,9 @@ def noise_std(noise_multiplier: float, clip_norm: float) -> float:
 
 
 def clip_coefficients(examples: PerExampleGradients, weights: torch.Tensor, clip_norm: float) -> torch.Tensor:
-    """(K, b): ``c_i = w_i min(1, C/‖g_i‖)``, so that ``examples.weighted_sum(c)`` is the clipped sum
+    """(K, b): the clipping coefficients ``c_i = w_i min(1, C/‖g_i‖)``.
+
+    ``examples.weighted_sum(c)`` is then the clipped sum
     ``Σ_i w_i min(1, C/‖g_i‖) g_i`` per trained tensor (docs/theory.md §1.5; [W] Alg. 2-3; [P] Alg. 1).
 
     ``‖g_i‖`` is the L2 norm over *all* trained tensors of example i, so one example moves the sum by at most
@@ -47,7 +49,9 @@ def clip_coefficients(examples: PerExampleGradients, weights: torch.Tensor, clip
 def gaussian_noise(
     like: dict[str, torch.Tensor], generators: Sequence[torch.Generator], std: float
 ) -> dict[str, torch.Tensor]:
-    """i.i.d. ``N(0, std²)`` tensors shaped like each (K, ...) tensor of ``like``; model k draws from
+    """i.i.d. ``N(0, std²)`` tensors shaped like each (K, ...) tensor of ``like``.
+
+    Model k draws from
     ``generators[k]``, tensor by tensor in ``like``'s order, so its noise does not depend on its chunk.
     """
     drawn = _draw_normals(_layout(like), std, generators)
@@ -69,8 +73,10 @@ def _draw_normals(layout, std: float, generators: Sequence[torch.Generator]) -> 
 
 
 class GaussianNoiseStream:
-    """The per-step noise of a DP mechanism: :func:`gaussian_noise` from ``generators``, with the next step's
-    draw (same shapes and std) made ahead on a background thread while the engine computes this step's gradients.
+    """The per-step noise of a DP mechanism: :func:`gaussian_noise` from ``generators``, drawn one step ahead.
+
+    The next step's
+    draw (same shapes and std) is made ahead on a background thread while the engine computes this step's gradients.
 
     The noise never depends on the data, and one normal per trained weight and model was ~1/3 of a DP-SGD step
     on CPU (torch samples on one thread): drawn ahead (:mod:`dpaudit.background`) it leaves the critical path.
@@ -109,8 +115,9 @@ def as_matrix(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def denoise_update(update: dict[str, torch.Tensor], noise_std: float) -> dict[str, torch.Tensor]:
-    """[D] Alg. 1 line "Denoise": Shabalin-Nobel shrinkage (κ = 1.02) and norm correction of each noisy matrix
-    (:func:`dpaudit.mechanisms.denoise.denoise_gradient`), ``noise_std`` the per-entry std ``σC/b``
+    """[D] Alg. 1 line "Denoise": Shabalin-Nobel shrinkage (κ = 1.02) and norm correction of each noisy matrix.
+
+    Uses :func:`dpaudit.mechanisms.denoise.denoise_gradient`; ``noise_std`` is the per-entry std ``σC/b``
     ([D] Sec. 2.3). Post-processing: privacy is unchanged ([D] Sec. 2.1.3).
     """
     return {name: denoise_gradient(as_matrix(g), noise_std).gradient.reshape(g.shape) for name, g in update.items()}
@@ -118,7 +125,7 @@ def denoise_update(update: dict[str, torch.Tensor], noise_std: float) -> dict[st
 
 @dataclass(frozen=True)
 class DpSgd:
-    """DP-SGD on the tensors of ``parameterization`` (docs/theory.md §1.5, [D] Alg. 1):
+    """DP-SGD on the tensors of ``parameterization`` (docs/theory.md §1.5, [D] Alg. 1).
 
     ``g̃ = (Σ_{i∈B} clip_C(g_i) + N(0, σ²C² I)) / b`` with B a Poisson sample of rate q and b = qN the
     *expected* batch size (``Step.expected_batch_size``); the engine's SGD with momentum then applies g̃.
@@ -144,7 +151,9 @@ class DpSgd:
         return GaussianNoiseStream([model.torch("noise") for model in randomness])
 
     def privatise(self, step: Step, noise: GaussianNoiseStream, coefficients: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The released noisy mean ``g̃``: ``N(0, (σC/b)²)`` drawn in the shape of ``step.parameters``, the clipped
+        """The released noisy mean ``g̃``.
+
+        ``N(0, (σC/b)²)`` is drawn in the shape of ``step.parameters``, the clipped
         sum (:func:`clip_coefficients` ``coefficients``) scaled by 1/b accumulated into it (no separate pass over
         the weights to form the sum, then add).
         """
@@ -163,7 +172,9 @@ class DpSgd:
 
 @dataclass
 class DenoiseCosineRecorder:
-    """[D] Fig. 2's diagnostic: ``mechanism`` trains as usual and every step records, per model, the whole-gradient
+    """[D] Fig. 2's diagnostic: the per-step, per-model cosine improvement that denoising gives.
+
+    ``mechanism`` trains as usual and every step records, per model, the whole-gradient
     cosine improvement ``cos(Denoise(g̃), ḡ) - cos(g̃, ḡ)`` (all trained tensors flattened into one vector;
     ḡ the clipped noiseless sum, read for evaluation only). ``improvements``: one (K,) tensor per step.
     """

@@ -104,7 +104,8 @@ class PrismMechanism:
     ``Z`` (``ΔW = s Z``, s = ``lora_scale``, :class:`PeftLoraAdapter`). The engine's momentum is not used:
     the adaptive rule keeps its own moments, and its steps are Adam-sized (≈ η per entry), so PRISM wants a
     smaller ``--lr`` than SGD (0.01 on digits). Conv LoRA tensors are flattened (docs/theory.md §1.2 convention).
-    Privacy: Poisson-subsampled Gaussian with multiplier σ per step ([P] Thm 3.4).
+    Privacy: Poisson-subsampled Gaussian with multiplier σ per step on ΔZ_dp ([P] Thm 3.4); the adaptive rule
+    reads ΔZ_dp's canonical lift (:attr:`PrismAdaptiveConfig.canonical_lift`), so the rest is post-processing.
 
     A layer with fewer outputs (or inputs) than the LoRA rank r, such as a 10-class head at r = 16, is adapted at
     rank ``r_ℓ = min(r, d_out, d_in)`` (:func:`dpaudit.bounds.prism_rank`): a rank-r factorisation of a d_out×d_in

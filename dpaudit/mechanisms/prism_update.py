@@ -21,7 +21,12 @@ What one step needs, per LoRA module ℓ (the geometry is :mod:`dpaudit.mechanis
   retraction (QR of m×2r, n×2r and a 2r×2r SVD).
 
 Privacy: each step is a Poisson-subsampled Gaussian mechanism with multiplier σ on the concatenated
-intrinsic update, sensitivity C/b (Thm 3.4); everything after Eq. 17 is post-processing.
+intrinsic update ``ΔZ_dp = ΔA_dp Bᵀ + A ΔB_dpᵀ``, sensitivity C/b (Thm 3.4). What follows Eq. 17 is
+post-processing only if it reads ΔZ_dp alone, not the factor pair (ΔA_dp, ΔB_dp): the pair's col(A) block
+``Q_Aᵀ ΔA_dp = ½ Q_Aᵀ Ḡ B N⁻¹ / b`` carries no noise (``Q_Aᵀ Ξ_A = 0``, Eq. 19), so [P] Eq. 24's moments, which
+read the pair, release a noise-free function of the clipped sum. The default adaptive rule therefore reads the
+canonical lift of ΔZ_dp (:func:`relift`; :attr:`PrismAdaptiveConfig.canonical_lift`); plain tangent SGD reads
+ΔZ_dp through the retraction only. Measured in ``experiments/prism_leak.py``.
 """
 
 from __future__ import annotations
@@ -149,7 +154,10 @@ class PrismAdaptiveConfig:
     ``floor_scale`` is c in ``λ_A = c (σC/b)² tr(N^{-1})/r`` (Eq. 26 fixes λ only up to a constant);
     ``eps`` is added to both floors so the preconditioner stays invertible when σ = 0. ``bias_correction``
     divides the moments by ``1 − β^t`` as Adam does (Eqs. 24-25 print the uncorrected EMA; the authors'
-    code corrects).
+    code corrects). ``canonical_lift``: the moments read :func:`relift` of the noisy update, a function of
+    ``ΔZ_dp`` alone, so the step is post-processing of [P] Thm 3.4's Gaussian mechanism (default); False reads the
+    sampled pair (ΔA_dp, ΔB_dp) as Eq. 24 prints, whose noise-free col(A) block leaks beyond Thm 3.4
+    (``experiments/prism_leak.py``).
     """
 
     beta1: float = 0.9
@@ -157,12 +165,15 @@ class PrismAdaptiveConfig:
     floor_scale: float = 1.0
     eps: float = 1e-8
     bias_correction: bool = True
+    canonical_lift: bool = True
 
     def __post_init__(self):
         check.real_in("beta1", self.beta1, 0.0, 1.0, high_open=True)
         check.real_in("beta2", self.beta2, 0.0, 1.0, high_open=True)
         check.non_negative("floor_scale", self.floor_scale)
         check.positive("eps", self.eps)
+        check.boolean("bias_correction", self.bias_correction)
+        check.boolean("canonical_lift", self.canonical_lift)
 
 
 @dataclass(frozen=True)
@@ -209,6 +220,40 @@ def dp_aware_floors(factors: LoraFactors, noise_std: float, floor_scale: float =
     check.non_negative("noise_std", noise_std)
     check.non_negative("floor_scale", floor_scale)
     return _floors(*_geometry(factors), noise_std, floor_scale)
+
+
+def _relift(update: TangentLift, geometry_A: _ColumnGeometry, geometry_B: _ColumnGeometry) -> TangentLift:
+    A, B = geometry_A.factor, geometry_B.factor
+    dA, dB = update
+    # ΔZ B = ΔA N + A (Bᵀ ΔB)ᵀ and ΔZᵀ A = B (Aᵀ ΔA)ᵀ + ΔB M, with ΔZ = ΔA Bᵀ + A ΔBᵀ never formed.
+    intrinsic_gradients = FactorGradients(
+        dA @ geometry_B.gram + A @ (B.mT @ dB).mT, B @ (A.mT @ dA).mT + dB @ geometry_A.gram
+    )
+    return _lift(intrinsic_gradients, geometry_A, geometry_B)
+
+
+def relift(update: TangentLift, factors: LoraFactors) -> TangentLift:
+    """The canonical lift (Eq. 14) of ``ΔZ = ΔA Bᵀ + A ΔBᵀ``: the representative of ΔZ that depends on ΔZ alone.
+
+    A pair (ΔA, ΔB) determines ΔZ, but ΔZ determines the pair only up to the gauge directions ``(A S, −B Sᵀ)``
+    (S r×r), which leave ΔZ unchanged. Eq. 17's noisy pair is such a non-canonical representative: its signal
+    is the canonical lift of the clipped sum, its noise (Eq. 19) has ``Q_Aᵀ Ξ_A = 0``, so its gauge component
+    ``Q_Aᵀ ΔA_dp`` is a noise-free function of the clipped sum. ``relift`` maps the pair to
+    ``lift(g_A = ΔZ B, g_B = ΔZᵀ A)``, computed from r×r products in O((m+n) r²).
+
+    Post-processing (proof). The output is a function of ΔZ and of the factors (A, B) only, and the factors are
+    the step's input, fixed before the noise is drawn (functions of earlier releases). Hence any computation
+    that reads the noisy update only through ``relift`` is a function of ``(ΔZ_dp, A, B)``, and by induction over
+    steps (moments included) of the sequence of ΔZ_dp's: post-processing of [P] Thm 3.4's Gaussian mechanism
+    on ΔZ_dp. Identities (tested): ``relift`` gives back the same ΔZ (ΔZ is tangent, ``P(ΔZ) = ΔZ``, [P] Lemma
+    A.14), it fixes every canonical lift (``lift(P(G)) = lift(G)`` since ``P(G) B = G B`` and
+    ``P(G)ᵀ A = Gᵀ A``), and two pairs with the same ΔZ give the same output.
+    """
+    update, factors = _as_pair(TangentLift, update, "update"), _as_pair(LoraFactors, factors, "factors")
+    _check_factors(*factors)
+    _check_like("update.dA", update.dA, "A", factors.A)
+    _check_like("update.dB", update.dB, "B", factors.B)
+    return _relift(update, *_geometry(factors))
 
 
 def _inverse_sqrt_spd(matrix: Tensor) -> Tensor:
@@ -350,8 +395,9 @@ class PrismStepConfig:
 class PrismStepResult(NamedTuple):
     """What one PRISM step returns.
 
-    New factors and states per module; the released noisy lifts (ΔA_dp, ΔB_dp) per module; the global
-    per-example intrinsic norms s_i and clip factors α_i, both (..., b).
+    New factors and states per module; Eq. 17's noisy pairs (ΔA_dp, ΔB_dp) per module (internal: their col(A)
+    block is noise-free, so they are not a private release; ΔZ_dp is); the global per-example intrinsic norms
+    s_i and clip factors α_i, both (..., b).
     """
 
     factors: tuple[LoraFactors, ...]
@@ -408,8 +454,9 @@ def prism_step(
     1. each example's intrinsic norm ``‖P(G_i)‖`` (Eq. 15, from its factor gradients: :func:`_tangent_sq_norms`)
        summed over modules (Eq. 16), ``α_i = min(1, C/s_i)``;
     2. per module: ``ΔA_dp = (1/b) Σ α_i w_i ΔA_i + (σC/b) Ξ_A`` (Eq. 17; w_i the example weights; the lift
-       Eq. 14 is linear, so the clipped sum of gradients is lifted once), the adaptive direction (Eqs. 24-26) or
-       ``U = ΔA_dp``, the retraction (Eq. 22) and a Procrustes gauge alignment to the input factors (App. A.24).
+       Eq. 14 is linear, so the clipped sum of gradients is lifted once), the adaptive direction (Eqs. 24-26, on
+       :func:`relift` of the noisy pair unless ``canonical_lift`` is off) or ``U = ΔA_dp``, the retraction
+       (Eq. 22) and a Procrustes gauge alignment to the input factors (App. A.24).
 
     ``factors[ℓ]``: (..., m_ℓ, r), (..., n_ℓ, r). ``per_example_gradients[ℓ]``: ``g_A`` (..., b, m_ℓ, r), ``g_B``
     (..., b, n_ℓ, r). ``generator``: as in :func:`sample_tangent_noise` (one per model for batched factors);
@@ -463,8 +510,9 @@ def _step_from_clipped_sums(
         noisy_updates.append(noisy)
         direction = noisy
         if config.adaptive is not None and states is not None:
+            moments_input = _relift(noisy, geometry_A, geometry_B) if config.adaptive.canonical_lift else noisy
             direction, state = _adaptive_direction(
-                states[index], noisy, geometry_A, geometry_B, config.privacy.noise_std, config.adaptive
+                states[index], moments_input, geometry_A, geometry_B, config.privacy.noise_std, config.adaptive
             )
             new_states.append(state)
         new_factors.append(align_gauge(retract(module_factors, direction, config.learning_rate), module_factors))

@@ -28,7 +28,9 @@ PROJECTION_VARIANTS = ("m1", "m2")
 def draw_factors(
     shapes: dict[str, torch.Size], rank: int, generators: list[torch.Generator]
 ) -> dict[str, torch.Tensor]:
-    """Per weight: (K, r, d_in) factors with i.i.d. N(0, 1/r) entries, model k drawing from ``generators[k]``
+    """Per weight: (K, r, d_in) factors with i.i.d. N(0, 1/r) entries.
+
+    Model k draws from ``generators[k]``
     weight by weight in ``shapes``' order (the order of the LoRA-FA engine's ``lora_A`` draws).
     """
     factors: dict[str, list[torch.Tensor]] = {name: [] for name in shapes}
@@ -42,7 +44,9 @@ def draw_factors(
 def project(
     gradients: dict[str, torch.Tensor], factors: dict[str, torch.Tensor], scale: float = 1.0
 ) -> dict[str, torch.Tensor]:
-    """``G ← s² G AᵀA`` per (K, d_out, ...) weight ([W] Eq. 36), as ``(G Aᵀ) A``: O(d_out·d_in·r), never
+    """``G ← s² G AᵀA`` per (K, d_out, ...) weight ([W] Eq. 36), as ``(G Aᵀ) A``.
+
+    Costs O(d_out·d_in·r), never
     forming the d_in × d_in matrix M.
     """
     projected = {}
