@@ -105,7 +105,7 @@ def run_trials(
     def along_canary(pair: LoraFactors) -> torch.Tensor:
         return ((u @ pair.A) * (v @ pair.B)).sum(-1)
 
-    observations, state = [], None
+    observations, moments = [], None
     previous = along_canary(factors)
     for _ in range(steps):
         gradients = factor_gradients(canary, factors.A, factors.B)
@@ -114,10 +114,10 @@ def run_trials(
             type(gradients)(gradients.g_A.unsqueeze(1), gradients.g_B.unsqueeze(1)),
             config,
             generators,
-            state,
+            moments,
             weights,
         )
-        factors, state = result.factors[0], None if result.states is None else result.states[0]
+        factors, moments = result.factors[0], None if result.states is None else result.states[0]
         now = along_canary(factors)
         observations.append((previous - now) / learning_rate)
         previous = now
