@@ -11,6 +11,8 @@ step projections (its std over steps; the reused noise cancels in it), is scored
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_mutants.py [--models 4000] [--only half-noise ...]
 
+The settings and the audit are dpaudit.mutant_audit's (experiments/mutants.py runs the same ones).
+
 Measured (2-core CPU shared with other jobs; 2000 + 2000 models unless said; mutant | correct at the same settings):
 
 =====================================  ==========================  ==========================  ========
@@ -35,79 +37,10 @@ A campaign of 4000 models takes ~60 s at T = 1.
 from __future__ import annotations
 
 import argparse
-import math
 import tempfile
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from attacks import epsilon as epsilon_lib
-from dpaudit import analysis, campaign
-from dpaudit.config import CampaignConfig, Execution
-
-DIGITS_PRIVATE = 718  # N: the private split of digits (q = 1 at batch size N)
-
-
-@dataclass(frozen=True)
-class Setting:
-    """A mutant and the campaign settings it is audited at (σ, batch size b, epochs, canary norm)."""
-
-    mutant: str
-    noise: float
-    batch_size: int
-    epochs: int
-    canary_norm: float | None = None
-    why: str = ""
-
-
-SETTINGS = (
-    Setting("half-noise", 1.0, DIGITS_PRIVATE, 1, why="q = 1, T = 1: claimed μ = 1, the mutant's μ = 2"),
-    Setting("skip-noise-every-10", 2.0, DIGITS_PRIVATE, 1, why="T = 1: the only step is noiseless"),
-    Setting("skip-noise-every-10", 2.0, DIGITS_PRIVATE, 10, why="T = 10: 1 noiseless step of 10"),
-    Setting("no-clipping", 2.0, DIGITS_PRIVATE, 1, 10.0, why="canary of norm 10 C, q = 1, T = 1"),
-    Setting("reused-noise", 2.0, DIGITS_PRIVATE // 2, 1, why="q = 1/2, T = 2"),
-    Setting("shuffle-as-poisson", 1.0, math.ceil(DIGITS_PRIVATE / 10), 1, why="q = 1/10, T = 10"),
-)
-
-
-def audit(setting: Setting, mutant: str | None, models: int, root: Path) -> dict:
-    config = CampaignConfig(
-        mechanism="dp-sgd",
-        dataset="digits",
-        models=models,
-        epochs=setting.epochs,
-        batch_size=setting.batch_size,
-        noise=setting.noise,
-        clip=1.0,
-        canary="gradient",
-        observe="steps",
-        canary_norm=setting.canary_norm,
-        mutant=mutant,
-    )
-    start = time.perf_counter()
-    store = campaign.run(config, Execution(device="cpu", progress=False), root / (mutant or "correct"))
-    result = analysis.analyse(store)
-    bound, gdp = result.bound, result.gdp_bound
-    assert bound is not None and gdp is not None, "a canary campaign's IN/OUT trials are independent"
-    row = {
-        "run": mutant or "correct",
-        "verdict": analysis.verdict(result).outcome,
-        "cp": bound.epsilon,
-        "gdp": gdp.epsilon,
-        "analytic": result.analytic.epsilon,
-        "mu_lo": gdp.mu_lower,
-        "seconds": time.perf_counter() - start,
-        "spread_cp": None,
-    }
-    if setting.mutant == "reused-noise":
-        observations = store.outputs().canary_observations
-        assert observations is not None, "a gradient-canary campaign stores its observations"
-        spread = observations[:, :, 0].std(axis=1)
-        membership = result.membership[:, 0]
-        row["spread_cp"] = epsilon_lib.clopper_pearson_epsilon(
-            spread[membership], spread[~membership], config.delta
-        ).epsilon
-    return row
+from dpaudit.mutant_audit import SETTINGS, audit
 
 
 def main() -> None:
@@ -119,13 +52,11 @@ def main() -> None:
     for setting in SETTINGS:
         if args.only and setting.mutant not in args.only:
             continue
-        steps = setting.epochs * math.ceil(DIGITS_PRIVATE / setting.batch_size)
-        q = setting.batch_size / DIGITS_PRIVATE
-        print(f"\n{setting.mutant}: σ = {setting.noise}, b = {setting.batch_size}, T = {steps} ({setting.why})")
+        print(f"\n{setting.mutant}: σ = {setting.noise}, b = {setting.batch_size}, T = {setting.steps} ({setting.why})")
         with tempfile.TemporaryDirectory() as directory:
             for mutant in (setting.mutant, None):
                 row = audit(setting, mutant, args.models, Path(directory))
-                claimed_mu = math.sqrt(steps) / setting.noise if q == 1 else None
+                claimed_mu = setting.claimed_mu()
                 gdp_test = "" if claimed_mu is None else f"  μ_lo {row['mu_lo']:.2f} vs claimed μ {claimed_mu:.2f}"
                 spread = "" if row["spread_cp"] is None else f"  spread-statistic CP ε {row['spread_cp']:.2f}"
                 print(
