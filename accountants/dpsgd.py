@@ -189,7 +189,7 @@ def privacy_profile(
     noise_multiplier: float,
     sample_rate: float,
     steps: int,
-    epsilons: Sequence[float],
+    epsilons: Sequence[float] | np.ndarray,
     neighbouring: Neighbouring = ADD_REMOVE,
 ) -> np.ndarray:
     """(P, 2) pairs (eps, delta(eps)) at ``epsilons``, all holding at once: the profile an audit's ROC is tested on.
@@ -199,14 +199,16 @@ def privacy_profile(
     pessimistic PLD deltas (each an upper bound, so the pairs hold).
     """
     noise_multiplier, sample_rate, steps = _checked(noise_multiplier, sample_rate, steps, neighbouring)
-    epsilons = np.array([check.non_negative("epsilon", e) for e in epsilons], dtype=float)
+    grid = np.array([check.non_negative("epsilon", e) for e in epsilons], dtype=float)
     if sample_rate == 1:
         sensitivity = 1.0 if neighbouring == ADD_REMOVE else 2.0
-        deltas = np.asarray(delta_for_mu(epsilons, math.sqrt(steps) * sensitivity / noise_multiplier), dtype=float)
+        deltas = np.asarray(delta_for_mu(grid, math.sqrt(steps) * sensitivity / noise_multiplier), dtype=float)
     else:
-        curve = delta_curve(noise_multiplier, sample_rate, steps, epsilons, neighbouring)
-        deltas = np.array([bound.delta for bound in curve])
-    return np.stack([epsilons, np.reshape(deltas, epsilons.shape)], axis=1)
+        order = np.argsort(grid)  # dp_accounting asks for ascending epsilons
+        curve = delta_curve(noise_multiplier, sample_rate, steps, list(grid[order]), neighbouring)
+        deltas = np.empty_like(grid)
+        deltas[order] = [bound.delta for bound in curve]
+    return np.stack([grid, np.reshape(deltas, grid.shape)], axis=1)
 
 
 def delta(

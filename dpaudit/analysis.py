@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,7 +14,16 @@ from attacks import epsilon as epsilon_lib
 from attacks import lira, loss, one_run, reference, rmia, tradeoff, white_box
 from attacks import metrics as metrics_lib
 from attacks import scores as score_lib
-from dpaudit.bounds import SKETCH_CLAIM_MECHANISMS, AnalyticBound, LayerShape, SketchClaim, analytic_bound, sketch_claim
+from dpaudit.bounds import (
+    SKETCH_CLAIM_MECHANISMS,
+    AnalyticBound,
+    AnalyticProfile,
+    LayerShape,
+    SketchClaim,
+    analytic_bound,
+    analytic_profile,
+    sketch_claim,
+)
 from dpaudit.config import CampaignConfig
 from dpaudit.errors import UsageError
 from dpaudit.store import ChunkOutputs, Plan, RunStore
@@ -53,6 +63,27 @@ def white_box_scores(config: CampaignConfig, plan: Plan, observations: np.ndarra
             observations, b / int(plan.max_members), min(norm, clip) / b, noise * clip / b
         )
     return white_box.step_sum_scores(observations)
+
+
+def white_box_statistics(config: CampaignConfig, plan: Plan, observations: np.ndarray) -> dict[str, np.ndarray]:
+    """Every statistic a white-box canary campaign's audit tries, by name; the first is :func:`white_box_scores`.
+
+    Beside the per-step likelihood ratio (the most powerful test of the claimed mechanism), two statistics that
+    see implementation bugs it is blind to (docs/theory.md §3.7, §3.9): the nearest step to the canary's shift (a
+    step released without noise) and the spread of the steps (noise drawn once and reused). The audit's bounds
+    and verdict take each at confidence 1 - α/K over the K statistics (Bonferroni), so they hold at 1 - α.
+    """
+    primary = white_box_scores(config, plan, observations)
+    if not white_box_statistic(config).startswith("per-step"):
+        return {"white-box": primary}
+    assert config.clip is not None and config.canary_norm is not None, "CampaignConfig fills C, ‖g_c‖ here"
+    return {
+        "summed step log-likelihood ratio": primary,
+        "nearest step to the canary's shift": white_box.nearest_step_scores(
+            observations, min(config.canary_norm, config.clip) / config.batch_size
+        ),
+        "spread of the steps": white_box.step_spread_scores(observations),
+    }
 
 
 def attack_scores(attack: str, plan: Plan, outputs: ChunkOutputs) -> np.ndarray:
@@ -154,6 +185,10 @@ class Analysis:
     seconds: float
     one_run: OneRunBounds | None = None  # the one-run design's bounds
     sketch_claim: SketchClaim | None = None  # [S] Lemma 7.2's ε at the run's measured λ̄, C, β (LoRA-FA campaigns)
+    profile: AnalyticProfile | None = None  # the mechanism's claimed privacy profile (canary design, DP-SGD family)
+    # The canary design's statistics the bounds and verdict try, Bonferroni over them (white_box_statistics);
+    # ``scores`` is the first. None: ``scores`` alone.
+    statistics: dict[str, np.ndarray] | None = None
 
     @property
     def in_scores(self) -> np.ndarray:
@@ -182,17 +217,18 @@ def analyse(store: RunStore, attack: str | None = None) -> Analysis:
     plan = store.plan()
     outputs = store.outputs()
     if outputs.canary_observations is not None:
-        scores = white_box_scores(config, plan, outputs.canary_observations)
+        statistics = white_box_statistics(config, plan, outputs.canary_observations)
     else:
-        scores = attack_scores(attack, plan, outputs)
+        statistics = {attack: attack_scores(attack, plan, outputs)}
+    scores = next(iter(statistics.values()))
     membership = plan.membership.astype(bool)
     in_scores, out_scores = scores[membership], scores[~membership]
     metrics = metrics_lib.summarize(in_scores, out_scores, fprs=FPRS, confidence=CONFIDENCE)
     bound = gdp_bound = None
     if config.design == "canary":
         # One canary, one model per trial: independent IN/OUT trials, so the lower bounds are valid.
-        bound = epsilon_lib.clopper_pearson_epsilon(in_scores, out_scores, config.delta, confidence=CONFIDENCE)
-        gdp_bound = epsilon_lib.gdp_epsilon(in_scores, out_scores, config.delta, confidence=CONFIDENCE)
+        bound = _best_bound(epsilon_lib.clopper_pearson_epsilon, statistics, membership, config.delta)
+        gdp_bound = _best_bound(epsilon_lib.gdp_epsilon, statistics, membership, config.delta)
     one_run_result = one_run_bounds(scores, membership, config.delta) if config.design == "one-run" else None
     accuracy = (outputs.population_logits.argmax(-1) == plan.population_labels).mean(axis=1)
     correct = outputs.target_logits.argmax(-1) == plan.target_labels
@@ -201,6 +237,7 @@ def analyse(store: RunStore, attack: str | None = None) -> Analysis:
     analytic = analytic_bound(config, int(plan.max_members), layers)
     measured = store.measurements() if config.mechanism in SKETCH_CLAIM_MECHANISMS else None
     claim = None if measured is None else sketch_claim(config, layers, measured)
+    profile = analytic_profile(config, int(plan.max_members), analytic) if config.design == "canary" else None
     return Analysis(
         config,
         attack,
@@ -215,7 +252,16 @@ def analyse(store: RunStore, attack: str | None = None) -> Analysis:
         store.seconds(),
         one_run_result,
         claim,
+        profile,
+        statistics if config.design == "canary" else None,
     )
+
+
+def _best_bound(method, statistics: dict[str, np.ndarray], membership: np.ndarray, delta: float):
+    """The largest of the statistics' ε lower bounds, each at 1 - α/K: together they hold at 1 - α = CONFIDENCE."""
+    level = 1 - (1 - CONFIDENCE) / len(statistics)
+    found = [method(scores[membership], scores[~membership], delta, confidence=level) for scores in statistics.values()]
+    return dataclasses.replace(max(found, key=lambda bound: bound.epsilon), confidence=CONFIDENCE)
 
 
 @dataclass(frozen=True)
@@ -228,9 +274,16 @@ class Verdict:
 
 
 def verdict(analysis: Analysis) -> Verdict:
-    """attacks.tradeoff.audit_verdict of the analytic ε on the Clopper-Pearson bound and the AUC's lower limit."""
+    """attacks.tradeoff.audit_verdict of the analytic claim on the audit (docs/theory.md §3.7).
+
+    With a claimed privacy profile (the DP-SGD family's, canary design) the ROC of each statistic is tested
+    against the whole profile (:func:`attacks.tradeoff.profile_test`, at 1 - α/K each over the K statistics);
+    otherwise the Clopper-Pearson bound against the single analytic (ε, δ). Either way with the AUC's lower limit
+    against the largest AUC the claim allows.
+    """
     analytic_epsilon, delta = analysis.analytic.epsilon, analysis.config.delta
-    allowed = None if analytic_epsilon is None else tradeoff.max_auc((analytic_epsilon, delta))
+    claimed = analysis.profile.pairs if analysis.profile is not None else (analytic_epsilon, delta)
+    allowed = None if analytic_epsilon is None else tradeoff.max_auc(claimed)
     pooled = None if analysis.one_run is None else analysis.one_run.pooled
     if analysis.analytic.not_dp:
         return _not_dp_verdict(analysis)
@@ -248,13 +301,38 @@ def verdict(analysis: Analysis) -> Verdict:
             "this design's trials share models, so there is no valid empirical ε lower bound to compare",
             allowed,
         )
+    name, test = _profile_test(analysis)
     result = tradeoff.audit_verdict(
         analysis.bound,
         analytic_epsilon,
         auc_lower=None if allowed is None else analysis.metrics.auc_ci[0],
         max_allowed_auc=allowed,
+        profile=test,
+        claim="the analytic guarantee" if analysis.profile is None else analysis.profile.claim,
     )
-    return Verdict(result.outcome, result.reason, allowed)
+    reason = result.reason if name is None or result.outcome == "inconclusive" else f"{name}: {result.reason}"
+    return Verdict(result.outcome, reason, allowed)
+
+
+def _profile_test(analysis: Analysis) -> tuple[str | None, tradeoff.ProfileTest | None]:
+    """The statistic whose ROC comes closest to (or furthest past) the claimed profile, and its test.
+
+    The name is None with a single statistic. Each test is at 1 - α/K over the K statistics, the level of
+    :func:`_best_bound`'s bounds, so the verdict's violated route errs with probability ≤ α in all.
+    """
+    if analysis.profile is None:
+        return None, None
+    statistics = analysis.statistics or {analysis.attack: analysis.scores}
+    level = 1 - (1 - CONFIDENCE) / len(statistics)
+    tests = {
+        name: tradeoff.profile_test(
+            scores[analysis.membership], scores[~analysis.membership], analysis.profile.pairs, level
+        )
+        for name, scores in statistics.items()
+    }
+    name = max(tests, key=lambda name: tests[name].margin)
+    # The K tests together hold at CONFIDENCE, which is what the verdict states.
+    return (name if len(tests) > 1 else None), dataclasses.replace(tests[name], confidence=CONFIDENCE)
 
 
 def empirical_epsilon(analysis: Analysis) -> tuple[float, str] | None:
