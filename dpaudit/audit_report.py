@@ -24,7 +24,7 @@ from attacks import metrics as metrics_lib
 from attacks import tradeoff
 from dpaudit.analysis import ATTACKS, Analysis, analyse
 from dpaudit.errors import UsageError
-from dpaudit.store import ABSENT, RunStore, read_json, write_file
+from dpaudit.store import ABSENT, RunStore, make_directory, read_json, write_file
 
 _SWEEP_PARAMETERS = ("rank", "noise", "clip", "epochs", "models")
 
@@ -402,7 +402,7 @@ def write_entries(entries: list[RunEntry], out: Path) -> tuple[Path, Path]:
 
     Each file is replaced atomically, and a link at any of their names is replaced, never followed.
     """
-    out.mkdir(parents=True, exist_ok=True)
+    make_directory(out)
     rows = theory_vs_audit_rows(entries)
     figures = _figures(entries)
     for name, _, png in figures:

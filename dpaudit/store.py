@@ -24,6 +24,7 @@ casual edits, not against a forger who rewrites every file consistently.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import fcntl
 import hashlib
 import io
@@ -147,10 +148,7 @@ def write_file(root: Path, relative: str, data: bytes) -> None:
         finally:
             os.close(directory)
     except OSError as exc:
-        raise UsageError(
-            f"cannot write {path}: {exc.strerror or exc}; the old file, if any, is intact: free disk space or fix"
-            " the directory (it must not contain links) and run the command again"
-        ) from None
+        raise _unusable(path, "write", exc, "; the old file, if any, is intact") from None
 
 
 def read_file(root: Path, relative: str) -> bytes | None:
@@ -161,21 +159,45 @@ def read_file(root: Path, relative: str) -> bytes | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise _link_error(Path(root, *parents), exc) from None
+        raise _unusable(Path(root, *parents), "read", exc) from None
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=directory)
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise _link_error(Path(root, relative), exc) from None
+        raise _unusable(Path(root, relative), "read", exc) from None
     finally:
         os.close(directory)
-    with os.fdopen(fd, "rb") as handle:
+    with _usage_error_on_os_error(Path(root, relative), "read"), os.fdopen(fd, "rb") as handle:
         return handle.read()
 
 
-def _link_error(path: Path, exc: OSError) -> UsageError:
-    return UsageError(f"cannot read {path} ({exc.strerror or exc}): a run directory must hold no links; remove it")
+def _unusable(path: Path, action: str, exc: OSError, note: str = "") -> UsageError:
+    """An OSError on a run directory the user named, as a usage error: the path, the system's reason, the fix."""
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # O_NOFOLLOW met a link, or a file stands where a directory belongs
+        fix = "a run directory must hold no links, and each part of its path must be a directory; fix the path"
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = "give this user read and write access to the run directory (chmod, chown, a writable mount), or copy it"
+    elif exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = "free disk space and run the command again"
+    else:
+        fix = "repair the run directory (or its file system) and run the command again"
+    return UsageError(f"cannot {action} {path} ({exc.strerror or exc}){note}: {fix}")
+
+
+def make_directory(path: Path) -> None:
+    """Create ``path`` and its parents if missing; an OSError (a file in the way, no permission) is a usage error."""
+    with _usage_error_on_os_error(Path(path), "create"):
+        Path(path).mkdir(parents=True, exist_ok=True)
+
+
+@contextmanager
+def _usage_error_on_os_error(path: Path, action: str) -> Iterator[None]:
+    """Around file-system calls on the run directory only (never around other code): OSError -> :func:`_unusable`."""
+    try:
+        yield
+    except OSError as exc:
+        raise _unusable(path, action, exc) from None
 
 
 def _json_safe(value):
@@ -283,9 +305,11 @@ class RunStore:
     def check_no_links(self) -> None:
         """Refuse a run directory that holds a link: every write must stay inside it."""
         for directory in (self.root, self.chunks):  # chunks/ is scanned only once the root showed it is no link
-            if not directory.is_dir():
-                return
-            for entry in os.scandir(directory):
+            with _usage_error_on_os_error(directory, "read"):
+                if not directory.is_dir():
+                    return
+                entries = list(os.scandir(directory))
+            for entry in entries:
                 if entry.is_symlink():
                     raise UsageError(f"{entry.path} is a link: a run directory must hold no links; remove it")
 
@@ -297,8 +321,7 @@ class RunStore:
         A directory whose campaign has no finished model yet (killed during setup, or diverged in its first
         chunk) is restarted with the new config: nothing made under the old one would be mixed in.
         """
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.check_no_links()
+        self._make_root()
         if read_file(self.root, "campaign.json") is not None:
             differences = self.config().differences(config)
             if not differences:
@@ -310,7 +333,8 @@ class RunStore:
                     f" use another --out, or `dpaudit resume {self.root}` to continue it"
                 )
             for name in ("plan.npz", "base.pt", "timing.json"):
-                (self.root / name).unlink(missing_ok=True)
+                with _usage_error_on_os_error(self.root / name, "remove"):
+                    (self.root / name).unlink(missing_ok=True)
         metadata = {
             "format_version": FORMAT_VERSION,
             "dpaudit_version": __version__,
@@ -323,8 +347,12 @@ class RunStore:
         self.make_chunks_directory()
         return False
 
+    def _make_root(self) -> None:
+        make_directory(self.root)
+        self.check_no_links()
+
     def make_chunks_directory(self) -> None:
-        with suppress(FileExistsError):
+        with _usage_error_on_os_error(self.chunks, "create"), suppress(FileExistsError):
             self.chunks.mkdir()
         self.check_no_links()
 
@@ -524,13 +552,13 @@ class RunStore:
     @contextmanager
     def lock(self) -> Iterator[None]:
         """Held while a process trains this campaign (flock on RUN_DIR/.lock, released even by kill -9)."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.check_no_links()
-        directory = _open_directory(self.root, ())
-        try:
-            fd = os.open(".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644, dir_fd=directory)
-        finally:
-            os.close(directory)
+        self._make_root()
+        with _usage_error_on_os_error(self.root / ".lock", "open"):
+            directory = _open_directory(self.root, ())
+            try:
+                fd = os.open(".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644, dir_fd=directory)
+            finally:
+                os.close(directory)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -550,9 +578,11 @@ class RunStore:
     def _remove_stale_temporaries(self) -> None:
         """Temporary files left by a writer that died (kill -9, full disk) before renaming them."""
         for directory in (self.root, self.chunks):
-            if not directory.is_dir():
-                continue
-            for entry in os.scandir(directory):
+            with _usage_error_on_os_error(directory, "read"):
+                if not directory.is_dir():
+                    continue
+                entries = list(os.scandir(directory))
+            for entry in entries:
                 match = _TEMPORARY.match(entry.name)
                 if match is None or int(match.group(1)) == os.getpid():
                     continue

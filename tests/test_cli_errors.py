@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 import subprocess
 import sys
 import textwrap
@@ -278,3 +279,71 @@ def test_rdp_cross_check_of_a_record_almost_never_sampled_is_zero_without_asking
     monkeypatch.undo()
     # once the record is sampled with probability above delta, the RDP accountant answers as before
     assert dpsgd.rdp_epsilon(1.0, 1e-6, 100, 1e-5).source.endswith("RDP accountant (dp_accounting)")
+
+
+# Run directories the user names. We run as root, where chmod 000 does not bite: a permission-denied directory is
+# simulated by an os.open that raises EACCES for it, a blocked path by a regular file standing in its way (real).
+def _deny_opening(monkeypatch, path):
+    import errno
+    import os
+
+    real_open = os.open
+
+    def denying_open(target, *args, **kwargs):
+        if os.fspath(target) == os.fspath(path):
+            raise PermissionError(errno.EACCES, "Permission denied", os.fspath(target))
+        return real_open(target, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", denying_open)
+
+
+@pytest.mark.parametrize("command", ["resume", "analyse", "report"])
+def test_a_run_directory_that_cannot_be_read_is_a_usage_error_naming_it(command, tmp_path, monkeypatch, capsys):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    _deny_opening(monkeypatch, run_dir)
+    assert _exit_code([command, str(run_dir)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        f"dpaudit: error: cannot read {run_dir} (Permission denied): give this user read and write access to the run "
+        "directory (chmod, chown, a writable mount), or copy it"
+    )
+
+
+@pytest.mark.parametrize("command", ["resume", "analyse", "report"])
+def test_a_run_directory_below_a_file_is_a_usage_error_naming_it(command, tmp_path, capsys):
+    (tmp_path / "file").write_text("not a directory")
+    assert _exit_code([command, str(tmp_path / "file" / "run")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"cannot read {tmp_path / 'file' / 'run'} (Not a directory)" in line and "fix the path" in line
+
+
+def test_the_run_store_writer_and_lock_name_the_path_they_cannot_use(tmp_path, monkeypatch):
+    import os
+
+    from dpaudit.errors import UsageError
+    from dpaudit.store import RunStore, make_directory, write_file
+
+    (tmp_path / "file").write_text("not a directory")
+    blocked = tmp_path / "file" / "run"
+    with pytest.raises(UsageError, match=re.escape(f"cannot create {blocked} (Not a directory)")):
+        make_directory(blocked)
+    with pytest.raises(UsageError, match=re.escape(f"cannot create {blocked} (Not a directory)")):
+        with RunStore(blocked).lock():
+            pass
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    real_open = os.open
+
+    def read_only(target, flags, *args, **kwargs):  # what a read-only mount answers to O_CREAT
+        if flags & os.O_CREAT:
+            raise PermissionError(13, "Permission denied", os.fspath(target))
+        return real_open(target, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", read_only)
+    with pytest.raises(UsageError, match=re.escape(f"cannot write {run_dir / 'summary.json'} (Permission denied)")):
+        write_file(run_dir, "summary.json", b"{}")
+    with pytest.raises(UsageError, match=re.escape(f"cannot open {run_dir / '.lock'} (Permission denied)")):
+        with RunStore(run_dir).lock():
+            pass
+    assert list(run_dir.iterdir()) == []
