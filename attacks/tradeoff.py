@@ -351,9 +351,9 @@ def audit_verdict(
     if profile is not None:
         return verdict(
             "consistent",
-            f"the ROC stays inside the region {claim} allows (closest: TPR ≥ {profile.tpr_lower:.3g} against "
-            f"{profile.allowed_tpr:.3g} at FPR ≤ {profile.fpr_upper:.3g}), which these trials could have left; "
-            f"empirical ε ≥ {empirical.epsilon:.4g} ≤ the analytic ε = {analytic_epsilon:.4g} {at}.",
+            f"at every threshold the ROC stays inside the region {claim} allows ({profile.confidence:.0%} "
+            f"simultaneous bounds), which these trials could have left; empirical ε ≥ {empirical.epsilon:.4g} ≤ "
+            f"the analytic ε = {analytic_epsilon:.4g} {at}.",
         )
     return verdict(
         "consistent",
