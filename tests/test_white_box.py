@@ -254,6 +254,7 @@ def test_one_run_gradient_canaries_bound_epsilon_in_one_run_and_null_gives_zero(
         (["--canaries", "10"], "--canaries applies to --design one-run"),
         (["--canary", "gradient", "--design", "all-examples"], "--canary gradient applies to the canary and one-run"),
         (["--canary", "gradient", "--mechanism", "sketch"], "--observe steps does not apply to the sketch"),
+        (["--canary", "gradient", "--mechanism", "prism"], "--canary gradient does not apply to --mechanism prism"),
         (
             [
                 "--canary",
