@@ -7,7 +7,7 @@ infinite ε that lacks its reason; a traceback (exit 3), a hang past the timeout
 parser refuses is parsed in the test's own process; every other one runs in a forked child (a hang or an unbounded
 allocation is contained by an alarm and an address-space limit), two at a time, that calls ``main`` directly, so
 the sweep pays no interpreter start-up. The bases keep each run cheap (200 audit draws, one accounting step where
-a step costs PLD work), so the whole sweep of about 1100 invocations needs about 30 CPU seconds. Run
+a step costs PLD work), so the whole sweep of about 1100 invocations needs about 35 CPU seconds. Run
 ``python tests/test_cli_sweep.py`` for the counts by outcome.
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import importlib
 import io
 import os
 import re
@@ -63,6 +64,12 @@ _BASES = {
 # Options that only go together, added to their subcommand's base when one of them is swept (and once as a whole):
 # the base leaves them out because [W] App. F.2's multi-step account costs about a second per run.
 _TOGETHER = {("bounds", "wishart-m2"): ["--sample-rate", "0.01", "--steps", "1"]}
+# What the handlers import lazily (so that ``dpaudit bounds`` starts fast): imported once before the first fork, so
+# that no child pays for it (scikit-learn alone takes about a second).
+_HANDLER_IMPORTS = (
+    *("accountants.dpsgd", "accountants.prism", "accountants.sketch", "accountants.wishart"),
+    *("dpaudit.mechanism_audit", "dp_accounting.rdp.rdp_privacy_accountant", "sklearn.ensemble"),
+)
 _EPSILON_QUERY = ("gaussian", "dpsgd", "wishart-vector", "wishart-m2", "prism")
 
 
@@ -148,6 +155,8 @@ def run_all(argvs: list[list[str]], workers: int = _WORKERS) -> list[tuple[str, 
     An argv that ``main``'s parser refuses (a non-number, 1e300 for an integer) ends in the parser, so it is parsed
     here; every other one runs in a forked child.
     """
+    for module in _HANDLER_IMPORTS:
+        importlib.import_module(module)
     parser = build_parser()
     ends: list[tuple[str, int, str, str] | None] = [None] * len(argvs)
     running: dict[int, tuple[int, typing.IO[str], typing.IO[str]]] = {}
