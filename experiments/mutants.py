@@ -24,10 +24,13 @@ NAME = "mutants"
 def main(argv: list[str] | None = None) -> None:
     parser = _common.parser(__doc__)
     parser.set_defaults(models=2000)
+    parser.add_argument("--mutants", nargs="+", choices=sorted({s.mutant for s in SETTINGS}), help="these only")
     args = parser.parse_args(argv)
     root = args.out / "runs" / NAME
     rows = []
     for index, setting in enumerate(SETTINGS):
+        if args.mutants and setting.mutant not in args.mutants:
+            continue
         directory = root / str(index)
         shutil.rmtree(directory, ignore_errors=True)  # always fresh campaigns
         for mutant in (setting.mutant, None):

@@ -1,4 +1,4 @@
-"""Smoke test of experiments/: one cheap reproduction script end-to-end, and the suite runner's command line."""
+"""Smoke tests of experiments/: cheap reproduction scripts end-to-end at tiny sizes, and the suite runner's CLI."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
+
+from accountants import dpsgd
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
@@ -46,3 +49,39 @@ def test_run_all_help_lists_the_suite():
     done = run_script("run_all", "--help")
     assert done.returncode == 0, done.stderr
     assert "--only" in done.stdout and "w_table1_lora_fa" in done.stdout
+
+
+def test_audit_tightness_script_writes_each_threat_models_bounds(tmp_path):
+    done = run_script(
+        "audit_tightness",
+        *("--out", str(tmp_path), "--models", "8", "--epochs", "2", "--workers", "1"),
+        *("--one-run-models", "2", "--canaries", "20", "--mechanisms", "dp-sgd"),
+        *("--threat-models", "black-box", "steps", "one-run"),
+    )
+    assert done.returncode == 0, done.stderr
+    table = pd.read_csv(tmp_path / "audit_tightness.csv").set_index("threat_model")
+    assert list(table.index) == ["black-box", "steps", "one-run"]
+    # q = 1, T = 2, σ = 2 for the gradient canaries: μ-GDP at μ = √2/2, whose ε the DP-SGD accountant gives.
+    expected = dpsgd.epsilon(2.0, 1.0, 2, 1e-5).epsilon
+    assert table.loc["steps", "analytic_epsilon"] == pytest.approx(expected, rel=1e-6)
+    assert list(table["steps"]) == [2, 2, 2]
+    assert table.loc[["black-box", "steps"], ["epsilon_cp", "epsilon_gdp"]].notna().all(axis=None)
+    assert table.loc[["black-box", "steps"], "n_in"].tolist() == [4, 4]
+    one_run = table.loc["one-run"]
+    assert np.isnan(one_run["epsilon_cp"]) and one_run["canaries"] == 20 and one_run["models"] == 2
+    assert 0 <= one_run["epsilon_one_run_fdp"] <= one_run["analytic_epsilon"]
+    assert one_run["tightness_one_run_fdp"] == pytest.approx(
+        one_run["epsilon_one_run_fdp"] / one_run["analytic_epsilon"]
+    )
+
+
+def test_mutants_script_writes_the_mutant_beside_the_correct_run(tmp_path):
+    done = run_script("mutants", "--out", str(tmp_path), "--models", "8", "--workers", "1", "--mutants", "half-noise")
+    assert done.returncode == 0, done.stderr
+    table = pd.read_csv(tmp_path / "mutants.csv")
+    assert list(table["run"]) == ["half-noise", "correct"] and set(table["mutant"]) == {"half-noise"}
+    # Both runs are judged against the correct mechanism's claim: σ = 1, q = 1, T = 1 is μ-GDP at μ = 1.
+    assert table["analytic_epsilon"].tolist() == pytest.approx([dpsgd.epsilon(1.0, 1.0, 1, 1e-5).epsilon] * 2)
+    assert table["claimed_mu"].tolist() == [1.0, 1.0]
+    assert table["n_in"].tolist() == [4, 4] and table["n_out"].tolist() == [4, 4]
+    assert table["verdict"].isin(["violated", "inconclusive", "consistent"]).all()
