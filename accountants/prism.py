@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from accountants import validation as check
 from accountants.validation import InvalidArgument
 
-
 _LARGEST_SCALE = 1e60
 
 

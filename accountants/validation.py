@@ -14,8 +14,11 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
+from typing import TypeVar
 
 import numpy as np
+
+_Choice = TypeVar("_Choice")  # one_of returns the choice's own type (e.g. a Literal)
 
 
 class InvalidArgument(ValueError):
@@ -135,7 +138,7 @@ def seed(name: str, value) -> int:
     return integer(name, value, 0, 2**63 - 1)
 
 
-def one_of(name: str, value, choices: Sequence[str]) -> str:
+def one_of(name: str, value, choices: Sequence[_Choice]) -> _Choice:
     if value not in choices:
         raise InvalidArgument(f"{name} must be one of {', '.join(map(str, choices))}, got {value!r}")
     return value

@@ -171,7 +171,7 @@ class VectorProfile:
     losses: SortedLosses
 
     def delta(self, epsilon: float) -> Bound:
-        """Estimated delta(eps) with its confidence interval."""
+        """The estimated δ at ``epsilon``, with its confidence interval."""
         epsilon = check.non_negative("epsilon", epsilon)
         estimate, lower, upper = (float(x[0]) for x in self.losses.bands(np.array([epsilon])))
         return Bound(
@@ -274,9 +274,11 @@ def _m1_dimensions(d, r, s) -> tuple[int, int, int]:
 
 
 def lemma14_gamma(beta: float, d: int, r: int, s: int) -> float:
-    """[W] Lemma 14: w.p. >= 1 - beta given H, ``|M_par u| <= Gamma_beta``, with
-    ``Gamma_beta = sigma_M^2 (sqrt d + sqrt p + g)(sqrt p + g)``,
-    ``g = sqrt(2 ln(2/beta))``, ``sigma_M^2 = 1/r`` and ``p = rank(U^T Z) = min(s, r)`` almost surely.
+    """[W] Lemma 14: the high-probability bound ``Gamma_beta`` on ``|M_par u|``.
+
+    With probability >= 1 - beta given H, ``|M_par u| <= Gamma_beta``, with
+    ``Gamma_beta = sigma_M^2 (sqrt d + sqrt p + g)(sqrt p + g)``, ``g = sqrt(2 ln(2/beta))``, ``sigma_M^2 = 1/r``
+    and ``p = rank(U^T Z) = min(s, r)`` almost surely.
     """
     beta = check.open_unit("delta_s", beta)
     d, r, s = _m1_dimensions(d, r, s)

@@ -737,9 +737,11 @@ def audit(
     """Audit ``mechanism`` (a :mod:`dpaudit.mechanisms.releases` mechanism holding its pair).
 
     Args:
+      mechanism: the release to audit, holding its neighbouring pair.
       delta: the delta at which every epsilon is reported and compared.
-      samples: releases scored per side (the learned distinguisher trains on ``training_samples`` more per side,
-        default ``samples``).
+      samples: releases scored per side.
+      training_samples: releases per side the learned distinguisher trains on, besides the scored ones (default
+        ``samples``).
       seed: root of every random stream of the audit.
       confidence: level of the Clopper-Pearson bound, of the AUC interval and of the profile band.
       full_releases: score full releases instead of drawing the statistic from its law (exact either way; the

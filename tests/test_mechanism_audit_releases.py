@@ -69,7 +69,10 @@ def test_tight_sketch_pair_removes_a_column_along_the_smallest_eigenvector():
         (lambda: releases.sketch_pair(4, 10, 3.0, 1.0, 1.0), "sensitivity^2"),
         (lambda: releases.sketch_pair(4, 4, 3.0, 0.5, 1.0), "m must be >= n + 1"),
         (lambda: releases.WishartVector(releases.vectors_at_distance(5, 0.5), 2), "unit vector"),
-        (lambda: releases.GaussianMechanism(releases.vectors_at_distance(5, 0.5), 0.0), "sigma must be in [1e-75, 1e+75]"),
+        (
+            lambda: releases.GaussianMechanism(releases.vectors_at_distance(5, 0.5), 0.0),
+            "sigma must be in [1e-75, 1e+75]",
+        ),
         (lambda: releases.GaussianSketch(releases.sketch_pair(4, 10, 3.0, 0.5, 1.0), 4, 1.0, -1.0), "sigma_g"),
     ],
 )
@@ -147,9 +150,11 @@ def test_vector_likelihood_ratio_is_the_lemma9_density_ratio():
 
 @pytest.mark.parametrize("d,r", [(2, 2), (3, 2), (5, 3)])
 def test_lemma9_density_with_the_corrected_exponent_is_the_law_of_m_v(d, r):
-    """The corrected density integrates to 1 and has E[v^T y] = E[v^T M v] = 1; the printed exponent (density
-    times s, then renormalised) has mean E[S^2]/E[S] = 1 + 2/r instead. Integrated over s = v^T y > 0 and
-    rho = |y_perp| (polar in R^{d-1}), with rho = u sqrt(s) so that quadrature sees no spike at s -> 0.
+    """The corrected density integrates to 1 and has E[v^T y] = E[v^T M v] = 1.
+
+    The printed exponent (density times s, then renormalised) has mean E[S^2]/E[S] = 1 + 2/r instead. Integrated
+    over s = v^T y > 0 and rho = |y_perp| (polar in R^{d-1}), with rho = u sqrt(s) so that quadrature sees no spike
+    at s -> 0.
     """
     sphere = 2 * math.pi ** ((d - 1) / 2) / special.gamma((d - 1) / 2)
 

@@ -127,7 +127,8 @@ def test_a_stored_chunk_with_non_finite_outputs_is_refused_naming_it(copy, capsy
     path = sorted((copy / "chunks").glob("*.npz"))[0]
     arrays = dict(np.load(path))
     arrays["target_logits"][0, 0, 0] = np.nan
-    _save_npz(copy, f"chunks/{path.name}", {k: arrays[k] for k, v in store.outputs().__dict__.items() if v is not None}, store._record())
+    kept = {k: arrays[k] for k, v in store.outputs().__dict__.items() if v is not None}
+    _save_npz(copy, f"chunks/{path.name}", kept, store._record())
     assert main(["analyse", str(copy)]) == 2
     _one_line_error(capsys, path.name, "non-finite", "delete it")
 
