@@ -162,23 +162,20 @@ def _gradient_canaries(
 ) -> canary_lib.GradientCanaries:
     """The campaign's gradient canaries: Dirac coordinates or a random direction (:mod:`dpaudit.canaries`)."""
     reference = _reference_start(config, base, mechanism)
-    norm = config.canary_norm
-    assert norm is not None, "CampaignConfig fills a gradient canary's norm"
-    if config.canary_direction == "random":
-        shapes = {name: t.shape[1:] for name, t in reference.trainable.items()}
-        return canary_lib.GradientCanaries(
-            norm, direction=canary_lib.random_direction(shapes, campaign_rng(config.seed, "canary"))
-        )
+    norm, direction = config.canary_norm, config.canary_direction
+    assert norm is not None and direction is not None, "CampaignConfig fills a gradient canary's norm and direction"
+    adapter = getattr(mechanism, "adapter", None)  # PRISM: canaries in the adapted weights (docs/theory.md §3.9)
     with _one_thread_precision(config, torch.device("cpu")):  # one thread: the same ranking on every machine
-        coordinates = canary_lib.dirac_coordinates(
-            reference.module,
-            reference.frozen,
-            reference.trainable,
+        return canary_lib.choose(
+            reference,
             dataset.public.x,
             dataset.public.y,
+            direction,
             config.canaries or 1,
+            norm,
+            campaign_rng(config.seed, "canary"),
+            None if adapter is None else adapter.scale,
         )
-    return canary_lib.GradientCanaries(norm, coordinates=coordinates)
 
 
 def _one_run_membership(config: CampaignConfig) -> np.ndarray:

@@ -143,24 +143,90 @@ class DirectionExampleGradients(engine.DenseExampleGradients):
 
 
 @dataclass(frozen=True)
+class AdaptedWeightCanaries:
+    """M canaries that are dense gradients of LoRA-adapted weights, for PRISM (module docstring).
+
+    ``directions``: lora_A tensor name → (M, d_out, d_in) unit directions u_m in the space of the module's
+    adapted weight (flattened), zero for a canary on another module; the directions of all modules together have
+    norm 1 per canary. Canary m's intrinsic gradient is ``∇_Z ℓ = norm · u_m`` (Z = ``lora_B lora_A``, [P]'s
+    ``Z = A Bᵀ``; :class:`dpaudit.mechanisms.prism.PeftLoraAdapter`), i.e. the weight gradient
+    ``G_m = norm · u_m / s`` of W = W_0 + s Z, s = ``scale``.
+    """
+
+    directions: dict[str, torch.Tensor]
+    norm: float
+    scale: float
+
+    @staticmethod
+    def _lora_B(a_name: str) -> str:
+        return a_name.replace(".lora_A.", ".lora_B.")
+
+    def factor_gradients(self, parameters: dict[str, torch.Tensor]) -> engine.DenseExampleGradients:
+        """(K, M, ...) per-example gradients: the factor gradients a real example with weight gradient G_m has.
+
+        peft's chain rule at the current factors: ``∂ℓ/∂lora_B = s G_m lora_Aᵀ``, ``∂ℓ/∂lora_A = s lora_Bᵀ G_m``
+        (``= (∇_Z ℓ) B`` and ``((∇_Z ℓ)ᵀ A)ᵀ`` in [P]'s notation), zero for every other trained tensor. PRISM's
+        clip norm (Eq. 15 from these, :func:`~dpaudit.mechanisms.prism_tangent._tangent_sq_norms`) is then the
+        canary's lifted intrinsic norm ``norm · ‖P(u_m)‖``, as for any real example.
+        """
+        first = next(iter(parameters.values()))
+        k, m = first.shape[0], next(iter(self.directions.values())).shape[0]
+        tensors = {name: t.new_zeros(k, m, *t.shape[1:]) for name, t in parameters.items()}
+        for a_name, direction in self.directions.items():
+            b_name = self._lora_B(a_name)
+            intrinsic = (self.norm * direction).to(first.device, first.dtype)  # s G_m
+            lora_A, lora_B = parameters[a_name].flatten(2), parameters[b_name].flatten(2)
+            tensors[b_name] = torch.einsum("moi,kri->kmor", intrinsic, lora_A).reshape(tensors[b_name].shape)
+            tensors[a_name] = torch.einsum("kor,moi->kmri", lora_B, intrinsic).reshape(tensors[a_name].shape)
+        return engine.DenseExampleGradients(tensors)
+
+    def project(self, parameters: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(K, M): ``⟨Z, u_m⟩`` summed over the modules, Z = ``lora_B lora_A`` of each, in float64."""
+        return functools.reduce(
+            operator.add,
+            (
+                torch.einsum(
+                    "kor,kri,moi->km",
+                    parameters[self._lora_B(a_name)].flatten(2).double(),
+                    parameters[a_name].flatten(2).double(),
+                    direction.to(parameters[a_name].device).double(),
+                )
+                for a_name, direction in self.directions.items()
+            ),
+        )
+
+
+@dataclass(frozen=True)
 class GradientCanaries:
     """The campaign's M gradient canaries of norm ``norm``: Dirac coordinates, or one dense unit direction.
 
     ``coordinates``: (tensor name, flat index) per canary (``dirac``), or None; ``direction``: name → tensor of
     the trained tensor's shape, all together of norm 1 (``random``, M = 1), or None. Exactly one is given.
+    ``lora_scale`` s (PRISM; None otherwise): the canaries are gradients of adapted weights (module docstring),
+    named by their module's lora_A tensor, a coordinate's flat index and a direction's shape in the module's
+    (d_out, d_in) weight.
     """
 
     norm: float
     coordinates: tuple[tuple[str, int], ...] | None = None
     direction: dict[str, torch.Tensor] | None = None
+    lora_scale: float | None = None
 
     @property
     def count(self) -> int:
         return 1 if self.coordinates is None else len(self.coordinates)
 
-    def examples(self, parameters: dict[str, torch.Tensor]) -> DiracExampleGradients | DirectionExampleGradients:
-        """The canaries as the per-example gradients (K, M, ...) of K models with (K, ...) trained ``parameters``."""
+    def examples(
+        self, parameters: dict[str, torch.Tensor]
+    ) -> DiracExampleGradients | DirectionExampleGradients | AdaptedWeightCanaries:
+        """The canaries for K models with (K, ...) trained ``parameters``: their per-example gradients (K, M, ...).
+
+        Adapted-weight canaries (``lora_scale``) depend on the factors: :meth:`AdaptedWeightCanaries.factor_gradients`
+        gives them at each step.
+        """
         first = next(iter(parameters.values()))
+        if self.lora_scale is not None:
+            return AdaptedWeightCanaries(self._weight_directions(parameters), self.norm, self.lora_scale)
         if self.coordinates is not None:
             names, flat = zip(*self.coordinates)
             return DiracExampleGradients(
@@ -179,6 +245,21 @@ class GradientCanaries:
             for name, t in parameters.items()
         }
         return DirectionExampleGradients(rows, self.norm)
+
+    def _weight_directions(self, parameters: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """lora_A name → (M, d_out, d_in) float64 unit directions of the canaries in that module's weight."""
+        if self.direction is not None:
+            return {name: u.double().unsqueeze(0) for name, u in self.direction.items()}
+        if self.coordinates is None:
+            raise ValueError("GradientCanaries needs coordinates or a direction")
+        directions: dict[str, torch.Tensor] = {}
+        for m, (a_name, flat) in enumerate(self.coordinates):
+            if a_name not in directions:
+                d_out = parameters[AdaptedWeightCanaries._lora_B(a_name)].flatten(2).shape[1]
+                d_in = parameters[a_name].flatten(2).shape[2]
+                directions[a_name] = torch.zeros(self.count, d_out, d_in, dtype=torch.float64)
+            directions[a_name][m].view(-1)[flat] = 1.0
+        return directions
 
 
 def inclusion_schedule(
@@ -235,6 +316,7 @@ class CanaryRun:
     ) -> None:
         """Before the first step, after the mechanism's ``initialise``: θ_0's projections and the schedule."""
         self.examples = self.canaries.examples(params)
+        self._params = params  # the engine updates these in place: adapted-weight canaries are read at each step
         self._schedule = inclusion_schedule(self.membership, randomness, sample_rate, steps_per_epoch, epochs)
         self._last = self.examples.project(params).double()
         self._initial = self._last
@@ -247,17 +329,22 @@ class CanaryRun:
         no canary in this step keeps its mean bit for bit.
         """
         included = torch.from_numpy(next(self._schedule)).to(weights.device)
+        examples = (
+            self.examples.factor_gradients(self._params)
+            if isinstance(self.examples, AdaptedWeightCanaries)
+            else self.examples
+        )
         if per_example:
             if isinstance(gradients, engine.BlockedExampleGradients):
                 blocks, widths = gradients.blocks, gradients.widths
             else:
                 blocks, widths = (gradients,), (weights.shape[1],)
             return (
-                engine.BlockedExampleGradients((*blocks, self.examples), (*widths, self.canaries.count)),
+                engine.BlockedExampleGradients((*blocks, examples), (*widths, self.canaries.count)),
                 torch.cat([weights, included], dim=1),
             )
         count, added = weights.sum(1), included.sum(1)
-        sums = self.examples.weighted_sum(included)
+        sums = examples.weighted_sum(included)
         mixed = {}
         for name, mean in gradients.items():
             shape = (-1,) + (1,) * (mean.ndim - 1)
@@ -285,6 +372,42 @@ class CanaryRun:
         if self.observe == "steps":
             return torch.stack(self._steps, dim=1)
         return (self.examples.project(params).double() - self._initial).unsqueeze(1)
+
+
+def choose(
+    reference: engine.ShadowModels,
+    x: np.ndarray,
+    y: np.ndarray,
+    direction: str,
+    count: int,
+    norm: float,
+    rng: np.random.Generator,
+    lora_scale: float | None = None,
+) -> GradientCanaries:
+    """A campaign's ``count`` canaries of norm ``norm``: Dirac coordinates or a random direction (module docstring).
+
+    ``reference``: the attacker's reference model at its start, ranking the Dirac coordinates on the public (x, y);
+    ``rng`` draws a random direction. ``lora_scale`` s (PRISM): the canaries live in the adapted weights of the
+    LoRA modules, W = W_0 + s ``lora_B lora_A``; the Dirac rule then ranks the coordinates of ``∂ℓ/∂W`` at the
+    start (peft's ``lora_B = 0``, so the gradients of the base weights W_0).
+    """
+    frozen, trainable, names = reference.frozen, reference.trainable, {}
+    if lora_scale is not None:
+        names = {
+            name.split(".lora_A.")[0] + ".base_layer.weight": name for name in reference.trainable if ".lora_A." in name
+        }
+        frozen = {**{name: t for name, t in frozen.items() if name not in names}, **trainable}
+        trainable = {name: reference.frozen[name] for name in names}
+    if direction == "random":
+        shapes = {name: t.shape[1:] if lora_scale is None else t[0].flatten(1).shape for name, t in trainable.items()}
+        unit = random_direction(shapes, rng)
+        return GradientCanaries(
+            norm, direction={names.get(name, name): u for name, u in unit.items()}, lora_scale=lora_scale
+        )
+    coordinates = dirac_coordinates(reference.module, frozen, trainable, x, y, count)
+    return GradientCanaries(
+        norm, coordinates=tuple((names.get(name, name), flat) for name, flat in coordinates), lora_scale=lora_scale
+    )
 
 
 def random_direction(shapes: dict[str, torch.Size], rng: np.random.Generator) -> dict[str, torch.Tensor]:

@@ -187,12 +187,6 @@ class CampaignConfig:
         observe = check.one_of("--observe", "steps" if observe is None else observe, OBSERVATIONS)
         if observe == "outputs":
             raise UsageError("--canary gradient needs --observe weights or steps: a gradient canary has no input")
-        if self.mechanism == "prism":
-            raise UsageError(
-                "--canary gradient does not apply to --mechanism prism yet: PRISM's clip norm assumes factor"
-                " gradients of one dense weight gradient, which a crafted factor gradient is not (issue 15);"
-                " use --canary input"
-            )
         if observe == "steps" and self.mechanism == "sketch":
             raise UsageError(
                 "--observe steps does not apply to the sketch, which releases only its final weights ([S] Eq. 14):"

@@ -254,7 +254,6 @@ def test_one_run_gradient_canaries_bound_epsilon_in_one_run_and_null_gives_zero(
         (["--canaries", "10"], "--canaries applies to --design one-run"),
         (["--canary", "gradient", "--design", "all-examples"], "--canary gradient applies to the canary and one-run"),
         (["--canary", "gradient", "--mechanism", "sketch"], "--observe steps does not apply to the sketch"),
-        (["--canary", "gradient", "--mechanism", "prism"], "--canary gradient does not apply to --mechanism prism"),
         (
             [
                 "--canary",
@@ -293,3 +292,114 @@ def test_campaigns_recorded_before_the_white_box_fields_keep_their_hash():
     older = {name: value for name, value in dataclasses.asdict(config).items() if name in _FORMAT_2_FIELDS}
     assert config.canonical_hash() == hashlib.sha256(json.dumps(older, sort_keys=True).encode()).hexdigest()
     assert CampaignConfig(mechanism="dp-sgd", models=8, canary="gradient").canonical_hash() != config.canonical_hash()
+
+
+# PRISM's gradient canaries are gradients of the adapted weights (issue 15; docs/theory.md §3.9).
+_PRISM_SCALE = 2.0
+
+
+def _prism_parameters(k: int = 2):
+    """A LoRA MLP's (K, ...) float64 trained tensors after PRISM's start, and the mechanism (rank 4, s = 2)."""
+    from dpaudit.mechanisms.prism import PrismMechanism
+
+    randomness = shadow_randomness(0, np.arange(k))
+    shadow = engine.build(_base(), "lora", models.LoraSpec(4, _PRISM_SCALE), randomness, torch.device("cpu"))
+    params = {name: t.double().clone() for name, t in shadow.trainable.items()}
+    mechanism = PrismMechanism(noise_multiplier=1.0, clip_norm=1.0, lora_scale=_PRISM_SCALE)
+    state = mechanism.setup({name: t.shape[1:] for name, t in params.items()}, randomness)
+    mechanism.initialise(params, state)
+    return params, mechanism, state
+
+
+def test_adapted_weight_canary_has_a_real_examples_factor_gradients():
+    """Autograd on a peft model (float64) for a loss whose weight gradient is G gives the canary's factor gradients."""
+    import peft
+
+    torch.manual_seed(1)
+    layer = torch.nn.Sequential(torch.nn.Linear(6, 5)).double()
+    config = peft.LoraConfig(r=3, lora_alpha=3 * _PRISM_SCALE, lora_dropout=0.0, target_modules=["0"])
+    model = peft.get_peft_model(layer, config).double()
+    names = {"A": "base_model.model.0.lora_A.default.weight", "B": "base_model.model.0.lora_B.default.weight"}
+    parameters = dict(model.named_parameters())
+    with torch.no_grad():
+        parameters[names["B"]].normal_()  # peft starts lora_B at 0, which would hide lora_A's gradient
+    inputs, output_gradients = torch.randn(7, 6, dtype=torch.float64), torch.randn(7, 5, dtype=torch.float64)
+    (output_gradients * model(inputs)).sum().backward()  # ∂ℓ/∂W = G = Σ_t δ_t x_tᵀ (full rank)
+    weight_gradient = output_gradients.T @ inputs
+    unit = weight_gradient / torch.linalg.matrix_norm(weight_gradient)
+    canary = canary_lib.AdaptedWeightCanaries(
+        {names["A"]: unit.unsqueeze(0)}, float(_PRISM_SCALE * torch.linalg.matrix_norm(weight_gradient)), _PRISM_SCALE
+    )
+    trained = {name: parameters[name].detach().unsqueeze(0) for name in names.values()}
+    factor = canary.factor_gradients(trained).materialise()
+    for name in names.values():
+        torch.testing.assert_close(factor[name][0, 0], parameters[name].grad, rtol=1e-12, atol=1e-12)
+
+
+def test_prism_clips_an_adapted_weight_canary_at_its_lifted_intrinsic_norm(monkeypatch):
+    """The norm PRISM clips each canary by is ``norm ‖P(u)‖`` at the current factors (float64), for every module.
+
+    A crafted Dirac on lora_B (issue 15) was clipped by less than its lift's norm; a weight-space canary's factor
+    gradients come from one G, so Eq. 15 is exact for it.
+    """
+    from dpaudit.mechanisms import prism
+    from dpaudit.mechanisms.base import Step
+    from dpaudit.mechanisms.prism_tangent import tangent_project
+
+    params, mechanism, state = _prism_parameters()
+    a_names = [name for name in params if ".lora_A." in name]
+    coordinates = ((a_names[0], 0), (a_names[0], 13), (a_names[1], 5))
+    rng = np.random.default_rng(3)
+    random = {
+        name: torch.from_numpy(rng.standard_normal((params[name.replace("lora_A", "lora_B")].shape[1], d_in)))
+        for name in a_names
+        for d_in in [params[name].flatten(2).shape[2]]
+    }
+    total = float(np.sqrt(sum(float(u.square().sum()) for u in random.values())))
+    random = {name: u / total for name, u in random.items()}
+    recorded = []
+    original = prism.clip_factors
+    monkeypatch.setattr(prism, "clip_factors", lambda norms, clip: recorded.append(norms) or original(norms, clip))
+    for canaries in (
+        canary_lib.GradientCanaries(0.7, coordinates=coordinates, lora_scale=_PRISM_SCALE),
+        canary_lib.GradientCanaries(0.7, direction=random, lora_scale=_PRISM_SCALE),
+    ):
+        weights = canaries.examples(params)
+        assert isinstance(weights, canary_lib.AdaptedWeightCanaries)
+        expected = torch.zeros(2, canaries.count, dtype=torch.float64)
+        for (a_name, b_name), rank in zip(state.modules, state.ranks):
+            lora_A, lora_B = params[a_name].flatten(2)[:, :rank], params[b_name].flatten(2)[..., :rank]
+            if a_name in weights.directions:
+                directions = weights.directions[a_name].unsqueeze(0)  # (1, M, d_out, d_in)
+                projected = tangent_project(directions, lora_B.unsqueeze(1), lora_A.mT.unsqueeze(1))
+                expected += projected.square().sum((-2, -1))
+        step = Step(weights.factor_gradients(params), torch.ones(2, canaries.count, dtype=torch.float64), 0, 1.0, 1)
+        mechanism.update({name: t.clone() for name, t in params.items()}, step, state, 1e-3)
+        torch.testing.assert_close(recorded[-1], 0.7 * expected.sqrt(), rtol=1e-10, atol=0)
+        # Not trivially the full norm: P drops part of u on the 8×6 layer at r = 4, and none on the 3×8 head at
+        # r_ℓ = 3, where the tangent space is every matrix.
+        partial = expected[:, :2] if canaries.coordinates is not None else expected
+        assert bool((partial < 0.999).all())
+        if canaries.coordinates is not None:
+            torch.testing.assert_close(expected[:, 2], torch.ones(2, dtype=torch.float64))
+
+
+def test_prism_white_box_campaign_is_consistent_and_its_observations_agree(tmp_path):
+    """A tiny PRISM step audit on digits (one full-batch step): not violated; IN and OUT differ; weights = -η steps.
+
+    The canary (a Dirac at an always-zero pixel's weight) moves IN models' Z: Welch's t-test separates them. With
+    one step, the weight change along u is exactly -η times the step's projection (both read ⟨Z, u⟩).
+    """
+    options = dict(models=32, epochs=1, batch_size=718, noise=0.5, clip=1.0, lr=0.01)
+    observed = {}
+    for observe in ("steps", "weights"):
+        config = CampaignConfig(mechanism="prism", canary="gradient", observe=observe, **options)
+        store = campaign.run(config, Execution(workers=1, chunk_size=64, progress=False), tmp_path / observe)
+        numbers = report.write_run(analysis.analyse(store), store.root)
+        assert numbers["verdict"] != "violated" and numbers["analytic_epsilon"] > 0
+        observed[observe] = store.outputs().canary_observations[:, :, 0]
+        member = store.plan().membership[:, 0]
+    assert observed["steps"].shape == (32, 1)
+    np.testing.assert_allclose(observed["weights"], -0.01 * observed["steps"], rtol=1e-6, atol=1e-12)
+    steps = observed["steps"][:, 0]
+    assert stats.ttest_ind(steps[member], steps[~member], equal_var=False).pvalue < 0.01

@@ -130,6 +130,11 @@ class PrismMechanism:
         PeftLoraAdapter(self.lora_scale)
         check.positive("init_scale", self.init_scale)
 
+    @property
+    def adapter(self) -> PeftLoraAdapter:
+        """The map between peft's LoRA tensors and [P]'s factors at this scale (gradient canaries use it too)."""
+        return PeftLoraAdapter(self.lora_scale)
+
     def setup(self, shapes, randomness) -> PrismTrainingState:
         modules = tuple((name, name.replace(".lora_A.", ".lora_B.")) for name in shapes if ".lora_A." in name)
         # lora_A (r, d_in...), lora_B (d_out, r...): peft's shapes without the model axis.
@@ -140,7 +145,7 @@ class PrismMechanism:
         return PrismTrainingState([model.torch("noise") for model in randomness], modules, ranks)
 
     def initialise(self, params: dict[str, Tensor], state: PrismTrainingState) -> None:
-        adapter = PeftLoraAdapter(self.lora_scale)
+        adapter = self.adapter
         for (a_name, b_name), rank in zip(state.modules, state.ranks):
             lora_A, lora_B = params[a_name].flatten(2), params[b_name].flatten(2)
             starts = [
@@ -172,7 +177,7 @@ class PrismMechanism:
         :meth:`PerExampleGradients.weighted_sum` (peft's ``lora_B`` gradient is ``g_A``, ``lora_A``'s is ``g_Bᵀ``).
         """
         examples = step.example_gradients()
-        adapter = PeftLoraAdapter(self.lora_scale)
+        adapter = self.adapter
         modules = list(zip(state.modules, state.ranks))
         factors = [adapter.to_prism(*self._read(params, a, b, rank)) for (a, b), rank in modules]
         geometries = [_geometry(module_factors) for module_factors in factors]
