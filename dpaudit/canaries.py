@@ -23,6 +23,13 @@ Directions (``--canary-direction``):
 Norm (``CampaignConfig.canary_norm``, no CLI flag): by default the clip norm C for clipping mechanisms, so
 clipping leaves the canary whole, and 1 otherwise (the norm of a clipped example at the default C).
 
+PRISM (issue 15; docs/theory.md §3.9): its clip norm is the lifted intrinsic norm only for factor gradients of one
+dense gradient G of the adapted weight, which a fixed factor-space canary is not. Its canaries are therefore
+intrinsic gradients ``norm · u`` of a module's ``Z = lora_B lora_A`` (u a Dirac at a coordinate of the adapted
+weight W, ranked by the real gradients ``∂ℓ/∂W``, or a random direction over the adapted weights), turned at every
+step into the factor gradients a real example with that G has at the current factors
+(:class:`AdaptedWeightCanaries`); they are observed through ``⟨Z, u⟩`` instead of ``⟨θ, u⟩``.
+
 What the auditor sees (``--observe``): ``weights``, the projection ``⟨θ_T - θ_0, u⟩`` of the total change of the
 trained tensors; ``steps``, every step's projection ``⟨g̃_t, u⟩`` of the released update direction (the
 mechanism's ``transform`` output; for a mechanism that owns its update, ``⟨θ_t - θ_{t+1}, u⟩ / η_t``). Scores from
