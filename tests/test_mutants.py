@@ -305,3 +305,36 @@ def test_a_mutated_run_is_recorded_reported_first_and_never_resumed_as_a_correct
         campaign.run(correct_config, Execution(device="cpu", workers=1, progress=False), store.root)
     _, correct = no_clipping_audits[None]
     assert report.summary(correct)["planted_bug"] is None
+
+
+def test_report_of_a_mutant_run_shows_the_violation(no_clipping_audits, tmp_path):
+    """The HTML report of a mutant run shows the violation (checked on a Chromium screenshot).
+
+    Its ROC leaves the allowed region (single-run report) and its empirical ε sits above the diagonal (multi-run
+    report beside the correct run).
+    """
+    from dpaudit import audit_report, report
+    from tests.test_report_theory import (
+        CLOPPER_PEARSON_RGB,
+        VIOLATION_RGB,
+        _curve_pixels_above_allowed_region,
+        _mask,
+        _screenshot,
+    )
+
+    (mutant_store, mutated), (correct_store, correct) = no_clipping_audits["no-clipping"], no_clipping_audits[None]
+    numbers = report.write_run(mutated, mutant_store.root)
+    assert numbers["verdict"] == "violated"
+    assert (mutant_store.root / "report.html").read_text().index("planted") < 2000  # said first
+    pixels = _screenshot(mutant_store.root / "report.html", tmp_path / "mutant.png", 1400)
+    assert _curve_pixels_above_allowed_region(pixels) > 100
+    report.write_run(correct, correct_store.root)
+    html_path, _ = audit_report.write([mutant_store.root, correct_store.root], tmp_path / "both")
+    pixels = _screenshot(html_path, tmp_path / "both.png", 3400)
+    markers, shaded = _mask(pixels, CLOPPER_PEARSON_RGB), _mask(pixels, VIOLATION_RGB)
+    inside = [
+        (y, x)
+        for y, x in zip(*np.nonzero(markers))
+        if shaded[y, max(0, x - 8) : x].any() and shaded[y, x + 1 : x + 9].any()
+    ]
+    assert len(inside) > 10  # the mutant's Clopper-Pearson marker sits in the violation half
