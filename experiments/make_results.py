@@ -1064,9 +1064,14 @@ def best_empirical(row: pd.Series) -> tuple[float, str]:
 
 
 def audit_tightness(src: Sources) -> Section:
-    frame = src.table("audit_tightness")
+    every = src.table("audit_tightness")
+    frame = every[every["verdict"] != "not run"]  # "not run": the mechanism refuses the threat model (its reason)
     rows, above = [], []
-    for _, row in frame.iterrows():
+    for _, row in every.iterrows():
+        if row["verdict"] == "not run":
+            reason = f"not run: {row['verdict_reason']}".replace("|", "/")
+            rows.append([row["mechanism"], THREAT_MODELS[row["threat_model"]], reason, *["—"] * 7])
+            continue
         one_run = row["design"] == "one-run"
         best, route = best_empirical(row)
         trials = (
