@@ -5,3 +5,12 @@ import torch themselves, so ``dpaudit bounds`` starts fast.
 """
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """``dpaudit.audit`` (:func:`dpaudit.api.audit`), imported on first use: it needs torch."""
+    if name == "audit":
+        from dpaudit.api import audit
+
+        return audit
+    raise AttributeError(f"module 'dpaudit' has no attribute {name!r}")

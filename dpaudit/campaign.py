@@ -13,7 +13,9 @@ canaries, each IN with probability ½ independently in every model; Steinke et a
 
 from __future__ import annotations
 
+import copy
 import functools
+import hashlib
 import io
 import math
 import os
@@ -41,7 +43,17 @@ from dpaudit.mechanisms.wishart import WishartProjection, project
 from dpaudit.seeding import ModelRandomness, campaign_rng, shadow_randomness
 from dpaudit.store import ChunkOutputs, Plan, RunStore, checksum
 
+PYTHON_OBJECT = "python:"  # --model / --dataset of a campaign given Python objects (dpaudit.audit): no name to resolve
 _CPU_CHUNK_RANGE = (16, 128)  # models per chunk: small enough to balance workers, large enough to batch well
+
+
+@dataclass
+class Inputs:
+    """What a campaign audits: its dataset, its base model (untrained when it is to be pretrained), its mechanism."""
+
+    dataset: data_lib.Dataset
+    architecture: nn.Module
+    mechanism: Mechanism
 
 
 @dataclass
@@ -63,7 +75,7 @@ class Setup:
     @property
     def lora(self) -> models.LoraSpec | None:
         """The LoRA adapter of the campaign's mechanism; None for full fine-tuning (no rank)."""
-        return None if self.config.rank is None else models.LoraSpec(self.config.rank, self.config.alpha)
+        return _lora(self.config)
 
     @property
     def targets_x(self) -> np.ndarray:
@@ -78,9 +90,19 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def _lora(config: CampaignConfig) -> models.LoraSpec | None:
+    if config.rank is None:
+        return None
+    return models.LoraSpec(config.rank, config.alpha, config.target_modules)
+
+
 def _training(config: CampaignConfig) -> engine.TrainingConfig:
     return engine.TrainingConfig(
-        epochs=config.epochs, batch_size=config.batch_size, lr=config.lr, momentum=config.momentum
+        epochs=config.epochs,
+        batch_size=config.batch_size,
+        lr=config.lr,
+        momentum=config.momentum,
+        schedule=config.schedule,
     )
 
 
@@ -153,8 +175,7 @@ def _canary_labels(
 def _reference_start(config: CampaignConfig, base: nn.Module, mechanism: Mechanism) -> engine.ShadowModels:
     """The attacker's reference model at its starting point (the canaries' directions are chosen there)."""
     randomness = [ModelRandomness(config.seed, 0, role="reference")]
-    lora = models.LoraSpec(config.rank, config.alpha) if config.rank is not None else None
-    return engine.build(base, mechanism.parameterization, lora, randomness, torch.device("cpu"))
+    return engine.build(base, mechanism.parameterization, _lora(config), randomness, torch.device("cpu"))
 
 
 def _gradient_canaries(
@@ -206,22 +227,49 @@ def _stored_base(store: RunStore, architecture: nn.Module, plan: Plan | None) ->
     return base
 
 
-def check_inputs(config: CampaignConfig) -> tuple[data_lib.Dataset, nn.Module, Mechanism]:
-    """The campaign's dataset, untrained architecture and mechanism, checked before anything is written.
-
-    The checks that need them: the dataset exists, the rank fits every adapted layer, the mechanism accepts
-    its options.
-    """
+def resolve(config: CampaignConfig) -> Inputs:
+    """The dataset, base model and mechanism that the config's names (--dataset, --model, --mechanism) stand for."""
+    for option, spec in (("--model", config.model), ("--dataset", config.dataset)):
+        if spec is not None and spec.startswith(PYTHON_OBJECT):
+            raise UsageError(
+                f"{option} {spec} is a Python object given to dpaudit.audit, which no name can rebuild: continue"
+                " this run from Python, with dpaudit.audit(..., out=RUN_DIR) and the same objects"
+            )
     dataset = data_lib.load(config.dataset)
+    if config.model is None:
+        architecture: nn.Module = models.for_input(dataset.input_shape, dataset.num_classes)
+        models.initialise(architecture, config.seed)  # the built-in model's weights: from the seed, never global
+    else:
+        architecture = models.from_factory(config.model, dataset.input_shape, dataset.num_classes)
+    return Inputs(dataset, architecture, registry.build(config))
+
+
+def check_inputs(config: CampaignConfig, inputs: Inputs) -> Inputs:
+    """``inputs`` checked against the config before anything is written.
+
+    The checks that need them: classification data, a model with layers to adapt, the rank fits every adapted
+    layer, ``target_modules`` name layers of a LoRA adapter, the gradient canaries fit the trained tensors.
+    """
+    dataset, architecture, mechanism = inputs.dataset, inputs.architecture, inputs.mechanism
     if dataset.task != "classification":
         raise UsageError(
             f"--dataset {config.dataset} is {dataset.task} data, but campaigns audit classifiers only so far: use it"
             " from Python (dpaudit.text, dpaudit.transformer)"
         )
-    architecture = models.for_input(dataset.input_shape, dataset.num_classes)
-    mechanism = registry.build(config)
+    if not models.adapted_layers(architecture):
+        raise UsageError(
+            f"the model ({type(architecture).__name__}) has no nn.Linear or nn.Conv2d layer for the mechanism to"
+            " train: build it from such layers"
+        )
+    if config.target_modules is not None and (
+        mechanism.parameterization == "full" or config.mechanism in bounds.SKETCH_CLAIM_MECHANISMS
+    ):
+        raise UsageError(
+            f"--target-modules chooses the layers of a LoRA adapter, and mechanism {config.mechanism!r} trains or"
+            " measures every layer: leave --target-modules out, or use dp-lora, dp-lora-fa or prism"
+        )
     if config.rank is not None:  # LoRA or m1/m2's projection: r <= d_in
-        models.check_rank(architecture, config.rank)
+        models.check_rank(architecture, config.rank, config.target_modules)
     if config.canary == "gradient" and config.canaries is not None:
         trained = _reference_start(config, architecture, mechanism).trainable
         coordinates = sum(t[0].numel() for t in trained.values())
@@ -230,24 +278,48 @@ def check_inputs(config: CampaignConfig) -> tuple[data_lib.Dataset, nn.Module, M
                 f"--canaries {config.canaries} exceeds the {coordinates} coordinates of the trained tensors: orthogonal"
                 f" Dirac canaries need one coordinate each; use --canaries <= {coordinates}"
             )
-    return dataset, architecture, mechanism
+    return inputs
 
 
-def prepare(config: CampaignConfig, store: RunStore, device: torch.device) -> Setup:
+def fingerprints(config: CampaignConfig, inputs: Inputs) -> dict[str, str]:
+    """The model's and the mechanism's fingerprints, recorded in campaign.json so that resume refuses a change.
+
+    The model: its architecture and the weights it starts from (pretraining first re-draws them from the seed);
+    the mechanism: its class and every parameter, as its ``repr`` shows them (a dataclass's fields).
+    """
+    start = inputs.architecture
+    if config.pretrain:
+        start = copy.deepcopy(start)
+        models.initialise(start, config.seed)
+    mechanism = type(inputs.mechanism)
+    described = f"{mechanism.__module__}.{mechanism.__qualname__}:{inputs.mechanism!r}"
+    return {
+        "model_fingerprint": models.fingerprint(start),
+        "mechanism_fingerprint": hashlib.sha256(described.encode()).hexdigest(),
+    }
+
+
+def prepare(config: CampaignConfig, store: RunStore, device: torch.device, inputs: Inputs | None = None) -> Setup:
     """The campaign's setup: created (and saved to ``store``) on first use, loaded from it on resume.
 
     Pretraining and the canary's label are computed once and stored, so a resumed campaign continues with
     exactly the base and canary its finished chunks were trained with. base.pt is written before plan.npz, whose
     presence marks a complete setup; either, missing or damaged, is made again (both are deterministic), and a
-    re-pretrained base must match the checksum the plan recorded.
+    re-pretrained base must match the checksum the plan recorded. ``inputs``: checked ones (:func:`check_inputs`);
+    None: :func:`resolve` the config's names.
     """
-    dataset, architecture, mechanism = check_inputs(config)
-    resumed = store.create_or_check(config, dataset.fingerprint())
+    inputs = check_inputs(config, resolve(config)) if inputs is None else inputs
+    dataset, architecture, mechanism = inputs.dataset, inputs.architecture, inputs.mechanism
+    resumed = store.create_or_check(config, dataset.fingerprint(), fingerprints(config, inputs))
     plan = store.saved_plan() if resumed else None
     base = _stored_base(store, architecture, plan) if resumed else None
     if base is None:
         # pretrain() re-initialises every parameter from the seed, so a half-loaded architecture changes nothing.
-        base = models.pretrain(architecture, dataset.public.x, dataset.public.y, seed=config.seed)
+        base = (
+            models.pretrain(architecture, dataset.public.x, dataset.public.y, seed=config.seed)
+            if config.pretrain
+            else architecture.eval().requires_grad_(False)
+        )
         if plan is not None and _base_checksum(base) != str(plan.base_checksum):
             raise UsageError(
                 f"{store.root / 'base.pt'} was damaged, and pretraining again gives another base than the one its"
@@ -306,7 +378,15 @@ def prepare(config: CampaignConfig, store: RunStore, device: torch.device) -> Se
     if plan is None:
         with torch.no_grad():
             reference_logits = base(torch.from_numpy(setup.targets_x)).numpy()
-        shapes = np.array([astuple(shape) for shape in bounds.layer_shapes(base)], dtype=np.int64)
+        adapted = models.lora_layers(base, config.target_modules) if config.target_modules else None
+        shapes = np.array(
+            [
+                astuple(shape)
+                for name, shape in zip(models.adapted_layers(base), bounds.layer_shapes(base))
+                if adapted is None or name in adapted
+            ],
+            dtype=np.int64,
+        )
         store.save_plan(
             Plan(
                 pool_y[target_index],
@@ -525,18 +605,20 @@ def _dask_backend(execution: Execution, workers: int) -> Iterator[None]:
             cluster.close()
 
 
-def run(config: CampaignConfig, execution: Execution, out: Path) -> RunStore:
+def run(config: CampaignConfig, execution: Execution, out: Path, inputs: Inputs | None = None) -> RunStore:
     """Train every shadow model not yet in the run directory ``out``; return the store holding all outputs.
 
     Finished chunks are never retrained; a chunk killed half-way is retrained from its start. Per-model
     randomness depends on (seed, model index) only, so chunk size, worker count and order change nothing.
-    One process trains a run directory at a time (:meth:`RunStore.lock`).
+    One process trains a run directory at a time (:meth:`RunStore.lock`). ``inputs`` None: :func:`resolve` the
+    config's names; given (:func:`dpaudit.audit`), the objects the config describes.
     """
     store = RunStore(out)
-    check_inputs(config)  # a refused campaign leaves no directory: the lock below creates it
+    # A refused campaign leaves no directory: the lock below creates it.
+    inputs = check_inputs(config, resolve(config) if inputs is None else inputs)
     with store.lock():
         try:
-            _run_locked(config, execution, store)
+            _run_locked(config, execution, store, inputs)
         except Diverged as diverged:
             raise _divergence_error(config, store, diverged.args[0]) from None
     return store
@@ -558,13 +640,13 @@ def _divergence_error(config: CampaignConfig, store: RunStore, models: tuple[int
     )
 
 
-def _run_locked(config: CampaignConfig, execution: Execution, store: RunStore) -> None:
+def _run_locked(config: CampaignConfig, execution: Execution, store: RunStore, inputs: Inputs) -> None:
     import joblib
     from tqdm.auto import tqdm
 
     start = time.perf_counter()
     device = resolve_device(execution.device)
-    setup = prepare(config, store, device)
+    setup = prepare(config, store, device, inputs)
     store.make_chunks_directory()
     gpus = torch.cuda.device_count() if device.type == "cuda" else 0
     workers = execution.workers or gpus or os.cpu_count() or 1

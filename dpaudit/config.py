@@ -62,7 +62,12 @@ _HASHED_WHEN_CHANGED = {
     "observe": "outputs",
     "canaries": None,
     "mutant": None,
+    "model": None,
+    "pretrain": True,
+    "target_modules": None,
+    "schedule": "cosine",
 }
+SCHEDULES = ("cosine", "constant")  # the learning-rate schedule of the engine's SGD (dpaudit.engine.TrainingConfig)
 PRECISIONS = ("fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("loky", "dask")
@@ -110,6 +115,10 @@ class CampaignConfig:
     observe: str | None = None  # outputs | weights | steps; None: outputs (input canary), steps (gradient)
     canaries: int | None = None  # M, the canaries of the one-run design
     mutant: str | None = None  # a planted bug (dpaudit.mutants), for tests and benchmarks: no CLI flag or TOML key
+    model: str | None = None  # MODULE:FACTORY, FACTORY(input_shape, num_classes) the base; None: the built-in model
+    pretrain: bool = True  # pretrain the base on the public split (False: the base's own weights, --no-pretrain)
+    target_modules: tuple[str, ...] | None = None  # layers LoRA adapts (peft's target_modules); None: every layer
+    schedule: str = "cosine"  # learning-rate schedule: cosine annealing over all steps ([W] App. F.1) or constant
 
     def __post_init__(self):
         checked = {
@@ -127,6 +136,10 @@ class CampaignConfig:
             "precision": check.one_of("--precision", self.precision, PRECISIONS),
             "denoise": check.boolean("--denoise", self.denoise),
             "resample_projection": check.boolean("--resample-projection", self.resample_projection),
+            "model": None if self.model is None else _model_spec(self.model),
+            "pretrain": check.boolean("--pretrain", self.pretrain),
+            "target_modules": None if self.target_modules is None else _target_modules(self.target_modules),
+            "schedule": check.one_of("--schedule", self.schedule, SCHEDULES),
             **self._mechanism_options(),
         }
         for name, value in checked.items():
@@ -216,6 +229,7 @@ class CampaignConfig:
             ("alpha", self.alpha is not None, SCALED_MECHANISMS),
             ("denoise", self.denoise is True, DENOISABLE_MECHANISMS),
             ("resample-projection", self.resample_projection is True, PROJECTION_MECHANISMS),
+            ("target-modules", self.target_modules is not None, RANKED_MECHANISMS),
         ):
             if given and name not in applies:
                 raise UsageError(f"--{option} does not apply to mechanism {name!r}; it applies to {', '.join(applies)}")
@@ -312,6 +326,28 @@ def check_noise_and_clip(noise, clip, denoise: bool = False) -> tuple[float, flo
             f"largest value {FLOAT32_MAX:.4g}, the dtype the noise is drawn in; lower --noise"
         )
     return noise, clip
+
+
+def _model_spec(value) -> str:
+    """``--model MODULE:FACTORY`` (a module Python can import, a callable in it), or a Python object's description."""
+    spec = check.string("--model", value)
+    module, _, factory = spec.partition(":")
+    if not (module and factory):
+        raise UsageError(
+            f"--model must be MODULE:FACTORY (an importable module and a callable in it, e.g. mymodels:make_net),"
+            f" got {spec!r}"
+        )
+    return spec
+
+
+def _target_modules(value) -> tuple[str, ...]:
+    """``--target-modules NAME[,NAME…]`` (or a list of names) as a tuple of non-empty layer names."""
+    names = value.split(",") if isinstance(value, str) else value
+    if not isinstance(names, list | tuple) or not names or not all(isinstance(n, str) and n.strip() for n in names):
+        raise UsageError(
+            f"--target-modules must name layers, NAME[,NAME…] (peft's target_modules, e.g. fc1,fc2), got {value!r}"
+        )
+    return tuple(name.strip() for name in names)
 
 
 def _even_models(value) -> int:

@@ -198,11 +198,8 @@ def from_npz(path: str | Path) -> Dataset:
     keys = set(arrays)
     split_keys = keys & set(SPLIT_KEYS)
     if {"x", "y"} <= keys and not split_keys:
-        x, y = _checked_part(path, arrays, "x", "y")
-        public, private, test = split_indices(len(y))
-        parts = [(x[rows], y[rows]) for rows in (public, private, test)]
-        _check_split_sizes(path, [len(rows) for rows in (public, private, test)], len(y))
-    elif split_keys == set(SPLIT_KEYS) and not keys & {"x", "y"}:
+        return _split_user_arrays(f"npz:{path}", path, arrays)
+    if split_keys == set(SPLIT_KEYS) and not keys & {"x", "y"}:
         parts = [_checked_part(path, arrays, f"x_{part}", f"y_{part}") for part in ("public", "private", "test")]
         _check_split_sizes(path, [len(y) for _, y in parts], None)
     else:
@@ -213,6 +210,19 @@ def from_npz(path: str | Path) -> Dataset:
             f" 40/40/20 by dpaudit) or all of {', '.join(SPLIT_KEYS)}, not both"
         )
     return _user_dataset(f"npz:{path}", path, parts)
+
+
+def from_arrays(x: np.ndarray, y: np.ndarray, name: str = "arrays") -> Dataset:
+    """A user's arrays ``x`` (n, *input_shape) and ``y`` (n,), split and checked as the x and y of :func:`from_npz`."""
+    return _split_user_arrays(name, Path(name), {"x": x, "y": y})
+
+
+def _split_user_arrays(name: str, path: Path, arrays: dict[str, np.ndarray]) -> Dataset:
+    """``arrays["x"]`` and ``arrays["y"]`` checked, split by :func:`split_indices`, standardised."""
+    x, y = _checked_part(path, arrays, "x", "y")
+    public, private, test = split_indices(len(y))
+    _check_split_sizes(path, [len(rows) for rows in (public, private, test)], len(y))
+    return _user_dataset(name, path, [(x[rows], y[rows]) for rows in (public, private, test)])
 
 
 def from_csv(path: str | Path) -> Dataset:

@@ -23,14 +23,13 @@ from torch.func import functional_call, grad, vmap
 
 from dpaudit import background
 from dpaudit import models as model_lib
+from dpaudit.config import SCHEDULES
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms.base import Mechanism, PerExampleGradients, Step
 from dpaudit.seeding import ModelRandomness
 
 if TYPE_CHECKING:
     from dpaudit.canaries import CanaryRun
-
-SCHEDULES = ("constant", "cosine")
 
 
 @dataclass(frozen=True)

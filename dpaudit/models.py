@@ -17,6 +17,8 @@ cross-entropy over its T positions), e.g. :class:`dpaudit.transformer.CausalTran
 from __future__ import annotations
 
 import copy
+import hashlib
+import importlib
 import math
 from dataclasses import dataclass
 
@@ -101,14 +103,9 @@ def pretrain(
 ) -> nn.Module:
     """Train ``model`` on public data in place (plain SGD with momentum) and return it, frozen and in eval mode.
 
-    Deterministic given ``seed`` (initialisation and data order both come from it).
+    Deterministic given ``seed`` (initialisation, :func:`initialise`, and data order both come from it).
     """
-    with torch.random.fork_rng(devices=[]):  # module initialisers use the global generator: seed a private fork
-        torch.manual_seed(seed)
-        for module in model.modules():
-            reset = getattr(module, "reset_parameters", None)
-            if callable(reset):
-                reset()
+    initialise(model, seed)
     order_rng = np.random.default_rng(seed)
     task = task_of(model)
     inputs, labels = torch.from_numpy(x), torch.from_numpy(y)
@@ -123,6 +120,51 @@ def pretrain(
     for p in model.parameters():
         p.requires_grad_(False)
     return model
+
+
+def initialise(model: nn.Module, seed: int) -> None:
+    """Re-draw the parameters of every submodule that has ``reset_parameters`` from ``seed`` (in place)."""
+    with torch.random.fork_rng(devices=[]):  # module initialisers use the global generator: seed a private fork
+        torch.manual_seed(seed)
+        for module in model.modules():
+            reset = getattr(module, "reset_parameters", None)
+            if callable(reset):
+                reset()
+
+
+def from_factory(spec: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """The base model of ``--model MODULE:FACTORY``: ``FACTORY(input_shape, num_classes)`` from an importable module."""
+    module_name, _, factory_name = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise UsageError(
+            f"--model {spec}: cannot import module {module_name!r} ({error}); put its directory on PYTHONPATH"
+        ) from None
+    factory = getattr(module, factory_name, None)
+    if not callable(factory):
+        found = "has no attribute" if factory is None else f"has a {type(factory).__name__}, not a callable,"
+        raise UsageError(
+            f"--model {spec}: module {module_name!r} {found} {factory_name!r}; name a function or class that takes"
+            " (input_shape, num_classes) and returns a torch.nn.Module"
+        )
+    model = factory(tuple(input_shape), num_classes)
+    if not isinstance(model, nn.Module):
+        raise UsageError(
+            f"--model {spec}: {factory_name}{(tuple(input_shape), num_classes)} returned a {type(model).__name__},"
+            " not a torch.nn.Module; return the base model"
+        )
+    return model
+
+
+def fingerprint(model: nn.Module) -> str:
+    """SHA-256 of the architecture (its module tree as torch prints it) and of every tensor of its state."""
+    digest = hashlib.sha256(repr(model).encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        array = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{array.dtype}:{tuple(array.shape)}".encode())
+        digest.update(array.numpy().tobytes() if array.dtype != torch.bfloat16 else array.float().numpy().tobytes())
+    return digest.hexdigest()
 
 
 def adapted_layers(model: nn.Module) -> dict[str, nn.Linear | nn.Conv2d]:

@@ -2,7 +2,7 @@
 
 Layout::
 
-    RUN_DIR/campaign.json            format version, config, its hash, the data's fingerprint
+    RUN_DIR/campaign.json            format and dpaudit version, config, its hash, data/model/mechanism fingerprints
     RUN_DIR/base.pt                  the pretrained base model's weights (so resuming never re-pretrains)
     RUN_DIR/plan.npz                 targets, design membership, canary, reference logits (everything analysis needs)
     RUN_DIR/chunks/models-A-B.npz    outputs of shadow models A..B-1
@@ -315,22 +315,27 @@ class RunStore:
 
     # -- campaign metadata -------------------------------------------------------------------------------------
 
-    def create_or_check(self, config: CampaignConfig, data_fingerprint: str) -> bool:
+    def create_or_check(
+        self, config: CampaignConfig, data_fingerprint: str, fingerprints: dict[str, str] | None = None
+    ) -> bool:
         """Record a new campaign, or check that the directory holds this very campaign; True if it existed.
 
+        ``fingerprints``: ``model_fingerprint`` and ``mechanism_fingerprint``, recorded beside the config; they and
+        the dpaudit version must match on resume (runs recorded before fingerprints: the config alone).
         A directory whose campaign has no finished model yet (killed during setup, or diverged in its first
         chunk) is restarted with the new config: nothing made under the old one would be mixed in.
         """
+        fingerprints = fingerprints or {}
         self._make_root()
         if read_file(self.root, "campaign.json") is not None:
-            differences = self.config().differences(config)
+            differences = self.config().differences(config) + self._fingerprint_differences(fingerprints)
             if not differences:
                 self.check_data(data_fingerprint)
                 return True
             if any(self.chunks.glob("models-*.npz")):
                 raise UsageError(
-                    f"{self.root} holds a campaign with a different config ({'; '.join(differences)}):"
-                    f" use another --out, or `dpaudit resume {self.root}` to continue it"
+                    f"{self.root} holds a different campaign ({'; '.join(differences)}): its models cannot be mixed"
+                    f" with these; use another --out, or `dpaudit resume {self.root}` to continue it as it was"
                 )
             for name in ("plan.npz", "base.pt", "timing.json"):
                 with _usage_error_on_os_error(self.root / name, "remove"):
@@ -342,10 +347,21 @@ class RunStore:
             "config": dataclasses.asdict(config),
             "config_hash": config.canonical_hash(),
             "data_fingerprint": data_fingerprint,
+            **fingerprints,
         }
         write_file(self.root, "campaign.json", json_text(metadata).encode())
         self.make_chunks_directory()
         return False
+
+    def _fingerprint_differences(self, fingerprints: dict[str, str]) -> list[str]:
+        """``name: recorded → now`` for the dpaudit version and each recorded fingerprint that differs."""
+        metadata = self._metadata()
+        now = {"dpaudit_version": __version__, **fingerprints}
+        return [
+            f"{name}: {str(metadata[name])[:16]!r} → {value[:16]!r}"
+            for name, value in now.items()
+            if name in metadata and metadata[name] != value
+        ]
 
     def _make_root(self) -> None:
         make_directory(self.root)

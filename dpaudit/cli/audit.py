@@ -35,6 +35,30 @@ def register(subparsers) -> None:
         help=f"digits | breast-cancer | synthetic | cifar10:PATH | npz:PATH | csv:PATH ({defaults.dataset})",
     )
     campaign.add_argument(
+        "--model",
+        metavar="MODULE:FACTORY",
+        help="your base model: FACTORY(input_shape, num_classes) in an importable MODULE returns a torch.nn.Module"
+        " (an MLP for vectors, [W] App. F.1's CNN for images)",
+    )
+    campaign.add_argument(
+        "--no-pretrain",
+        dest="pretrain",
+        action="store_const",
+        const=False,
+        help="fine-tune the --model's own weights instead of pretraining it on the public split (pretrain)",
+    )
+    campaign.add_argument(
+        "--target-modules",
+        metavar="NAME[,NAME...]",
+        help="layers the LoRA adapter wraps, peft's target_modules: a layer named NAME or ending in .NAME"
+        " (every Linear/Conv2d)",
+    )
+    campaign.add_argument(
+        "--schedule",
+        choices=config_lib.SCHEDULES,
+        help=f"learning-rate schedule: cosine annealing over all steps, or constant ({defaults.schedule})",
+    )
+    campaign.add_argument(
         "--design",
         choices=config_lib.DESIGNS,
         help=f"canary ([W] App. F.1), all-examples (LiRA's) or one-run (Steinke et al. 2023) ({defaults.design})",

@@ -1,0 +1,120 @@
+"""``dpaudit.audit``: a membership-inference audit of your own model, data and mechanism objects from Python.
+
+The command line names what it audits (``--model MODULE:FACTORY``, ``--dataset npz:PATH``, ``--mechanism dp-lora``)
+and :func:`dpaudit.campaign.resolve` turns the names into objects; here the objects are given, and the run
+directory records their fingerprints (campaign.json: data, model architecture and starting weights, mechanism
+parameters, dpaudit version) so that continuing it with other objects is refused, naming what differs.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+from torch import nn
+
+from dpaudit import analysis, campaign, report
+from dpaudit import data as data_lib
+from dpaudit.config import TRAINING_MECHANISMS, CampaignConfig, Execution
+from dpaudit.errors import UsageError
+from dpaudit.mechanisms import registry
+from dpaudit.mechanisms.base import Mechanism
+
+# The config option each registered mechanism keeps in which attribute (dpaudit.mechanisms.registry builds them).
+_MECHANISM_OPTIONS = {
+    "noise": ("noise_multiplier", "noise_std"),
+    "clip": ("clip_norm",),
+    "denoise": ("denoise",),
+    "resample_projection": ("resample",),
+}
+# Options the objects decide, so not settings of audit().
+_FROM_OBJECTS = ("mechanism", "dataset", "model", *_MECHANISM_OPTIONS)
+
+
+def audit(
+    model: nn.Module,
+    data: data_lib.Dataset | tuple[np.ndarray, np.ndarray],
+    mechanism: Mechanism,
+    *,
+    out: str | Path,
+    attack: str | None = None,
+    execution: Execution | None = None,
+    **settings,
+) -> analysis.Analysis:
+    """Audit ``mechanism`` fine-tuning ``model`` on ``data``; the run directory ``out`` gets the CLI's files.
+
+    Args:
+        model: the base model, any ``torch.nn.Module`` with Linear/Conv2d layers for the mechanism to train; it is
+            copied, never changed, and pretrained on the public split unless ``pretrain=False``.
+        data: a :class:`dpaudit.data.Dataset`, or arrays ``(x, y)`` split 40/40/20 as ``--dataset npz:PATH``'s.
+        mechanism: a mechanism object of :mod:`dpaudit.mechanisms` (e.g. ``dp_sgd("dp-lora", 1.0, 1.0)``,
+            ``lora_fa()``); its parameters are the campaign's noise, clip and options.
+        out: the run directory; one that holds this very campaign is continued.
+        attack: the membership score (``dpaudit audit --attack``); None: the campaign's default.
+        execution: how it runs (:class:`dpaudit.config.Execution`); None: the defaults, without a progress bar.
+        **settings: any other :class:`dpaudit.config.CampaignConfig` field (``rank``, ``alpha``, ``models``,
+            ``epochs``, ``batch_size``, ``lr``, ``seed``, ``design``, ``pretrain``, ``target_modules``, ``schedule``…).
+
+    Returns:
+        The same :class:`dpaudit.analysis.Analysis` as ``dpaudit audit``, whose report files are written to ``out``.
+    """
+    decided = sorted(set(settings) & set(_FROM_OBJECTS))
+    if decided:
+        raise UsageError(
+            f"audit() takes {', '.join(decided)} from its model, data and mechanism objects, not as settings:"
+            " leave them out"
+        )
+    if not isinstance(model, nn.Module):
+        raise UsageError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    dataset = data if isinstance(data, data_lib.Dataset) else data_lib.from_arrays(*_pair(data))
+    config = CampaignConfig(
+        mechanism=_registered_name(mechanism),
+        dataset=f"{campaign.PYTHON_OBJECT}{dataset.name}",
+        model=f"{campaign.PYTHON_OBJECT}{type(model).__module__}.{type(model).__qualname__}",
+        **_mechanism_options(mechanism),
+        **settings,
+    )
+    _check_registered(config, mechanism)
+    inputs = campaign.Inputs(dataset, copy.deepcopy(model), mechanism)
+    store = campaign.run(config, execution or Execution(progress=False), Path(out), inputs)
+    result = analysis.analyse(store, attack)
+    report.write_run(result, store.root)
+    return result
+
+
+def _pair(data) -> tuple[np.ndarray, np.ndarray]:
+    if not (isinstance(data, tuple | list) and len(data) == 2):
+        raise UsageError(f"data must be a dpaudit.data.Dataset or arrays (x, y), got {type(data).__name__}")
+    return data[0], data[1]
+
+
+def _registered_name(mechanism: Mechanism) -> str:
+    name = getattr(mechanism, "name", None)
+    if name not in TRAINING_MECHANISMS:
+        raise UsageError(
+            f"mechanism {mechanism!r} is named {name!r}, not one whose privacy the analysis knows"
+            f" ({', '.join(TRAINING_MECHANISMS)}): build it with dpaudit.mechanisms"
+        )
+    return name
+
+
+def _mechanism_options(mechanism: Mechanism) -> dict:
+    """The config options ``mechanism`` holds (σ, C, denoising, resampling), those it has."""
+    options = {}
+    for option, attributes in _MECHANISM_OPTIONS.items():
+        for attribute in attributes:
+            if hasattr(mechanism, attribute):
+                options[option] = getattr(mechanism, attribute)
+    return options
+
+
+def _check_registered(config: CampaignConfig, mechanism: Mechanism) -> None:
+    """The analysis bounds the mechanism the config names: refuse an object that is another one."""
+    described = registry.build(config)
+    if repr(described) != repr(mechanism) or type(described) is not type(mechanism):
+        raise UsageError(
+            f"mechanism {mechanism!r} differs from {described!r}, the {config.mechanism} mechanism its settings"
+            " describe, whose privacy the analysis bounds: build it as the registry does (e.g. prism's lora_scale"
+            " = alpha / rank)"
+        )

@@ -1,0 +1,142 @@
+"""``dpaudit audit --model MODULE:FACTORY``: your own base model, with ``--no-pretrain`` and ``--target-modules``.
+
+A bad ``--model`` (missing module, missing or non-callable factory, a factory that returns no Module, a rank larger
+than a targeted layer, targets that name no layer) is refused in one line with exit 2 and no run directory; a good
+one trains the layers it names, from its own weights when not pretrained.
+"""
+
+import contextlib
+import io
+import json
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from dpaudit import models
+from dpaudit.cli import main
+from dpaudit.store import RunStore
+
+_FACTORIES = """
+import torch
+
+class Net(torch.nn.Module):
+    def __init__(self, input_shape, num_classes):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(input_shape[0], 12), torch.nn.ReLU())
+        self.narrow = torch.nn.Linear(12, 3)
+        self.head = torch.nn.Linear(3, num_classes)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.narrow(self.body(x))))
+
+def fixed(input_shape, num_classes):
+    torch.manual_seed(7)
+    return Net(input_shape, num_classes)
+
+def no_layers(input_shape, num_classes):
+    return torch.nn.Flatten()
+
+def text(input_shape, num_classes):
+    return "a model"
+
+NOT_CALLABLE = 3
+"""
+
+
+@pytest.fixture
+def user_files(tmp_path, monkeypatch):
+    """byo_factories.py on the import path and a small npz dataset; the spec of the dataset."""
+    (tmp_path / "byo_factories.py").write_text(_FACTORIES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 6)).astype(np.float32)
+    np.savez(tmp_path / "data.npz", x=x, y=(x[:, 0] > 0).astype(np.int64))
+    yield f"npz:{tmp_path / 'data.npz'}"
+    sys.modules.pop("byo_factories", None)
+
+
+def _audit(*argv: str) -> tuple[int, str]:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            rc = main(["audit", *argv, "--models", "2", "--epochs", "1", "--quiet"])
+        except SystemExit as exc:
+            rc = int(exc.code or 0)
+    return rc, err.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--model", "no_such_module_xyz:make"], "cannot import module 'no_such_module_xyz'"),
+        (["--model", "byo_factories:missing"], "module 'byo_factories' has no attribute 'missing'"),
+        (["--model", "byo_factories:NOT_CALLABLE"], "has a int, not a callable, 'NOT_CALLABLE'"),
+        (["--model", "byo_factories:text"], "returned a str, not a torch.nn.Module"),
+        (["--model", "byo_factories:no_layers"], "has no nn.Linear or nn.Conv2d layer"),
+        (["--model", "byo_factories"], "--model must be MODULE:FACTORY"),
+        (["--model", "byo_factories:Net", "--rank", "4"], "--rank 4 is larger than layer 'head'"),
+        (
+            ["--model", "byo_factories:Net", "--mechanism", "dp-lora", "--rank", "4", "--target-modules", "0,head"],
+            "--rank 4 is larger than layer 'head'",
+        ),
+        (
+            ["--model", "byo_factories:Net", "--mechanism", "dp-lora", "--rank", "2", "--target-modules", "tail"],
+            "LoRA target(s) tail name no Linear/Conv2d layer",
+        ),
+        (["--mechanism", "dp-sgd", "--target-modules", "head"], "--target-modules does not apply to mechanism"),
+        (["--mechanism", "lora-fa", "--target-modules", "head"], "mechanism 'lora-fa' trains or measures every"),
+        (["--target-modules", ","], "--target-modules must name layers"),
+    ],
+)
+def test_a_bad_model_is_refused_in_one_line(user_files, tmp_path, options, message):
+    out = tmp_path / "run"
+    rc, err = _audit("--dataset", user_files, *options, "--out", str(out))
+    assert rc == 2, err
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert not out.exists()
+
+
+def test_target_modules_adapt_only_the_named_layers(user_files, tmp_path):
+    """Rank 4 exceeds head's input dimension 3, which is fine when only body.0 is adapted."""
+    out = tmp_path / "run"
+    options = ["--model", "byo_factories:Net", "--mechanism", "dp-lora", "--rank", "4", "--target-modules", "body.0"]
+    rc, err = _audit("--dataset", user_files, *options, "--out", str(out))
+    assert rc == 0, err
+    # The plan records the adapted layers' shapes: only body.0, 12 × 6 of the three Linear layers.
+    np.testing.assert_array_equal(RunStore(out).plan().layer_shapes, [[12, 6, 1]])
+    assert RunStore(out).config().target_modules == ("body.0",)
+
+
+def test_no_pretrain_fine_tunes_the_factorys_own_weights(user_files, tmp_path):
+    out = tmp_path / "run"
+    rc, err = _audit(
+        "--dataset", user_files, "--model", "byo_factories:fixed", "--no-pretrain", "--rank", "2", "--out", str(out)
+    )
+    assert rc == 0, err
+    import byo_factories
+
+    base = torch.load(out / "base.pt", weights_only=True)
+    expected = byo_factories.fixed((6,), 2).state_dict()
+    assert base.keys() == expected.keys()
+    for name in expected:
+        torch.testing.assert_close(base[name], expected[name], rtol=0, atol=0)
+    record = json.loads((out / "campaign.json").read_text())
+    assert record["config"]["pretrain"] is False
+    assert record["model_fingerprint"] == models.fingerprint(byo_factories.fixed((6,), 2))
+
+
+def test_a_pretrained_factory_model_starts_from_the_seed_whatever_its_weights(user_files, tmp_path):
+    """Pretraining re-draws the weights from --seed: two factories differing only in weights are one model."""
+    records = []
+    for factory in ("Net", "fixed"):
+        out = tmp_path / factory
+        rc, err = _audit(
+            "--dataset", user_files, "--model", f"byo_factories:{factory}", "--rank", "2", "--out", str(out)
+        )
+        assert rc == 0, err
+        records.append(json.loads((out / "campaign.json").read_text()))
+        records[-1]["base"] = (out / "base.pt").read_bytes()
+    assert records[0]["model_fingerprint"] == records[1]["model_fingerprint"]
+    assert records[0]["base"] == records[1]["base"]
