@@ -90,6 +90,7 @@ class PrismTrainingState:
     modules: tuple[tuple[str, str], ...]
     ranks: tuple[int, ...]
     adaptive: tuple[PrismAdaptiveState, ...] | None = None
+    geometries: tuple = ()  # the last step's new factors' geometry (PrismStepResult.geometries), reused if unchanged
 
 
 @dataclass(frozen=True)
@@ -180,7 +181,8 @@ class PrismMechanism:
         adapter = self.adapter
         modules = list(zip(state.modules, state.ranks))
         factors = [adapter.to_prism(*self._read(params, a, b, rank)) for (a, b), rank in modules]
-        geometries = [_geometry(module_factors) for module_factors in factors]
+        known = state.geometries or (None,) * len(factors)
+        geometries = [cached if _describes(cached, pair) else _geometry(pair) for pair, cached in zip(factors, known)]
 
         def factor_sq_norm(a_name: str, b_name: str, rank: int) -> FactorSqNorm:
             # The engine's gradients have peft's r components; zero-padding the r_ℓ-sized side of the transforms
@@ -216,12 +218,21 @@ class PrismMechanism:
             state.generators,
             state.adaptive,
         )
-        state.adaptive = result.states
+        state.adaptive, state.geometries = result.states, result.geometries
         for (a, b), new in zip(state.modules, result.factors):
             self._write(params, a, b, adapter.to_peft(new))
 
     def transform(self, step: Step, state) -> dict[str, Tensor]:
         raise TypeError("PRISM owns its update (a retraction, [P] Eq. 22): the engine calls update()")
+
+
+def _describes(geometry, factors: LoraFactors) -> bool:
+    """Whether a previous step's geometry (A's, B's) is that of ``factors`` (the engine wrote them unchanged)."""
+    return (
+        geometry is not None
+        and torch.equal(geometry[0].factor, factors.A)
+        and torch.equal(geometry[1].factor, factors.B)
+    )
 
 
 def _zero_pad(matrix: Tensor, count: int, dim: int) -> Tensor:

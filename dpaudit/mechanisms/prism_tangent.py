@@ -126,14 +126,16 @@ def _as_pair(kind, value, name: str):
 
 @dataclass(frozen=True)
 class _ColumnGeometry:
-    """One factor X (..., d, r): orthonormal basis Q of col(X), Gram ``XᵀX`` and its inverse powers.
+    """One factor X (..., d, r): orthonormal basis Q of col(X), ``R = QᵀX``, Gram ``XᵀX`` and its inverse powers.
 
-    ``Π_X = Q Qᵀ`` ([P] Lemma A.18); from ``X = Q R`` and ``R = U S Vᵀ`` (r×r): ``(XᵀX)^{-1} = V S^{-2} Vᵀ``,
-    ``(XᵀX)^{-1/2} = V S^{-1} Vᵀ`` (symmetric, as Lemma A.17 requires). Full column rank makes ``† = ^{-1}``.
+    ``Π_X = Q Qᵀ`` ([P] Lemma A.18); from ``X = Q R`` and ``R = U S Vᵀ`` (r×r): ``XᵀX = V S² Vᵀ``,
+    ``(XᵀX)^{-1} = V S^{-2} Vᵀ``, ``(XᵀX)^{-1/2} = V S^{-1} Vᵀ`` (symmetric, as Lemma A.17 requires). Full column
+    rank makes ``† = ^{-1}``. Q is any orthonormal basis of col(X) (R need not be triangular).
     """
 
     factor: Tensor
     basis: Tensor
+    coordinates: Tensor
     gram: Tensor
     gram_inverse: Tensor
     gram_inverse_sqrt: Tensor
@@ -146,6 +148,13 @@ class _ColumnGeometry:
 def _column_geometry(name: str, factor: Tensor) -> _ColumnGeometry:
     basis, triangular = torch.linalg.qr(factor)
     _, singular_values, right_vectors_t = torch.linalg.svd(triangular)
+    return _geometry_from_svd(name, factor, basis, triangular, singular_values, right_vectors_t.mT)
+
+
+def _geometry_from_svd(
+    name: str, factor: Tensor, basis: Tensor, coordinates: Tensor, singular_values: Tensor, right_vectors: Tensor
+) -> _ColumnGeometry:
+    """The geometry of ``factor = basis @ coordinates`` given ``coordinates = U diag(singular_values) Vᵀ``."""
     tolerance = singular_values[..., :1] * max(factor.shape[-2:]) * torch.finfo(factor.dtype).eps
     if bool((singular_values[..., -1:] <= tolerance).any()):  # also catches X = 0 (tolerance 0)
         worst = singular_values[..., -1].min().item()
@@ -154,13 +163,14 @@ def _column_geometry(name: str, factor: Tensor) -> _ColumnGeometry:
             f"factors of full column rank r ([P] Thm 3.1). peft's lora_B = 0 start is rank 0: "
             f"initialise both factors, e.g. with balanced_random_factors"
         )
-    right_vectors = right_vectors_t.mT
+    powers = singular_values.unsqueeze(-2)
     return _ColumnGeometry(
         factor=factor,
         basis=basis,
-        gram=factor.mT @ factor,
-        gram_inverse=(right_vectors / singular_values.unsqueeze(-2) ** 2) @ right_vectors_t,
-        gram_inverse_sqrt=(right_vectors / singular_values.unsqueeze(-2)) @ right_vectors_t,
+        coordinates=coordinates,
+        gram=(right_vectors * powers**2) @ right_vectors.mT,
+        gram_inverse=(right_vectors / powers**2) @ right_vectors.mT,
+        gram_inverse_sqrt=(right_vectors / powers) @ right_vectors.mT,
     )
 
 
@@ -290,14 +300,20 @@ def _tangent_sq_norms(factor_sq_norm: FactorSqNorm, geometry_A: _ColumnGeometry,
 
     ``P(G) = Π_A G + (I − Π_A) G Π_B`` is an orthogonal sum, so ``‖P(G)‖² = ‖Π_A G‖² + ‖G Π_B‖² − ‖Π_A G Π_B‖²``,
     and with ``g_A = G B``, ``g_B = Gᵀ A``, ``Π_A = Q_A Q_Aᵀ``: ``‖Π_A G‖ = ‖g_B M^{-1/2}‖``, ``‖G Π_B‖ =
-    ‖g_A N^{-1/2}‖``, ``‖Π_A G Π_B‖ = ‖Q_Aᵀ g_A N^{-1/2}‖``. No per-example lift is formed: clipping only
-    needs these norms, and the clipped sum is lifted once (the lift is linear). ``factor_sq_norm(factor, left,
-    right)`` returns ``‖left · g_{factor,i} · right‖_F²`` per example (``factor`` "A" or "B"; left None = I).
+    ‖g_A N^{-1/2}‖``, ``‖Π_A G Π_B‖ = ‖Q_Aᵀ g_A N^{-1/2}‖ = ‖Q_Bᵀ g_B M^{-1/2}‖``. No per-example lift is
+    formed: clipping only needs these norms, and the clipped sum is lifted once (the lift is linear).
+    ``factor_sq_norm(factor, left, right)`` returns ``‖left · g_{factor,i} · right‖_F²`` per example (``factor``
+    "A" or "B"; left None = I).
     """
+    # ‖Π_A G Π_B‖ = ‖Q_Aᵀ G Q_B‖ is also ‖Q_Bᵀ g_B M^{-1/2}‖: transform the shorter factor's rows (m or n).
+    if geometry_A.factor.shape[-2] <= geometry_B.factor.shape[-2]:
+        both_sides = factor_sq_norm("A", geometry_A.basis.mT, geometry_B.gram_inverse_sqrt)
+    else:
+        both_sides = factor_sq_norm("B", geometry_B.basis.mT, geometry_A.gram_inverse_sqrt)
     return (
         factor_sq_norm("B", None, geometry_A.gram_inverse_sqrt)
         + factor_sq_norm("A", None, geometry_B.gram_inverse_sqrt)
-        - factor_sq_norm("A", geometry_A.basis.mT, geometry_B.gram_inverse_sqrt)
+        - both_sides
     )
 
 

@@ -52,6 +52,7 @@ from dpaudit.mechanisms.prism_tangent import (
     _ColumnGeometry,
     _draw_omegas,
     _geometry,
+    _geometry_from_svd,
     _lift,
     _per_example_factor_sq_norm,
     _tangent_noise,
@@ -102,18 +103,28 @@ class PrismPrivacyConfig:
         return self.noise_multiplier * self.clip_norm / self.expected_batch_size
 
 
-def _noisy_mean(
-    clipped_sum: TangentLift,
-    geometry_A: _ColumnGeometry,
-    geometry_B: _ColumnGeometry,
-    privacy: PrismPrivacyConfig,
-    generator: Generators,
-) -> TangentLift:
+def _noisy_mean(clipped_sum: TangentLift, privacy: PrismPrivacyConfig, noise: TangentLift) -> TangentLift:
     """``(1/b) Σ_i α_i (ΔA_i, ΔB_i) + (σC/b)(Ξ_A, Ξ_B)`` from the clipped sum of lifts (Eq. 17)."""
-    noise = _tangent_noise(_draw_omegas(geometry_A.factor, geometry_B.factor, generator, ()), geometry_A, geometry_B)
-    b = privacy.expected_batch_size
+    b, scale = privacy.expected_batch_size, privacy.noise_std
+    return TangentLift(clipped_sum.dA / b + scale * noise.dA, clipped_sum.dB / b + scale * noise.dB)
+
+
+def _step_noise(geometry_A: _ColumnGeometry, geometry_B: _ColumnGeometry, generator: Generators) -> TangentLift:
+    """Eq. 19's ``(Ξ_A, Ξ_B)`` at the factors, one draw per model."""
+    return _tangent_noise(_draw_omegas(geometry_A.factor, geometry_B.factor, generator, ()), geometry_A, geometry_B)
+
+
+def _relifted_noise(noise: TangentLift, geometry_A: _ColumnGeometry, geometry_B: _ColumnGeometry) -> TangentLift:
+    """:func:`relift` of Eq. 19's noise in closed form: ``(Ξ_A + ½ A (Ξ_Bᵀ B) N^{-1}, Ξ_B − ½ Π_B Ξ_B)``.
+
+    From ``Q_Aᵀ Ξ_A = 0``: ``ΔZ B = Ξ_A N + A Ξ_Bᵀ B`` and ``ΔZᵀ A = Ξ_B M``, lifted by Eq. 14. Four m×r or n×r
+    products instead of :func:`_relift`'s twelve; the same up to rounding. Since relift is linear and fixes the
+    (canonical) lift of the clipped sum, the relift of Eq. 17's pair is ``_noisy_mean`` of this noise.
+    """
+    A, B = geometry_A.factor, geometry_B.factor
     return TangentLift(
-        clipped_sum.dA / b + privacy.noise_std * noise.dA, clipped_sum.dB / b + privacy.noise_std * noise.dB
+        noise.dA + 0.5 * A @ ((noise.dB.mT @ B) @ geometry_B.gram_inverse),
+        noise.dB - 0.5 * geometry_B.project(noise.dB),
     )
 
 
@@ -139,7 +150,7 @@ def privatize_module(
     if not isinstance(clip_weights, Tensor) or clip_weights.shape[-1:] != per_example_lifts.dA.shape[-3:-2]:
         raise UsageError(f"clip_weights must be a (..., b) tensor with b = {per_example_lifts.dA.shape[-3]}")
     total = TangentLift(*(torch.einsum("...b,...bdr->...dr", clip_weights, lifts) for lifts in per_example_lifts))
-    return _noisy_mean(total, *_geometry(factors), privacy, generator)
+    return _noisy_mean(total, privacy, _step_noise(*_geometry(factors), generator))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -324,15 +335,75 @@ def adaptive_direction(
 # --------------------------------------------------------------------------------------------------------------
 
 
+class _Retraction(NamedTuple):
+    """The truncated SVD of ``Z − η(U_A Bᵀ + A U_Bᵀ)`` in orthonormal bases of ``[A, U_A]``, ``[B, U_B]``.
+
+    ``basis_* @ triangular_*`` is ``[A, U_A]`` / ``[B, U_B]`` (m×2r / n×2r); the rank-r result is
+    ``(basis_left left) diag(singular_values) (basis_right right)ᵀ``.
+    """
+
+    basis_left: Tensor
+    basis_right: Tensor
+    triangular_left: Tensor
+    triangular_right: Tensor
+    left: Tensor
+    singular_values: Tensor
+    right: Tensor
+
+
+def _extended_basis(geometry: _ColumnGeometry, direction: Tensor) -> tuple[Tensor, Tensor]:
+    """``[Q, Q_2]`` orthonormal (m×2r) and ``T`` (2r×2r) with ``[Q, Q_2] T = [X, U]``, from X's basis Q.
+
+    Q_2 is the QR basis of U's part outside col(X), projected out twice (classical Gram-Schmidt loses
+    orthogonality to Q in proportion to ‖U‖/‖(I − Π_X) U‖ once; twice is enough): a QR of m×r instead of m×2r.
+    """
+    basis = geometry.basis
+    inside = basis.mT @ direction
+    outside = direction - basis @ inside
+    correction = basis.mT @ outside
+    outside_basis, outside_triangular = torch.linalg.qr(outside - basis @ correction)
+    coordinates = torch.broadcast_to(geometry.coordinates, inside.shape)
+    top = torch.cat([coordinates, inside + correction], -1)
+    bottom = torch.cat([torch.zeros_like(outside_triangular), outside_triangular], -1)
+    basis = torch.broadcast_to(basis, (*inside.shape[:-2], *basis.shape[-2:]))
+    return torch.cat([basis, outside_basis], -1), torch.cat([top, bottom], -2)
+
+
+def _retraction(
+    geometry_A: _ColumnGeometry, geometry_B: _ColumnGeometry, direction: TangentLift, learning_rate: float
+) -> _Retraction:
+    rank = geometry_A.factor.shape[-1]
+    basis_left, triangular_left = _extended_basis(geometry_A, direction.dA)
+    basis_right, triangular_right = _extended_basis(geometry_B, direction.dB)
+    # [A, U_A] K [B, U_B]ᵀ with K = [[I, −ηI], [−ηI, 0]]: scale the blocks instead of forming K.
+    coupled_right = torch.cat(
+        [
+            triangular_right[..., :rank] - learning_rate * triangular_right[..., rank:],
+            -learning_rate * triangular_right[..., :rank],
+        ],
+        -1,
+    )
+    left, singular_values, right_t = torch.linalg.svd(triangular_left @ coupled_right.mT)
+    return _Retraction(
+        basis_left,
+        basis_right,
+        triangular_left,
+        triangular_right,
+        left[..., :rank],
+        singular_values[..., :rank],
+        right_t.mT[..., :rank],
+    )
+
+
 def retract(factors: LoraFactors, direction: TangentLift, learning_rate: float) -> LoraFactors:
     """Best rank-r approximation of ``Z − η(U_A Bᵀ + A U_Bᵀ)`` ([P] Eq. 22), balanced.
 
     Balanced: ``A = U S^{1/2}``, ``B = V S^{1/2}`` (so ``AᵀA = BᵀB = S``).
 
-    ``Z − η(U_A Bᵀ + A U_Bᵀ) = [A, U_A] K [B, U_B]ᵀ`` with ``K = [[I, −ηI], [−ηI, 0]]``; QR of the m×2r and
-    n×2r blocks gives ``Q_1 (R_1 K R_2ᵀ) Q_2ᵀ`` and the SVD of the 2r×2r core gives the truncated SVD
-    (Eckart-Young, [P] Lemma A.25). No ``η² U_A U_Bᵀ`` term: the step is additive in Z (Lemma A.26).
-    The output has rank ≤ r (< r only if the update cancels directions of Z exactly).
+    ``Z − η(U_A Bᵀ + A U_Bᵀ) = [A, U_A] K [B, U_B]ᵀ`` with ``K = [[I, −ηI], [−ηI, 0]]``; orthonormal bases of the
+    m×2r and n×2r blocks (:func:`_extended_basis`) give ``Q_1 (T_1 K T_2ᵀ) Q_2ᵀ`` and the SVD of the 2r×2r core
+    gives the truncated SVD (Eckart-Young, [P] Lemma A.25). No ``η² U_A U_Bᵀ`` term: the step is additive in Z
+    (Lemma A.26). The output has rank ≤ r (< r only if the update cancels directions of Z exactly).
     """
     factors = _as_pair(LoraFactors, factors, "factors")
     direction = _as_pair(TangentLift, direction, "direction")
@@ -340,22 +411,40 @@ def retract(factors: LoraFactors, direction: TangentLift, learning_rate: float) 
     _check_like("U_A", direction.dA, "A", factors.A)
     _check_like("U_B", direction.dB, "B", factors.B)
     check.non_negative("learning_rate", learning_rate)
-    A, B = factors
-    rank = A.shape[-1]
-    basis_left, triangular_left = torch.linalg.qr(torch.cat(torch.broadcast_tensors(A, direction.dA), -1))
-    basis_right, triangular_right = torch.linalg.qr(torch.cat(torch.broadcast_tensors(B, direction.dB), -1))
-    identity = torch.eye(rank, dtype=A.dtype, device=A.device)
-    coupling = torch.cat(
-        [
-            torch.cat([identity, -learning_rate * identity], -1),
-            torch.cat([-learning_rate * identity, torch.zeros_like(identity)], -1),
-        ],
-        -2,
+    retraction = _retraction(*_geometry(factors), direction, learning_rate)
+    root = retraction.singular_values.sqrt().unsqueeze(-2)
+    return LoraFactors(retraction.basis_left @ retraction.left * root, retraction.basis_right @ retraction.right * root)
+
+
+def _retract_aligned(
+    geometry_A: _ColumnGeometry, geometry_B: _ColumnGeometry, direction: TangentLift, learning_rate: float
+) -> tuple[_ColumnGeometry, _ColumnGeometry]:
+    """``align_gauge(retract(factors, direction, η), factors)`` and the new factors' geometry, in r×r algebra.
+
+    With ``A' = Q_1 L S^{1/2}`` and ``A = Q_1 T_1[:, :r]``, the Procrustes matrix ``A'ᵀA + B'ᵀB`` of
+    :func:`align_gauge` is ``S^{1/2} (Lᵀ T_1[:, :r] + Rᵀ T_2[:, :r])``; with its polar factor W the aligned
+    factor is ``(Q_1 L W) (Wᵀ S^{1/2} W)``: an orthonormal basis times a symmetric r×r matrix whose SVD is known,
+    so the next step needs no QR or SVD of the factors (:class:`_ColumnGeometry`).
+    """
+    retraction = _retraction(geometry_A, geometry_B, direction, learning_rate)
+    rank = geometry_A.factor.shape[-1]
+    root = retraction.singular_values.sqrt()
+    procrustes = root.unsqueeze(-1) * (
+        retraction.left.mT @ retraction.triangular_left[..., :rank]
+        + retraction.right.mT @ retraction.triangular_right[..., :rank]
     )
-    core = triangular_left @ coupling @ triangular_right.mT
-    left, singular_values, right_t = torch.linalg.svd(core)
-    root = singular_values[..., :rank].sqrt().unsqueeze(-2)
-    return LoraFactors(basis_left @ left[..., :rank] * root, basis_right @ right_t.mT[..., :rank] * root)
+    left, _, right_t = torch.linalg.svd(procrustes)
+    rotation = left @ right_t
+    coordinates = (rotation.mT * root.unsqueeze(-2)) @ rotation
+    geometries = []
+    for name, basis, vectors in (
+        ("A", retraction.basis_left, retraction.left),
+        ("B", retraction.basis_right, retraction.right),
+    ):
+        aligned_basis = basis @ (vectors @ rotation)
+        factor = aligned_basis @ coordinates
+        geometries.append(_geometry_from_svd(name, factor, aligned_basis, coordinates, root, rotation.mT))
+    return geometries[0], geometries[1]
 
 
 def align_gauge(factors: LoraFactors, reference: LoraFactors) -> LoraFactors:
@@ -397,7 +486,8 @@ class PrismStepResult(NamedTuple):
 
     New factors and states per module; Eq. 17's noisy pairs (ΔA_dp, ΔB_dp) per module (internal: their col(A)
     block is noise-free, so they are not a private release; ΔZ_dp is); the global per-example intrinsic norms
-    s_i and clip factors α_i, both (..., b).
+    s_i and clip factors α_i, both (..., b); per module the new factors' geometry (internal: the next step's,
+    which then needs no QR or SVD of the factors).
     """
 
     factors: tuple[LoraFactors, ...]
@@ -405,6 +495,7 @@ class PrismStepResult(NamedTuple):
     noisy_updates: tuple[TangentLift, ...]
     per_example_norms: Tensor
     clip_factors: Tensor
+    geometries: tuple[tuple[_ColumnGeometry, _ColumnGeometry], ...]
 
 
 def _check_step_inputs(factors, gradients, example_weights, states, config) -> None:
@@ -456,7 +547,8 @@ def prism_step(
     2. per module: ``ΔA_dp = (1/b) Σ α_i w_i ΔA_i + (σC/b) Ξ_A`` (Eq. 17; w_i the example weights; the lift
        Eq. 14 is linear, so the clipped sum of gradients is lifted once), the adaptive direction (Eqs. 24-26, on
        :func:`relift` of the noisy pair unless ``canonical_lift`` is off) or ``U = ΔA_dp``, the retraction
-       (Eq. 22) and a Procrustes gauge alignment to the input factors (App. A.24).
+       (Eq. 22) and a Procrustes gauge alignment to the input factors (App. A.24), both in r×r algebra
+       (:func:`_retract_aligned`).
 
     ``factors[ℓ]``: (..., m_ℓ, r), (..., n_ℓ, r). ``per_example_gradients[ℓ]``: ``g_A`` (..., b, m_ℓ, r), ``g_B``
     (..., b, n_ℓ, r). ``generator``: as in :func:`sample_tangent_noise` (one per model for batched factors);
@@ -500,28 +592,33 @@ def _step_from_clipped_sums(
     """
     if config.adaptive is not None and states is None:
         states = [initial_adaptive_state(module_factors) for module_factors in factors]
-    new_factors: list[LoraFactors] = []
+    new_geometries: list[tuple[_ColumnGeometry, _ColumnGeometry]] = []
     new_states: list[PrismAdaptiveState] = []
     noisy_updates: list[TangentLift] = []
-    for index, (module_factors, (geometry_A, geometry_B)) in enumerate(zip(factors, geometries)):
-        noisy = _noisy_mean(
-            _lift(clipped_sums[index], geometry_A, geometry_B), geometry_A, geometry_B, config.privacy, generator
+    for index, (geometry_A, geometry_B) in enumerate(geometries):
+        signal, noise = (
+            _lift(clipped_sums[index], geometry_A, geometry_B),
+            _step_noise(geometry_A, geometry_B, generator),
         )
+        noisy = _noisy_mean(signal, config.privacy, noise)
         noisy_updates.append(noisy)
         direction = noisy
         if config.adaptive is not None and states is not None:
-            moments_input = _relift(noisy, geometry_A, geometry_B) if config.adaptive.canonical_lift else noisy
+            moments_input = noisy
+            if config.adaptive.canonical_lift:
+                moments_input = _noisy_mean(signal, config.privacy, _relifted_noise(noise, geometry_A, geometry_B))
             direction, state = _adaptive_direction(
                 states[index], moments_input, geometry_A, geometry_B, config.privacy.noise_std, config.adaptive
             )
             new_states.append(state)
-        new_factors.append(align_gauge(retract(module_factors, direction, config.learning_rate), module_factors))
+        new_geometries.append(_retract_aligned(geometry_A, geometry_B, direction, config.learning_rate))
     return PrismStepResult(
-        tuple(new_factors),
+        tuple(LoraFactors(geometry_A.factor, geometry_B.factor) for geometry_A, geometry_B in new_geometries),
         tuple(new_states) if config.adaptive is not None else None,
         tuple(noisy_updates),
         norms,
         alphas,
+        tuple(new_geometries),
     )
 
 
