@@ -237,7 +237,7 @@ def analyse(store: RunStore, attack: str | None = None) -> Analysis:
     analytic = analytic_bound(config, int(plan.max_members), layers)
     measured = store.measurements() if config.mechanism in SKETCH_CLAIM_MECHANISMS else None
     claim = None if measured is None else sketch_claim(config, layers, measured)
-    profile = analytic_profile(config, int(plan.max_members), analytic) if config.design == "canary" else None
+    profile = analytic_profile(analytic, config.delta) if config.design == "canary" else None
     return Analysis(
         config,
         attack,

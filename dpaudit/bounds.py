@@ -1,21 +1,26 @@
 """The analytic (ε, δ) bound of a campaign's mechanism, in one place (docs/theory.md §2.10; the accountants package).
 
-:func:`analytic_bound` maps a :class:`CampaignConfig` and the campaign's sampling facts to an accountants call,
-or to ``epsilon = None`` with the reason no bound exists:
+A mechanism describes its guarantee as a privacy event (:meth:`dpaudit.mechanisms.base.Mechanism.privacy`,
+:mod:`dpaudit.mechanisms.privacy`); :func:`event_bound` picks the accountant by the event's type (``_BOUNDS``, as
+dp_accounting maps a ``DpEvent`` to a ``PrivacyAccountant``), or gives ``epsilon = None`` with the reason no bound
+exists. :func:`analytic_bound` does both for a :class:`CampaignConfig`:
 
-=======================================  ===============================================================
-mechanism                                bound
-=======================================  ===============================================================
-dp-sgd, dp-lora, dp-lora-fa, prism       Poisson-subsampled Gaussian, σ, q, T, PLD ([P] Thm 3.4 for
-                                         PRISM); ``--denoise`` is post-processing ([D] Sec. 2.1.3)
-m2 with ``--resample-projection``        [W] Thm 5 per step + App. F.2 composition
-m2 with M fixed                          the same when T = 1; none for T > 1 (see below)
-m1                                       none: [W] Thm 3/4 bound one release, not training
-sketch                                   none: [S] Lemma 7.2 needs β and λ̄ over every neighbouring
-                                         dataset (measured on the run's models, it is set beside the
-                                         audit as a claim: :func:`sketch_claim`)
-none, lora-fa, any σ = 0                 none: not DP at any ε ([W] Prop. 2)
-=======================================  ===============================================================
+=======================================  =====================================  ===================================
+mechanism                                event                                  bound
+=======================================  =====================================  ===================================
+dp-sgd, dp-lora, dp-lora-fa, prism       ``SubsampledGaussian`` (σ, q, T)       PLD ([P] Thm 3.4 for PRISM);
+                                                                                ``--denoise`` is post-processing
+                                                                                ([D] Sec. 2.1.3)
+m2 with ``--resample-projection``        ``NoisyProjectionM2``                  [W] Thm 5 per step + App. F.2
+m2 with M fixed                          the same when T = 1, else ``Unknown``  none for T > 1
+m1                                       ``Unknown``                            none: [W] Thm 3/4 bound one
+                                                                                release, not training
+sketch                                   ``GaussianSketch``                     none: [S] Lemma 7.2 needs β and λ̄
+                                                                                over every neighbouring dataset
+                                                                                (:func:`sketch_claim` sets its ε
+                                                                                beside the audit as a claim)
+none, lora-fa, any σ = 0                 ``NotDp``                              none: not DP at any ε ([W] Prop. 2)
+=======================================  =====================================  ===================================
 
 Sampling facts (Poisson rate q = b/N and T = epochs·⌈N/b⌉ steps) come from
 :class:`dpaudit.engine.PoissonLayout`, the object the engine samples with, so bound and training agree.
@@ -23,34 +28,36 @@ Sampling facts (Poisson rate q = b/N and T = epochs·⌈N/b⌉ steps) come from
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from dpaudit.config import CampaignConfig
-
-DP_SGD_FAMILY = ("dp-sgd", "dp-lora", "dp-lora-fa", "prism")
-_NOT_DP = "not DP at any ε ([W] Prop. 2)"
-
-
-@dataclass(frozen=True)
-class LayerShape:
-    """An adapted layer's weight as the matrix a projection acts on: ``d_out × d_in`` ([W] Eq. 36), and the
-    largest rank of one example's gradient (1 for a Linear layer fed one vector per example).
-    """
-
-    d_out: int
-    d_in: int
-    example_rank: int
+from dpaudit.mechanisms import registry
+from dpaudit.mechanisms.privacy import (
+    GaussianSketch,
+    LayerShape,
+    NoisyProjectionM2,
+    NotDp,
+    PrivacyEvent,
+    SubsampledGaussian,
+    Training,
+    Unknown,
+)
 
 
 @dataclass(frozen=True)
 class AnalyticBound:
-    """ε at the campaign's δ and the theorem/accountant it comes from; ``epsilon=None`` with ``reason`` if none."""
+    """ε at the campaign's δ and the theorem/accountant it comes from; ``epsilon=None`` with ``reason`` if none.
+
+    ``event`` is the privacy event it was computed from (:func:`analytic_profile` reads it).
+    """
 
     epsilon: float | None
     source: str | None
     reason: str | None = None
     not_dp: bool = False  # the paper proves the mechanism is not DP at any ε: an audit can confirm that, not refute it
+    event: PrivacyEvent | None = None
 
     def summary_fields(self) -> dict:
         """The ``analytic_*`` fields of ``summary.json``."""
@@ -66,65 +73,101 @@ def prism_rank(rank: int, d_out: int, d_in: int) -> int:
     return min(rank, d_out, d_in)
 
 
-def _none(reason: str) -> AnalyticBound:
-    return AnalyticBound(None, None, reason)
-
-
-def _not_dp(reason: str) -> AnalyticBound:
-    return AnalyticBound(None, None, reason, not_dp=True)
-
-
 def _from_accountant(bound, source: str) -> AnalyticBound:
     if not bound.valid:
         return AnalyticBound(None, source, bound.reason)
     return AnalyticBound(bound.epsilon, source)
 
 
-def analytic_bound(config: CampaignConfig, members: int, layers: Sequence[LayerShape]) -> AnalyticBound:
-    """The analytic ε of ``config``'s mechanism at ``config.delta`` (module table).
+def campaign_training(config: CampaignConfig, members: int, layers: Sequence[LayerShape]) -> Training:
+    """The run facts of ``config``'s campaign: the engine's Poisson layout for N = ``members``, and ``layers``.
 
-    ``members`` is N, the campaign's largest member count (it fixes q and T); ``layers`` the adapted layers
-    (M2's projection dimensions). Neighbouring: add/remove one example, as DP-SGD's accountants.
+    ``members`` is N, the campaign's largest member count (it fixes q and T); ``layers`` the adapted layers.
     """
-    name = config.mechanism
-    if name in ("none", "lora-fa"):
-        return _not_dp(f"noise-free {name}: {_NOT_DP}")
-    if config.noise == 0:
-        return _not_dp(f"σ = 0: noise-free, {_NOT_DP}")
-    if name == "m1":
-        return _none(
-            "[W] Thm 3/4 bound one release M V + Ξ with unit-norm columns and a data-dependent "
-            "alignment ρ_⊥; no multi-step accountant for M1 training exists"
-        )
-    if name == "sketch":
-        return _none(
-            "[S] Lemma 7.2 is conditional on the loss's smoothness β and a lower bound λ̄ on "
-            "λ_min(G Gᵀ) of the cumulative gradient over all neighbouring datasets; neither can be "
-            "measured from a run"
-        )
-    from accountants import dpsgd
     from dpaudit.engine import PoissonLayout
 
-    noise = config.noise
-    assert noise is not None, "CampaignConfig sets σ for every noisy mechanism"
-
     poisson = PoissonLayout.for_members(members, config.batch_size)
-    steps = config.epochs * poisson.steps
-    if name in DP_SGD_FAMILY:
-        source = "Poisson-subsampled Gaussian, PLD accountant (accountants.dpsgd), add/remove"
-        if name == "prism":
-            assert config.rank is not None, "CampaignConfig sets the rank of every LoRA mechanism"
-            ranks = ", ".join(f"{s.d_out}×{s.d_in} at r={prism_rank(config.rank, s.d_out, s.d_in)}" for s in layers)
-            source += f"; [P] Thm 3.4, clipping and tangent noise on every adapted layer ({ranks})"
-        return _from_accountant(dpsgd.epsilon(noise, poisson.sample_rate, steps, config.delta), source)
-    if not config.resample_projection and steps > 1:
-        return _none(
-            "[W] Thm 5 needs M independent of ΔV; with M fixed for T > 1 steps later gradients depend "
-            "on M through the trajectory, and [W] App. F.2 composes only with M resampled every step "
-            "(--resample-projection)"
+    return Training(poisson.sample_rate, config.epochs * poisson.steps, tuple(layers))
+
+
+def analytic_bound(config: CampaignConfig, members: int, layers: Sequence[LayerShape]) -> AnalyticBound:
+    """The analytic ε of ``config``'s mechanism at ``config.delta`` (module table): its event's bound.
+
+    ``members`` and ``layers`` as :func:`campaign_training`. Neighbouring: add/remove one example, as DP-SGD's
+    accountants.
+    """
+    mechanism = registry.build(config)
+    return event_bound(mechanism.privacy(campaign_training(config, members, layers)), config.delta)
+
+
+def event_bound(event: PrivacyEvent, delta: float) -> AnalyticBound:
+    """The analytic ε at ``delta`` of a privacy event, by the accountant its type maps to (``_BOUNDS``)."""
+    if type(event) not in _BOUNDS:
+        raise TypeError(
+            f"no accountant for the privacy event {type(event).__name__}: Mechanism.privacy returns one of"
+            f" {', '.join(kind.__name__ for kind in _BOUNDS)} (dpaudit.mechanisms.privacy)"
         )
-    assert config.rank is not None, "CampaignConfig sets M2's projection rank"
-    return _m2_multistep(config, noise, config.rank, poisson.sample_rate, steps, layers)
+    bound = _BOUNDS[type(event)](event, delta)
+    return AnalyticBound(bound.epsilon, bound.source, bound.reason, bound.not_dp, event)
+
+
+def _subsampled_gaussian(event: SubsampledGaussian, delta: float) -> AnalyticBound:
+    from accountants import dpsgd
+
+    source = "Poisson-subsampled Gaussian, PLD accountant (accountants.dpsgd), add/remove"
+    if event.theorem:
+        source += f"; {event.theorem}"
+    return _from_accountant(dpsgd.epsilon(event.noise_multiplier, event.sample_rate, event.steps, delta), source)
+
+
+def _noisy_projection_m2(event: NoisyProjectionM2, delta: float) -> AnalyticBound:
+    """[W] Thm 5 + App. F.2 for all adapted layers at once.
+
+    Per step every layer ℓ has its own M_ℓ (d_ℓ = d_in). The good event ``‖P_{M_ℓ} ΔV_ℓ‖² ≤ α‖ΔV_ℓ‖²`` for all ℓ
+    gives ``Σ_ℓ ‖P ΔV_ℓ‖² ≤ α C²`` (joint clipping); it fails with probability at most
+    ``Σ_ℓ s_ℓ [1 - I_α(r/2, (d_ℓ-r)/2)] ≤ s [1 - I_α(r/2, (d-r)/2)]`` with ``d = min_ℓ d_ℓ`` (the Beta tail
+    decreases in d) and ``s = Σ_ℓ rank(ΔV_ℓ)`` (one example's gradient: rank 1 per Linear layer).
+    """
+    from accountants import wishart
+
+    d = min(layer.d_in for layer in event.layers)
+    s = sum(layer.example_rank for layer in event.layers)
+    source = f"[W] Thm 5 + App. F.2 (M resampled every step), d = min d_in = {d}, s = Σ rank(ΔV_ℓ) = {s}, add/remove"
+    if event.rank >= d:
+        return AnalyticBound(None, source, f"[W] Lemma 17 needs r <= d - 1 = {d - 1}, got r = {event.rank}")
+    if s > d:
+        return AnalyticBound(None, source, f"the union bound over s = {s} directions exceeds d = {d}")
+    bound = wishart.m2_multistep_epsilon(
+        delta, 1.0, event.noise_multiplier, d, event.rank, s, event.sample_rate, event.steps
+    )
+    return _from_accountant(bound, source)
+
+
+def _gaussian_sketch(event: GaussianSketch, delta: float) -> AnalyticBound:
+    return AnalyticBound(
+        None,
+        None,
+        "[S] Lemma 7.2 is conditional on the loss's smoothness β and a lower bound λ̄ on λ_min(G Gᵀ) of the"
+        " cumulative gradient over all neighbouring datasets; neither can be measured from a run",
+    )
+
+
+def _not_dp(event: NotDp, delta: float) -> AnalyticBound:
+    return AnalyticBound(None, None, event.reason, not_dp=True)
+
+
+def _unknown(event: Unknown, delta: float) -> AnalyticBound:
+    return AnalyticBound(None, None, event.reason)
+
+
+# Event type → its bound at δ, the one place an accountant is chosen (dp_accounting's DpEvent → PrivacyAccountant).
+_BOUNDS: dict[type, Callable[[Any, float], AnalyticBound]] = {
+    SubsampledGaussian: _subsampled_gaussian,
+    NoisyProjectionM2: _noisy_projection_m2,
+    GaussianSketch: _gaussian_sketch,
+    NotDp: _not_dp,
+    Unknown: _unknown,
+}
 
 
 PROFILE_POINTS = 200  # ε grid of a claimed profile: the envelope is within 2e-4 TPR of μ-GDP's curve (μ ≤ 2)
@@ -141,58 +184,30 @@ class AnalyticProfile:
     claim: str
 
 
-def analytic_profile(config: CampaignConfig, members: int, analytic: AnalyticBound) -> AnalyticProfile | None:
-    """The DP-SGD family's privacy profile (accountants.dpsgd.privacy_profile); None for other mechanisms.
+def analytic_profile(analytic: AnalyticBound, delta: float) -> AnalyticProfile | None:
+    """The privacy profile of ``analytic``'s event where it has one (a :class:`SubsampledGaussian`); else None.
 
-    The ε grid is ``PROFILE_POINTS`` points on [0, 2ε] (ε = ``analytic.epsilon`` at the campaign's δ) and the
-    pair (ε, δ) itself, so a test against the profile refutes whatever the single pair refutes. Slopes e^ε beyond
-    2ε touch the trade-off curve at FPRs far below 1/trials, where no audit reaches. None too where there is no
-    finite analytic ε.
+    The ε grid is ``PROFILE_POINTS`` points on [0, 2ε] (ε = ``analytic.epsilon`` at ``delta``, the campaign's) and
+    the pair (ε, δ) itself, so a test against the profile refutes whatever the single pair refutes. Slopes e^ε
+    beyond 2ε touch the trade-off curve at FPRs far below 1/trials, where no audit reaches. None too where there
+    is no finite analytic ε.
     """
-    epsilon = analytic.epsilon
-    if config.mechanism not in DP_SGD_FAMILY or epsilon is None or not 0 < epsilon < float("inf"):
+    event, epsilon = analytic.event, analytic.epsilon
+    if not isinstance(event, SubsampledGaussian) or epsilon is None or not 0 < epsilon < float("inf"):
         return None
     import numpy as np
 
     from accountants import dpsgd
-    from dpaudit.engine import PoissonLayout
 
-    noise = config.noise
-    assert noise is not None, "CampaignConfig sets σ for every noisy mechanism"
-    poisson = PoissonLayout.for_members(members, config.batch_size)
-    steps = config.epochs * poisson.steps
     epsilons = np.append(np.linspace(0.0, 2.0 * epsilon, PROFILE_POINTS), epsilon)
-    pairs = dpsgd.privacy_profile(noise, poisson.sample_rate, steps, epsilons)
+    pairs = dpsgd.privacy_profile(event.noise_multiplier, event.sample_rate, event.steps, epsilons)
     # The reported pair holds too: where the profile's own δ(ε) is larger (a coarser PLD grid), use the smaller.
-    pairs[-1, 1] = min(pairs[-1, 1], config.delta)
-    claim = f"the claimed σ = {noise:g} (q = {poisson.sample_rate:.3g}, T = {steps})"
+    pairs[-1, 1] = min(pairs[-1, 1], delta)
+    claim = f"the claimed σ = {event.noise_multiplier:g} (q = {event.sample_rate:.3g}, T = {event.steps})"
     return AnalyticProfile(tuple((float(e), float(d)) for e, d in pairs), claim)
 
 
-def _m2_multistep(
-    config: CampaignConfig, noise: float, rank: int, sample_rate: float, steps: int, layers: Sequence[LayerShape]
-) -> AnalyticBound:
-    """[W] Thm 5 + App. F.2 for all adapted layers at once.
-
-    Per step every layer ℓ has its own M_ℓ (d_ℓ = d_in). The good event ``‖P_{M_ℓ} ΔV_ℓ‖² ≤ α‖ΔV_ℓ‖²`` for all ℓ
-    gives ``Σ_ℓ ‖P ΔV_ℓ‖² ≤ α C²`` (joint clipping); it fails with probability at most
-    ``Σ_ℓ s_ℓ [1 - I_α(r/2, (d_ℓ-r)/2)] ≤ s [1 - I_α(r/2, (d-r)/2)]`` with ``d = min_ℓ d_ℓ`` (the Beta tail
-    decreases in d) and ``s = Σ_ℓ rank(ΔV_ℓ)`` (one example's gradient: rank 1 per Linear layer).
-    """
-    from accountants import wishart
-
-    d = min(layer.d_in for layer in layers)
-    s = sum(layer.example_rank for layer in layers)
-    source = f"[W] Thm 5 + App. F.2 (M resampled every step), d = min d_in = {d}, s = Σ rank(ΔV_ℓ) = {s}, add/remove"
-    if rank >= d:
-        return AnalyticBound(None, source, f"[W] Lemma 17 needs r <= d - 1 = {d - 1}, got r = {rank}")
-    if s > d:
-        return AnalyticBound(None, source, f"the union bound over s = {s} directions exceeds d = {d}")
-    bound = wishart.m2_multistep_epsilon(config.delta, 1.0, noise, d, rank, s, sample_rate, steps)
-    return _from_accountant(bound, source)
-
-
-SKETCH_CLAIM_MECHANISMS = ("lora-fa", "sketch")  # LoRA-FA, noise-free or noisy: [S] Lemma 7.2 claims an ε for both
+SKETCH_CLAIM_MECHANISMS = registry.applying("sketch-claim")  # LoRA-FA, noise-free or noisy: [S] Lemma 7.2 claims both
 
 
 @dataclass(frozen=True)

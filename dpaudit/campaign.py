@@ -406,7 +406,7 @@ _SMOOTHNESS_PAIRS = 32  # consecutive step pairs the smoothness β̂ is estimate
 
 
 @dataclass
-class _SketchInputsRecorder:
+class _SketchInputsRecorder(Mechanism):
     """LoRA-FA as full-weight training (docs/theory.md §1.2 (b)) that records [S] Lemma 7.2's inputs at every step.
 
     :class:`WishartProjection` draws the campaign's own A. Recorded: the largest per-example gradient norm of one

@@ -15,20 +15,18 @@ import numpy as np
 from accountants import validation as check
 from dpaudit import mutants
 from dpaudit.errors import UsageError
+from dpaudit.mechanisms import registry
 
-TRAINING_MECHANISMS = ("none", "lora-fa", "m1", "m2", "sketch", "dp-sgd", "dp-lora", "dp-lora-fa", "prism")
-# Which options apply to which mechanisms (docs/theory.md §1; dpaudit.mechanisms.registry builds them).
-NOISY_MECHANISMS = ("m1", "m2", "sketch", "dp-sgd", "dp-lora", "dp-lora-fa", "prism")  # --noise: σ, or σ_g
-CLIPPED_MECHANISMS = ("m1", "m2", "dp-sgd", "dp-lora", "dp-lora-fa", "prism")  # --clip C, Poisson sampling
-FINITE_CLIP_MECHANISMS = ("prism",)  # clip in the tangent space, always ([P] Alg. 1): no --clip inf
-DENOISABLE_MECHANISMS = ("dp-sgd", "dp-lora", "dp-lora-fa")  # --denoise ([D] Alg. 1)
-PROJECTION_MECHANISMS = ("m1", "m2")  # --resample-projection ([W] App. F.2)
-# --rank: the LoRA rank r, or for m1/m2 the rank r of the projection M = AᵀA (A is r × d_in). none and dp-sgd
-# train the full weights with no A at all, so they have no rank.
-RANKED_MECHANISMS = ("lora-fa", "m1", "m2", "sketch", "dp-lora", "dp-lora-fa", "prism")
-# --alpha: the scale alpha/r of the adapter's product B A. m1/m2 project full-weight gradients with M = AᵀA
-# unscaled ([W] Def. 3), so alpha means nothing there.
-SCALED_MECHANISMS = ("lora-fa", "sketch", "dp-lora", "dp-lora-fa", "prism")
+# Mechanism names and which options apply to which (docs/theory.md §1): the one table is
+# dpaudit.mechanisms.registry.MECHANISMS (torch-free), whose module docstring says what each option means.
+TRAINING_MECHANISMS = tuple(registry.MECHANISMS)
+NOISY_MECHANISMS = registry.applying("noise")  # --noise: σ, or σ_g
+CLIPPED_MECHANISMS = registry.applying("clip")  # --clip C, Poisson sampling
+FINITE_CLIP_MECHANISMS = registry.applying("finite-clip")  # no --clip inf
+DENOISABLE_MECHANISMS = registry.applying("denoise")  # --denoise ([D] Alg. 1)
+PROJECTION_MECHANISMS = registry.applying("resample-projection")  # --resample-projection ([W] App. F.2)
+RANKED_MECHANISMS = registry.applying("rank")  # --rank: the LoRA rank r, or the rank of m1/m2's projection
+SCALED_MECHANISMS = registry.applying("alpha")  # --alpha: the scale alpha/r of the adapter's product B A
 DEFAULT_NOISE = 1.0  # σ (σ_g for the sketch) when --noise is not given
 DEFAULT_CLIP = 1.0  # C when --clip is not given
 DEFAULT_RANK = 16  # r when --rank is not given

@@ -573,10 +573,10 @@ def train(
     (a campaign passes its own so that chunking does not matter). Batches are shuffled, or Poisson-sampled with
     expected size ``config.batch_size`` for a mechanism with ``sampling = "poisson"`` (:class:`PoissonLayout`).
     The optimiser is torch's SGD with momentum over the stacked tensors (elementwise, so stacking does not change
-    any model's arithmetic), unless the mechanism owns its update; the optional hooks ``initialise``, ``update``
-    and ``finish`` are documented in :class:`dpaudit.mechanisms.base.Mechanism`. ``canaries``: gradient canaries
-    appended to the steps' examples and observed (:class:`dpaudit.canaries.CanaryRun`); their observations are
-    left in ``shadow.canary_observations``.
+    any model's arithmetic), unless the mechanism owns its update; the hooks ``initialise``, ``update`` and
+    ``finish`` (no-ops by default) are documented in :class:`dpaudit.mechanisms.base.Mechanism`. ``canaries``:
+    gradient canaries appended to the steps' examples and observed (:class:`dpaudit.canaries.CanaryRun`); their
+    observations are left in ``shadow.canary_observations``.
     """
     if membership.shape != (shadow.n_models, len(y)):
         raise ValueError(f"membership has shape {membership.shape}, expected ({shadow.n_models}, {len(y)})")
@@ -586,7 +586,7 @@ def train(
         list(params.values()), lr=config.lr, momentum=config.momentum, fused=True
     )  # one pass over the weights per step instead of three
     layout = layout or BatchLayout.for_members(int(membership.sum(axis=1).max()), config.batch_size)
-    if getattr(mechanism, "sampling", "shuffle") == "poisson":
+    if mechanism.sampling == "poisson":
         if not mechanism.per_example:
             raise ValueError(
                 f"mechanism {mechanism.name!r} samples Poisson batches, which the engine computes "
@@ -606,11 +606,8 @@ def train(
         else None
     )
     state = mechanism.setup({name: t.shape[1:] for name, t in params.items()}, randomness)
-    initialise, update = getattr(mechanism, "initialise", None), getattr(mechanism, "update", None)
-    finish = getattr(mechanism, "finish", None)
-    if initialise is not None:
-        with torch.no_grad():
-            initialise(params, state)
+    with torch.no_grad():
+        mechanism.initialise(params, state)
     if canaries is not None:
         canaries.start(params, randomness, sample_rate, steps, config.epochs)
     gradients = (
@@ -633,9 +630,9 @@ def train(
         current = Step(grads, weight_t, step, expected_batch_size, config.epochs * steps, params)
         lr = optimiser.param_groups[0]["lr"]
         direction = None
-        if update is not None:
+        if mechanism.update is not None:
             with torch.no_grad():
-                update(params, current, state, lr)
+                mechanism.update(params, current, state, lr)
             optimiser.step()  # no gradients: changes nothing, keeps the schedule's bookkeeping in order
         else:
             direction = mechanism.transform(current, state)
@@ -648,9 +645,8 @@ def train(
             schedule.step()
         if on_step is not None:
             on_step(step)
-    if finish is not None:
-        with torch.no_grad():
-            finish(params, state, config.lr)
+    with torch.no_grad():
+        mechanism.finish(params, state, config.lr)
     if canaries is not None:
         shadow.canary_observations = canaries.finish(params)
     shadow.trainable = {name: p.detach() for name, p in params.items()}

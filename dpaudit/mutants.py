@@ -24,8 +24,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from dpaudit.mechanisms import registry
+from dpaudit.mechanisms.base import Mechanism
 
 if TYPE_CHECKING:
     import torch
@@ -33,11 +36,12 @@ if TYPE_CHECKING:
     from dpaudit.config import CampaignConfig
     from dpaudit.mechanisms.base import Step
     from dpaudit.mechanisms.dpsgd import DpSgd, GaussianNoiseStream
+    from dpaudit.mechanisms.privacy import PrivacyEvent, Training
     from dpaudit.seeding import ModelRandomness
 
 # The mechanisms a mutant can be planted in: DP-SGD on any parameterization, without denoising (whose shrinkage
 # would hide what the bug does to the released update).
-MUTATED_MECHANISMS = ("dp-sgd", "dp-lora", "dp-lora-fa")
+MUTATED_MECHANISMS = registry.applying("mutant")
 
 
 @dataclass(frozen=True)
@@ -110,34 +114,33 @@ class MutatedNoise:
 
 
 @dataclass(frozen=True)
-class MutatedDpSgd:
+class MutatedDpSgd(Mechanism):
     """``mechanism`` trained with the bug ``mutant``; ``batch_size`` b divides the clipped sum of shuffled batches.
 
     Everything else (parameterization, the noise's claimed std σC/b, the update) is the correct mechanism's own
     code: the noise bugs wrap its noise stream (:class:`MutatedNoise`), ``no-clipping`` hands its
     :meth:`~dpaudit.mechanisms.dpsgd.DpSgd.privatise` the example weights as clipping coefficients, and
     ``shuffle-as-poisson`` asks the engine for shuffled batches and gives each step the Poisson divisor b.
+    Its :meth:`privacy` is the correct mechanism's: the claim a sound audit should find violated.
     """
 
     mechanism: DpSgd
     mutant: Mutant
     batch_size: int
+    name: str = field(init=False)
+    parameterization: str = field(init=False)
+    per_example: bool = field(init=False)
+    sampling: str = field(init=False)
 
-    @property
-    def name(self) -> str:
-        return self.mechanism.name
-
-    @property
-    def parameterization(self) -> str:
-        return self.mechanism.parameterization
-
-    @property
-    def per_example(self) -> bool:
-        return self.mechanism.per_example
-
-    @property
-    def sampling(self) -> str:
-        return "shuffle" if self.mutant.shuffle else self.mechanism.sampling
+    def __post_init__(self):
+        sampling = "shuffle" if self.mutant.shuffle else self.mechanism.sampling
+        for attribute, value in (
+            ("name", self.mechanism.name),
+            ("parameterization", self.mechanism.parameterization),
+            ("per_example", self.mechanism.per_example),
+            ("sampling", sampling),
+        ):
+            object.__setattr__(self, attribute, value)
 
     def setup(self, shapes: dict[str, torch.Size], randomness: Sequence[ModelRandomness]) -> MutatedNoise:
         return MutatedNoise(self.mechanism.setup(shapes, randomness), self.mutant)
@@ -148,6 +151,10 @@ class MutatedDpSgd:
         if not self.mutant.clip:
             return self.mechanism.privatise(step, noise, step.weights)  # type: ignore[arg-type]  # duck-typed
         return self.mechanism.transform(step, noise)  # type: ignore[arg-type]
+
+    def privacy(self, training: Training) -> PrivacyEvent:
+        """The correct mechanism's event, which the campaign claims (:mod:`dpaudit.bounds` never sees the bug)."""
+        return self.mechanism.privacy(training)
 
 
 def mutate(mechanism: DpSgd, config: CampaignConfig) -> MutatedDpSgd:

@@ -13,7 +13,7 @@ from dpaudit.config import CampaignConfig, load_toml
 from dpaudit.engine import DenseExampleGradients
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms import registry
-from dpaudit.mechanisms.base import Step
+from dpaudit.mechanisms.base import Mechanism, Step
 from dpaudit.seeding import shadow_randomness
 
 SIGMA, CLIP, B = 2.0, 1.5, 4.0  # σ, C and the expected batch size b of the mechanism-level tests
@@ -152,7 +152,7 @@ def _visits(mechanism, members: int, epochs: int, batch_size: int) -> list[np.nd
     """
     steps: list[np.ndarray] = []
 
-    class Recording:
+    class Recording(Mechanism):
         name, parameterization, per_example = mechanism.name, mechanism.parameterization, True
         sampling = mechanism.sampling
 

@@ -1,14 +1,17 @@
-"""The :class:`Mechanism` protocol between the batched engine and every mechanism of docs/theory.md §1."""
+"""The :class:`Mechanism` base class between the batched engine and every mechanism of docs/theory.md §1."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import torch
+from dpaudit.mechanisms.privacy import PrivacyEvent, Training, Unknown
 
-from dpaudit.seeding import ModelRandomness
+if TYPE_CHECKING:  # annotations only: the module loads without torch, as dpaudit.mutants (imported by config) needs
+    import torch
+
+    from dpaudit.seeding import ModelRandomness
 
 
 class PerExampleGradients(Protocol):
@@ -96,42 +99,65 @@ class Step:
         return self.parameters
 
 
-class Mechanism(Protocol):
+class Mechanism:
     """A gradient transform / update rule for K shadow models trained together (docs/architecture.md §4).
 
-    Required: ``name``, ``parameterization``, ``per_example``, :meth:`setup`, :meth:`transform`.
+    Subclass it (a frozen dataclass is the usual form) and give:
 
-    Optional members (the engine reads them with ``getattr`` and these defaults, so a plain gradient transform
-    needs none of them):
+    * ``name``, ``parameterization`` (``"full"`` | ``"lora"`` | ``"lora-fa"``,
+      :data:`dpaudit.models.PARAMETERIZATIONS`) and ``per_example`` (whether :meth:`transform` needs per-example
+      gradients, e.g. to clip them) as attributes;
+    * :meth:`setup` and :meth:`transform`;
+    * :meth:`privacy`, the guarantee it claims in a run, from which :mod:`dpaudit.bounds` picks the accountant.
+
+    The other members have defaults that leave the engine's plain SGD in charge; override those the mechanism
+    needs:
 
     * ``sampling = "shuffle"``: how batches are drawn. ``"shuffle"``: every member once per epoch in the model's
       own order (:func:`dpaudit.engine.shuffled_batches`); ``"poisson"``: each member independently with rate
-      q per step (:func:`dpaudit.engine.poisson_batches`, docs/theory.md §1.5), and ``Step.expected_batch_size`` is set.
-    * ``initialise(params, state) -> None``: overwrite the starting values of the trained (K, ...) tensors in
-      place, once, before the first step (PRISM needs full-rank factors, [P] Thm 3.1).
-    * ``update(params, step, state, learning_rate) -> None``: apply the step to the trained tensors in place
-      instead of the engine's SGD optimiser (a mechanism that owns its update: PRISM's retraction, [P] Eq. 22).
-      ``learning_rate`` is the schedule's current value; ``transform`` is then not called.
-    * ``finish(params, state, learning_rate) -> None``: post-process the trained tensors in place once after the
-      last step (the sketch's noise on the cumulative gradient, [S] Eq. 14); ``learning_rate`` is the base rate.
+      q per step (:func:`dpaudit.engine.poisson_batches`, docs/theory.md §1.5), and ``Step.expected_batch_size``
+      is set (Poisson steps need ``per_example = True``).
+    * :meth:`initialise`: overwrite the starting values of the trained tensors once, before the first step.
+    * ``update = None``: the engine's SGD applies :meth:`transform`'s direction. A mechanism that owns its update
+      (PRISM's retraction, [P] Eq. 22) defines the method ``update(params, step, state, learning_rate) -> None``,
+      which changes the trained (K, ...) tensors in place with the schedule's current ``learning_rate``;
+      :meth:`transform` is then not called.
+    * :meth:`finish`: post-process the trained tensors once after the last step.
     """
 
-    # Read-only properties: mechanisms are frozen dataclasses, and the engine only reads these.
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def parameterization(self) -> str:
-        """``"full"`` | ``"lora"`` | ``"lora-fa"`` (:data:`dpaudit.models.PARAMETERIZATIONS`)."""
-        ...
-
-    @property
-    def per_example(self) -> bool:
-        """Whether ``transform`` needs per-example gradients (clipping)."""
-        ...
+    name: str
+    parameterization: str
+    per_example: bool
+    sampling: str = "shuffle"
+    update: Callable[[dict[str, torch.Tensor], Step, Any, float], None] | None = None
 
     def setup(self, shapes: dict[str, torch.Size], randomness: Sequence[ModelRandomness]) -> Any:
-        """Draw the mechanism's per-model state (projections, noise generators) for models with these streams."""
+        """Draw the mechanism's per-model state (projections, noise generators) for models with these streams.
+
+        ``shapes``: each trained tensor's shape without the model axis; ``randomness``: one
+        :class:`~dpaudit.seeding.ModelRandomness` per model. The default has no state (None).
+        """
+        return None
 
     def transform(self, step: Step, state: Any) -> dict[str, torch.Tensor]:
-        """The (K, ...) update direction the optimiser applies for this step."""
+        """The (K, ...) update direction the engine's optimiser applies for this step."""
+        raise NotImplementedError(f"mechanism {self.name!r} defines neither transform() nor update()")
+
+    def initialise(self, params: dict[str, torch.Tensor], state: Any) -> None:
+        """Overwrite the trained (K, ...) tensors in place before the first step; the default keeps them.
+
+        PRISM needs full-rank factors ([P] Thm 3.1).
+        """
+
+    def finish(self, params: dict[str, torch.Tensor], state: Any, learning_rate: float) -> None:
+        """Post-process the trained (K, ...) tensors in place after the last step; the default keeps them.
+
+        The sketch adds its noise on the cumulative gradient here ([S] Eq. 14); ``learning_rate`` is the base rate.
+        """
+
+    def privacy(self, training: Training) -> PrivacyEvent:
+        """The guarantee this mechanism claims when it trains as ``training`` says (docs/theory.md §2.10).
+
+        The default claims none: :class:`~dpaudit.mechanisms.privacy.Unknown`.
+        """
+        return Unknown(f"mechanism {self.name!r} describes no privacy guarantee (Mechanism.privacy)")

@@ -20,8 +20,9 @@ import torch
 
 from dpaudit import background
 from dpaudit.config import check_noise_and_clip
-from dpaudit.mechanisms.base import PerExampleGradients, Step
+from dpaudit.mechanisms.base import Mechanism, PerExampleGradients, Step
 from dpaudit.mechanisms.denoise import cosine_improvement, denoise_gradient
+from dpaudit.mechanisms.privacy import ZERO_NOISE, PrivacyEvent, SubsampledGaussian, Training
 
 DP_SGD_PARAMETERIZATIONS = {"dp-sgd": "full", "dp-lora": "lora", "dp-lora-fa": "lora-fa"}
 
@@ -124,7 +125,7 @@ def denoise_update(update: dict[str, torch.Tensor], noise_std: float) -> dict[st
 
 
 @dataclass(frozen=True)
-class DpSgd:
+class DpSgd(Mechanism):
     """DP-SGD on the tensors of ``parameterization`` (docs/theory.md §1.5, [D] Alg. 1).
 
     ``g̃ = (Σ_{i∈B} clip_C(g_i) + N(0, σ²C² I)) / b`` with B a Poisson sample of rate q and b = qN the
@@ -169,9 +170,15 @@ class DpSgd:
         noisy = self.privatise(step, noise, clip_coefficients(step.example_gradients(), step.weights, self.clip_norm))
         return denoise_update(noisy, self.entry_noise_std(step)) if self.denoise else noisy
 
+    def privacy(self, training: Training) -> PrivacyEvent:
+        """The Poisson-subsampled Gaussian (σ, q, T); denoising is post-processing ([D] Sec. 2.1.3)."""
+        if self.noise_multiplier == 0:
+            return ZERO_NOISE
+        return SubsampledGaussian(self.noise_multiplier, training.sample_rate, training.steps)
+
 
 @dataclass
-class DenoiseCosineRecorder:
+class DenoiseCosineRecorder(Mechanism):
     """[D] Fig. 2's diagnostic: the per-step, per-model cosine improvement that denoising gives.
 
     ``mechanism`` trains as usual and every step records, per model, the whole-gradient
@@ -183,14 +190,11 @@ class DenoiseCosineRecorder:
     improvements: list[torch.Tensor] = field(default_factory=list)
     per_example: bool = field(default=True, init=False)
     sampling: str = field(default="poisson", init=False)
+    name: str = field(init=False)
+    parameterization: str = field(init=False)
 
-    @property
-    def name(self) -> str:
-        return self.mechanism.name
-
-    @property
-    def parameterization(self) -> str:
-        return self.mechanism.parameterization
+    def __post_init__(self):
+        self.name, self.parameterization = self.mechanism.name, self.mechanism.parameterization
 
     def setup(self, shapes, randomness) -> GaussianNoiseStream:
         return self.mechanism.setup(shapes, randomness)
@@ -207,6 +211,9 @@ class DenoiseCosineRecorder:
 
         self.improvements.append(cosine_improvement(whole(denoised), whole(noisy), whole(clean)))
         return denoised if self.mechanism.denoise else noisy
+
+    def privacy(self, training: Training) -> PrivacyEvent:
+        return self.mechanism.privacy(training)
 
 
 def dp_sgd(name: str, noise_multiplier: float, clip_norm: float, denoise: bool = False) -> DpSgd:

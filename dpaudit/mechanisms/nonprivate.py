@@ -6,11 +6,12 @@ from dataclasses import dataclass
 
 import torch
 
-from dpaudit.mechanisms.base import Step
+from dpaudit.mechanisms.base import Mechanism, Step
+from dpaudit.mechanisms.privacy import NOT_DP, NotDp, Training
 
 
 @dataclass(frozen=True)
-class NonPrivate:
+class NonPrivate(Mechanism):
     """SGD on the chosen parameters with the batch-mean gradient unchanged.
 
     ``parameterization="lora-fa"`` is noise-free LoRA-FA: ``lora_A`` frozen with i.i.d. N(0, 1/r) entries drawn
@@ -22,11 +23,11 @@ class NonPrivate:
     parameterization: str = "full"
     per_example: bool = False
 
-    def setup(self, shapes, randomness):
-        return None
-
     def transform(self, step: Step, state) -> dict[str, torch.Tensor]:
         return step.mean_gradients()
+
+    def privacy(self, training: Training) -> NotDp:
+        return NotDp(f"noise-free {self.name}: {NOT_DP}")
 
 
 def lora_fa() -> NonPrivate:

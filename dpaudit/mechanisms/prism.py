@@ -16,7 +16,7 @@ from torch import Tensor
 
 from accountants import validation as check
 from dpaudit.bounds import prism_rank
-from dpaudit.mechanisms.base import Step
+from dpaudit.mechanisms.base import Mechanism, Step
 from dpaudit.mechanisms.prism_tangent import (
     FactorGradients,
     FactorSqNorm,
@@ -35,6 +35,7 @@ from dpaudit.mechanisms.prism_update import (
     clip_factors,
     global_intrinsic_norm,
 )
+from dpaudit.mechanisms.privacy import ZERO_NOISE, PrivacyEvent, SubsampledGaussian, Training
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ class PrismTrainingState:
 
 
 @dataclass(frozen=True)
-class PrismMechanism:
+class PrismMechanism(Mechanism):
     """[P] Alg. 1 as the update rule of the engine's peft LoRA models (docs/theory.md §1.6).
 
     Starts every module from balanced full-rank factors ``A = √c Q_A``, ``B = √c Q_B`` (Haar Q, spectral norm
@@ -125,6 +126,7 @@ class PrismMechanism:
     parameterization: str = "lora"
     per_example: bool = True
     sampling: str = "poisson"
+    rank: int | None = None  # peft's LoRA rank r, for privacy()'s per-layer ranks (setup reads r from the shapes)
 
     def __post_init__(self):
         PrismPrivacyConfig(self.noise_multiplier, self.clip_norm, 1.0)  # validates σ and C
@@ -224,6 +226,17 @@ class PrismMechanism:
 
     def transform(self, step: Step, state) -> dict[str, Tensor]:
         raise TypeError("PRISM owns its update (a retraction, [P] Eq. 22): the engine calls update()")
+
+    def privacy(self, training: Training) -> PrivacyEvent:
+        """[P] Thm 3.4: the Poisson-subsampled Gaussian (σ, q, T), clipping and tangent noise on every layer."""
+        if self.noise_multiplier == 0:
+            return ZERO_NOISE
+        layers = ", ".join(
+            f"{s.d_out}×{s.d_in}" + ("" if self.rank is None else f" at r={prism_rank(self.rank, s.d_out, s.d_in)}")
+            for s in training.layers
+        )
+        theorem = f"[P] Thm 3.4, clipping and tangent noise on every adapted layer ({layers})"
+        return SubsampledGaussian(self.noise_multiplier, training.sample_rate, training.steps, theorem)
 
 
 def _describes(geometry, factors: LoraFactors) -> bool:

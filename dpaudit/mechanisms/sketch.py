@@ -13,12 +13,13 @@ from dataclasses import dataclass
 import torch
 
 from accountants import validation as check
-from dpaudit.mechanisms.base import Step
+from dpaudit.mechanisms.base import Mechanism, Step
 from dpaudit.mechanisms.dpsgd import gaussian_noise
+from dpaudit.mechanisms.privacy import ZERO_NOISE, GaussianSketch, PrivacyEvent, Training
 
 
 @dataclass(frozen=True)
-class NoisyLoraFa:
+class NoisyLoraFa(Mechanism):
     """Noisy LoRA-FA: train ``lora_B`` as noise-free LoRA-FA, then ``B̃_T = B_T - η Z`` ([S] Eq. 14).
 
     ``noise_std`` is σ_g, the per-entry std of Z (absolute: there is no clipping), drawn once per model from its
@@ -46,3 +47,6 @@ class NoisyLoraFa:
         """``B ← B - η Z``, Z i.i.d. N(0, σ_g²) shaped like each (K, n, r) lora_B ([S] Eq. 14)."""
         for name, noise in gaussian_noise(params, generators, self.noise_std).items():
             params[name].sub_(learning_rate * noise)
+
+    def privacy(self, training: Training) -> PrivacyEvent:
+        return GaussianSketch(self.noise_std) if self.noise_std > 0 else ZERO_NOISE

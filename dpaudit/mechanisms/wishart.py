@@ -12,14 +12,15 @@ M either fixed for the run (the LoRA-FA view, [W] Table 2) or drawn afresh every
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from dpaudit.config import check_noise_and_clip
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms.base import Step
+from dpaudit.mechanisms.base import Mechanism, Step
 from dpaudit.mechanisms.dpsgd import GaussianNoiseStream, clip_coefficients, noise_std
+from dpaudit.mechanisms.privacy import NOT_DP, ZERO_NOISE, NoisyProjectionM2, NotDp, PrivacyEvent, Training, Unknown
 from dpaudit.models import draw_lora_a
 
 PROJECTION_VARIANTS = ("m1", "m2")
@@ -58,7 +59,7 @@ def project(
 
 
 @dataclass(frozen=True)
-class WishartProjection:
+class WishartProjection(Mechanism):
     """Noise-free matrix projection mechanism on full weights, M fixed for the run ([W] Prop. 2: not DP)."""
 
     rank: int
@@ -77,9 +78,12 @@ class WishartProjection:
     def transform(self, step: Step, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return project(step.mean_gradients(), state, self.scale)
 
+    def privacy(self, training: Training) -> NotDp:
+        return NotDp(f"the noise-free projection: {NOT_DP}")
+
 
 @dataclass(frozen=True)
-class NoisyProjection:
+class NoisyProjection(Mechanism):
     """M1 / M2 of [W] Def. 3 as a training rule on full weights ([W] Alg. 3, App. F.2; docs/theory.md §1.3).
 
     Per step and weight (the gradient right-multiplied, as in Eq. 36, so M = AᵀA acts on the rows of ``Vᵀ``):
@@ -104,15 +108,13 @@ class NoisyProjection:
     parameterization: str = "full"
     per_example: bool = True
     sampling: str = "poisson"
+    name: str = field(init=False)  # the variant's
 
     def __post_init__(self):
         if self.variant not in PROJECTION_VARIANTS:
             raise UsageError(f"variant must be one of {', '.join(PROJECTION_VARIANTS)}, got {self.variant!r}")
         check_noise_and_clip(self.noise_multiplier, self.clip_norm)
-
-    @property
-    def name(self) -> str:
-        return self.variant
+        object.__setattr__(self, "name", self.variant)
 
     def setup(self, shapes, randomness) -> tuple[GaussianNoiseStream, dict[str, torch.Tensor] | None]:
         fixed = None if self.resample else draw_factors(shapes, self.rank, [m.torch("init") for m in randomness])
@@ -135,3 +137,22 @@ class NoisyProjection:
             total = examples.weighted_sum(coefficients)
             projected = {name: g + noise[name] for name, g in project(total, factors).items()}
         return {name: g / step.poisson_batch_size() for name, g in projected.items()}
+
+    def privacy(self, training: Training) -> PrivacyEvent:
+        """M2 with M resampled every step (or for one step): [W] Thm 5 + App. F.2; no training bound otherwise."""
+        if self.noise_multiplier == 0:
+            return ZERO_NOISE
+        if self.variant == "m1":
+            return Unknown(
+                "[W] Thm 3/4 bound one release M V + Ξ with unit-norm columns and a data-dependent "
+                "alignment ρ_⊥; no multi-step accountant for M1 training exists"
+            )
+        if not self.resample and training.steps > 1:
+            return Unknown(
+                "[W] Thm 5 needs M independent of ΔV; with M fixed for T > 1 steps later gradients depend "
+                "on M through the trajectory, and [W] App. F.2 composes only with M resampled every step "
+                "(--resample-projection)"
+            )
+        return NoisyProjectionM2(
+            self.noise_multiplier, self.rank, training.sample_rate, training.steps, training.layers
+        )
