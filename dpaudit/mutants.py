@@ -127,10 +127,11 @@ class MutatedDpSgd(Mechanism):
     mechanism: DpSgd
     mutant: Mutant
     batch_size: int
-    name: str = field(init=False)
-    parameterization: str = field(init=False)
-    per_example: bool = field(init=False)
-    sampling: str = field(init=False)
+    # The correct mechanism's (sampling: the mutant's), so out of the repr: it shows mechanism, mutant, batch_size.
+    name: str = field(init=False, repr=False)
+    parameterization: str = field(init=False, repr=False)
+    per_example: bool = field(init=False, repr=False)
+    sampling: str = field(init=False, repr=False)
 
     def __post_init__(self):
         sampling = "shuffle" if self.mutant.shuffle else self.mechanism.sampling

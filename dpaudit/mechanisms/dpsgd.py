@@ -190,8 +190,8 @@ class DenoiseCosineRecorder(Mechanism):
     improvements: list[torch.Tensor] = field(default_factory=list)
     per_example: bool = field(default=True, init=False)
     sampling: str = field(default="poisson", init=False)
-    name: str = field(init=False)
-    parameterization: str = field(init=False)
+    name: str = field(init=False, repr=False)  # the wrapped mechanism's
+    parameterization: str = field(init=False, repr=False)
 
     def __post_init__(self):
         self.name, self.parameterization = self.mechanism.name, self.mechanism.parameterization

@@ -9,7 +9,7 @@ maths live in :mod:`dpaudit.mechanisms.prism_tangent` (geometry) and :mod:`dpaud
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -126,7 +126,9 @@ class PrismMechanism(Mechanism):
     parameterization: str = "lora"
     per_example: bool = True
     sampling: str = "poisson"
-    rank: int | None = None  # peft's LoRA rank r, for privacy()'s per-layer ranks (setup reads r from the shapes)
+    # peft's LoRA rank r, which only names the per-layer ranks in privacy()'s theorem (setup reads r from the
+    # shapes): not a training parameter, so outside the repr (the campaign's mechanism fingerprint) and equality.
+    rank: int | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         PrismPrivacyConfig(self.noise_multiplier, self.clip_norm, 1.0)  # validates σ and C

@@ -108,7 +108,7 @@ class NoisyProjection(Mechanism):
     parameterization: str = "full"
     per_example: bool = True
     sampling: str = "poisson"
-    name: str = field(init=False)  # the variant's
+    name: str = field(init=False, repr=False)  # the variant's
 
     def __post_init__(self):
         if self.variant not in PROJECTION_VARIANTS:
