@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib
+import inspect
 import math
 from dataclasses import dataclass
 
@@ -148,10 +149,20 @@ def from_factory(spec: str, input_shape: tuple[int, ...], num_classes: int) -> n
             f"--model {spec}: module {module_name!r} {found} {factory_name!r}; name a function or class that takes"
             " (input_shape, num_classes) and returns a torch.nn.Module"
         )
-    model = factory(tuple(input_shape), num_classes)
+    arguments = (tuple(input_shape), num_classes)
+    try:
+        inspect.signature(factory).bind(*arguments)
+    except TypeError as error:
+        raise UsageError(
+            f"--model {spec}: {factory_name} cannot be called as {factory_name}(input_shape, num_classes) ({error});"
+            " give it those two parameters"
+        ) from None
+    except ValueError:  # no signature to read (some builtins): the call below tells
+        pass
+    model = factory(*arguments)
     if not isinstance(model, nn.Module):
         raise UsageError(
-            f"--model {spec}: {factory_name}{(tuple(input_shape), num_classes)} returned a {type(model).__name__},"
+            f"--model {spec}: {factory_name}{arguments} returned a {type(model).__name__},"
             " not a torch.nn.Module; return the base model"
         )
     return model

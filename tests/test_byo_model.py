@@ -1,8 +1,8 @@
 """``dpaudit audit --model MODULE:FACTORY``: your own base model, with ``--no-pretrain`` and ``--target-modules``.
 
-A bad ``--model`` (missing module, missing or non-callable factory, a factory that returns no Module, a rank larger
-than a targeted layer, targets that name no layer) is refused in one line with exit 2 and no run directory; a good
-one trains the layers it names, from its own weights when not pretrained.
+A bad ``--model`` (missing module, missing or non-callable factory, one that cannot take (input_shape, num_classes)
+or returns no Module, a rank larger than a targeted layer, targets that name no layer) is refused in one line with
+exit 2 and no run directory; a good one trains the layers it names, from its own weights when not pretrained.
 """
 
 import contextlib
@@ -41,6 +41,9 @@ def no_layers(input_shape, num_classes):
 def text(input_shape, num_classes):
     return "a model"
 
+def no_parameters():
+    return Net((6,), 2)
+
 NOT_CALLABLE = 3
 """
 
@@ -74,6 +77,7 @@ def _audit(*argv: str) -> tuple[int, str]:
         (["--model", "byo_factories:missing"], "module 'byo_factories' has no attribute 'missing'"),
         (["--model", "byo_factories:NOT_CALLABLE"], "has a int, not a callable, 'NOT_CALLABLE'"),
         (["--model", "byo_factories:text"], "returned a str, not a torch.nn.Module"),
+        (["--model", "byo_factories:no_parameters"], "cannot be called as no_parameters(input_shape, num_classes)"),
         (["--model", "byo_factories:no_layers"], "has no nn.Linear or nn.Conv2d layer"),
         (["--model", "byo_factories"], "--model must be MODULE:FACTORY"),
         (["--model", "byo_factories:Net", "--rank", "4"], "--rank 4 is larger than layer 'head'"),
