@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from dpaudit import config as config_lib
 from dpaudit import models
 from dpaudit.cli import main
 from dpaudit.store import RunStore
@@ -144,3 +145,46 @@ def test_a_pretrained_factory_model_starts_from_the_seed_whatever_its_weights(us
         records[-1]["base"] = (out / "base.pt").read_bytes()
     assert records[0]["model_fingerprint"] == records[1]["model_fingerprint"]
     assert records[0]["base"] == records[1]["base"]
+
+
+# Hashes of these configs by dpaudit before --model, --no-pretrain, --target-modules and --schedule existed.
+_HASHES_BEFORE = [
+    ({}, "bd1380e1d34d5a28b1581109022ed830d636bbf64342396996cb230d907e3fb2"),
+    (
+        {"mechanism": "dp-lora", "rank": 4, "models": 16},
+        "5ced5715a98325fb46fa1c69cfe9771e4537862c5ee126893d77ee7ab696bac0",
+    ),
+]
+
+
+@pytest.mark.parametrize(("options", "expected"), _HASHES_BEFORE)
+def test_older_campaigns_keep_their_hash_and_each_new_setting_changes_it(options, expected):
+    config = config_lib.CampaignConfig(**options)
+    assert config.canonical_hash() == expected
+    changed = [
+        {"model": "mynet:Net"},
+        {"pretrain": False},
+        {"schedule": "constant"},
+        *([{"target_modules": ["0"]}] if "rank" in options else []),
+    ]
+    hashes = {config_lib.CampaignConfig(**options, **change).canonical_hash() for change in changed}
+    assert expected not in hashes and len(hashes) == len(changed)
+
+
+def test_the_new_settings_are_toml_keys(tmp_path):
+    path = tmp_path / "campaign.toml"
+    path.write_text(
+        'mechanism = "dp-lora"\nmodel = "mynet:Net"\npretrain = false\ntarget_modules = ["body.0", "head"]\n'
+        'schedule = "constant"\n'
+    )
+    config, _ = config_lib.from_mapping(config_lib.load_toml(path))
+    assert (config.model, config.pretrain, config.target_modules, config.schedule) == (
+        "mynet:Net",
+        False,
+        ("body.0", "head"),
+        "constant",
+    )
+    assert config_lib.CampaignConfig(mechanism="dp-lora", target_modules="body.0, head").target_modules == (
+        "body.0",
+        "head",
+    )
