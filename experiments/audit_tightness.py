@@ -47,9 +47,9 @@ MECHANISMS: dict[str, dict] = {
     "prism": {"rank": RANK},
 }
 THREAT_MODELS: dict[str, dict] = {
-    "black-box": {"canary": "input", "observe": "outputs"},
-    "weights": {"canary": "gradient", "observe": "weights"},
-    "steps": {"canary": "gradient", "observe": "steps"},
+    "black-box": {"canary": "input", "observe": "outputs", "design": "canary"},
+    "weights": {"canary": "gradient", "observe": "weights", "design": "canary"},
+    "steps": {"canary": "gradient", "observe": "steps", "design": "canary"},
     "one-run": {"canary": "gradient", "observe": "steps", "design": "one-run"},
 }
 
