@@ -1,56 +1,117 @@
-"""Batched engine vs a plain per-model loop: same models, same seeds, one run; prints models/s and the ratio.
+"""Batched engine vs a plain per-model loop, MLP and seed CNN: models/s, ratio, GFLOP/s and utilisation of a peak.
 
-.venv/bin/python benchmarks/bench_engine.py [--models 32] [--epochs 3] [--parameterization lora-fa]
+    .venv/bin/python benchmarks/bench_engine.py [--models 32] [--epochs 3] [--parameterization lora-fa]
+        [--cnn-models 4] [--cnn-examples 256] [--threads 2]
+
+Same models, same seeds, one run. The MLP (64-128-128-10) trains on digits' private part; the seed CNN of [W]
+App. F.1 on in-memory CIFAR-shaped images (``bench_gpu.cifar_shaped``; fewer models and examples: a CPU run).
+Each trainer's floating-point operations are counted in an untimed run (``torch.utils.flop_counter``: matmuls
+and convolutions, forward and backward); achieved GFLOP/s = that count / the timed run's seconds. The peak is
+measured in the same run at the same thread count: the fastest of several fp32 1024×1024 matmuls (``torch.mm``),
+before and after the trainers, so utilisation = achieved / peak says how far the engine is from the machine's
+arithmetic peak (small per-model GEMMs and elementwise work keep it well below).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 
 import numpy as np
 import torch
+from bench_gpu import cifar_shaped, frozen_seed_cnn  # the benchmarks folder is on sys.path when run as a script
+from torch.utils.flop_counter import FlopCounterMode
 
 from dpaudit import data, engine, models, seeding
 from dpaudit.mechanisms.nonprivate import NonPrivate
 
 
+def matmul_peak_gflops(size: int = 1024, repeats: int = 10) -> float:
+    """The fastest of ``repeats`` fp32 ``size``×``size`` matmuls, in GFLOP/s (2 size³ operations each)."""
+    left, right = torch.randn(size, size), torch.randn(size, size)
+    torch.mm(left, right)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(left, right)
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best / 1e9
+
+
+def counted_and_timed(trainer, build, mechanism, x, y, randomness, config) -> tuple[engine.ShadowModels, float, float]:
+    """The models ``trainer`` trains from ``build()``, its operation count (an untimed run) and seconds (timed)."""
+    membership = np.ones((len(randomness), len(y)), dtype=bool)
+    with FlopCounterMode(display=False) as counter:
+        trainer(build(), mechanism, x, y, membership, randomness, config)
+    shadow = build()
+    start = time.perf_counter()
+    trainer(shadow, mechanism, x, y, membership, randomness, config)
+    return shadow, counter.get_total_flops(), time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", type=int, default=32)
+    parser.add_argument("--models", type=int, default=32, help="MLP models")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--rank", type=int, default=16)
     parser.add_argument("--parameterization", choices=models.PARAMETERIZATIONS, default="lora-fa")
+    parser.add_argument("--cnn-models", type=int, default=4)
+    parser.add_argument("--cnn-examples", type=int, default=256, help="private pool of the CNN")
+    parser.add_argument("--cnn-epochs", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    dataset = data.digits()
-    base = models.pretrain(models.mlp(64, 10), dataset.public.x, dataset.public.y)
-    x, y = dataset.private.x, dataset.private.y
-    membership = np.ones((args.models, len(y)), dtype=bool)
-    randomness = seeding.shadow_randomness(0, range(args.models))
+    digits = data.digits()
+    images = cifar_shaped(args.cnn_examples)
+    settings = {
+        "MLP 64-128-128-10 (digits)": (
+            models.pretrain(models.mlp(64, 10), digits.public.x, digits.public.y),
+            digits.private.x,
+            digits.private.y,
+            args.models,
+            args.epochs,
+        ),
+        f"seed CNN (CIFAR-shaped, {args.cnn_examples} images)": (
+            frozen_seed_cnn(),
+            *images,
+            args.cnn_models,
+            args.cnn_epochs,
+        ),
+    }
     mechanism = NonPrivate(parameterization=args.parameterization)
-    config = engine.TrainingConfig(epochs=args.epochs)
     spec = models.LoraSpec(args.rank)
-    rates, results = {}, {}
-    for name, trainer in (("batched", engine.train), ("per-model loop", engine.train_sequentially)):
-        shadow = engine.build(base, args.parameterization, spec, randomness, torch.device("cpu"))
-        start = time.perf_counter()
-        results[name] = trainer(shadow, mechanism, x, y, membership, randomness, config)
-        rates[name] = args.models / (time.perf_counter() - start)
-        print(
-            f"{name:>15}: {rates[name]:8.2f} models/s  ({args.models} models, {args.epochs} epochs, "
-            f"{len(y)} examples, {args.parameterization} r={args.rank}, {args.threads} threads)"
+    peaks = [matmul_peak_gflops()]
+    lines = []
+    for label, (base, x, y, count, epochs) in settings.items():
+        randomness = seeding.shadow_randomness(0, range(count))
+        config = engine.TrainingConfig(epochs=epochs)
+        build = functools.partial(engine.build, base, args.parameterization, spec, randomness, torch.device("cpu"))
+        rates, results = {}, {}
+        for name, trainer in (("batched", engine.train), ("per-model loop", engine.train_sequentially)):
+            results[name], flops, seconds = counted_and_timed(trainer, build, mechanism, x, y, randomness, config)
+            rates[name] = count / seconds
+            lines.append((label, name, rates[name], flops / seconds / 1e9))
+        gap = max(
+            (results["batched"].trainable[n] - results["per-model loop"].trainable[n]).abs().max().item()
+            for n in results["batched"].trainable
         )
-    gap = max(
-        (results["batched"].trainable[n] - results["per-model loop"].trainable[n]).abs().max().item()
-        for n in results["batched"].trainable
-    )
-    print(
-        f"ratio batched / per-model loop: {rates['batched'] / rates['per-model loop']:.2f}x  "
-        f"(max weight difference {gap:.1e})"
-    )
+        lines.append((label, rates["batched"] / rates["per-model loop"], gap))
+        print(f"{label}: {count} models, {epochs} epochs, {len(y)} examples, {args.parameterization} r={args.rank}")
+    peaks.append(matmul_peak_gflops())
+    peak = max(peaks)
+    print(f"measured fp32 matmul peak: {peak:.1f} GFLOP/s ({args.threads} threads; 1024×1024 torch.mm, best of 20)")
+    for line in lines:
+        if len(line) == 4:
+            label, name, rate, gflops = line
+            print(
+                f"  {label:<34} {name:>15}: {rate:8.2f} models/s  {gflops:7.2f} GFLOP/s  "
+                f"{100 * gflops / peak:5.1f}% of the peak"
+            )
+        else:
+            label, ratio, gap = line
+            print(f"  {label:<34} ratio batched / per-model loop: {ratio:.2f}x  (max weight difference {gap:.1e})")
 
 
 if __name__ == "__main__":
