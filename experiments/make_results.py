@@ -2,7 +2,7 @@
 
 Every number of the document is read from those CSVs or computed from them here (differences, tests, ranges);
 the verdicts that compare numbers are computed, the text around them is this script's templates. Regenerate the
-whole record (about 27 minutes on 2 CPU cores), or only the document:
+whole record (about 45 minutes on 2 CPU cores), or only the document:
 
     .venv/bin/python experiments/run_all.py && .venv/bin/python experiments/make_results.py
     .venv/bin/python experiments/make_results.py            # RESULTS.md from the committed CSVs
@@ -1123,7 +1123,8 @@ def audit_tightness(src: Sources) -> Section:
     body = f"""## Audit tightness by mechanism and threat model (`audit_tightness.py`, issue 15)
 
 `python experiments/audit_tightness.py` → `results/audit_tightness.csv`. Every cell is one campaign on digits' MLP
-at the same privacy parameters: full batch (q = 1), σ = {setting_value(frame, "noise"):g}, C = 1, T =
+at the same privacy parameters: full batch (q = 1; 718/719 for the input canary, one more member, at half the
+epochs), σ = {setting_value(frame, "noise"):g}, C = 1, T =
 {steps_value:g} steps, δ = {power(setting_value(frame, "delta"))}, LoRA rank {frame["rank"].dropna().iloc[0]:g}
 where there is one; each mechanism's analytic ε is its own accountant's (DP-SGD's PLD for dp-sgd, dp-lora,
 dp-lora-fa and prism ([P] Thm 3.4); [W] Thm 5 + App. F.2 for m2 with its projection resampled every step). Trials: {

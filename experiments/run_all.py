@@ -6,7 +6,7 @@ seconds in ``OUT/run_all_seconds.csv``. A script that fails does not stop the ot
 code 1 naming every failed script (and its last output lines). ``experiments/RESULTS.md`` is rendered from the
 CSVs by ``experiments/make_results.py``; regenerate the whole record with
 
-    .venv/bin/python experiments/run_all.py && .venv/bin/python experiments/make_results.py   # ~27 min, 2 cores
+    .venv/bin/python experiments/run_all.py && .venv/bin/python experiments/make_results.py   # ~45 min, 2 cores
     .venv/bin/python experiments/run_all.py --only w_table1_lora_fa p_accuracy_at_epsilon     # some scripts
 """
 
