@@ -185,7 +185,7 @@ class AnalyticProfile:
 
 
 def analytic_profile(analytic: AnalyticBound, delta: float) -> AnalyticProfile | None:
-    """The privacy profile of ``analytic``'s event where it has one (a :class:`SubsampledGaussian`); else None.
+    """The privacy profile of ``analytic``'s event, by its type (``_PROFILES``); None for a type without one.
 
     The ε grid is ``PROFILE_POINTS`` points on [0, 2ε] (ε = ``analytic.epsilon`` at ``delta``, the campaign's) and
     the pair (ε, δ) itself, so a test against the profile refutes whatever the single pair refutes. Slopes e^ε
@@ -193,18 +193,25 @@ def analytic_profile(analytic: AnalyticBound, delta: float) -> AnalyticProfile |
     is no finite analytic ε.
     """
     event, epsilon = analytic.event, analytic.epsilon
-    if not isinstance(event, SubsampledGaussian) or epsilon is None or not 0 < epsilon < float("inf"):
+    if type(event) not in _PROFILES or epsilon is None or not 0 < epsilon < float("inf"):
         return None
     import numpy as np
 
-    from accountants import dpsgd
-
-    epsilons = np.append(np.linspace(0.0, 2.0 * epsilon, PROFILE_POINTS), epsilon)
-    pairs = dpsgd.privacy_profile(event.noise_multiplier, event.sample_rate, event.steps, epsilons)
+    pairs, claim = _PROFILES[type(event)](event, np.append(np.linspace(0.0, 2.0 * epsilon, PROFILE_POINTS), epsilon))
     # The reported pair holds too: where the profile's own δ(ε) is larger (a coarser PLD grid), use the smaller.
     pairs[-1, 1] = min(pairs[-1, 1], delta)
-    claim = f"the claimed σ = {event.noise_multiplier:g} (q = {event.sample_rate:.3g}, T = {event.steps})"
     return AnalyticProfile(tuple((float(e), float(d)) for e, d in pairs), claim)
+
+
+def _subsampled_gaussian_profile(event: SubsampledGaussian, epsilons) -> tuple[Any, str]:
+    from accountants import dpsgd
+
+    pairs = dpsgd.privacy_profile(event.noise_multiplier, event.sample_rate, event.steps, epsilons)
+    return pairs, f"the claimed σ = {event.noise_multiplier:g} (q = {event.sample_rate:.3g}, T = {event.steps})"
+
+
+# Event type → its (ε, δ(ε)) pairs on an ε grid and the claim's name; an event type without one has no profile.
+_PROFILES: dict[type, Callable[[Any, Any], tuple[Any, str]]] = {SubsampledGaussian: _subsampled_gaussian_profile}
 
 
 SKETCH_CLAIM_MECHANISMS = registry.applying("sketch-claim")  # LoRA-FA, noise-free or noisy: [S] Lemma 7.2 claims both

@@ -134,3 +134,17 @@ def test_an_event_without_an_accountant_is_refused():
 
     with pytest.raises(TypeError, match="no accountant for the privacy event Laplace"):
         bounds.event_bound(Laplace(1.0), DELTA)
+
+
+def test_the_mechanism_table_and_base_class_load_without_torch():
+    """dpaudit.config takes its names from the registry, which (with the base class and events) never imports torch."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, dpaudit.config, dpaudit.mechanisms.base, dpaudit.mechanisms.registry, dpaudit.mechanisms.privacy;"
+        " print(sorted(m for m in ('torch', 'peft') if m in sys.modules), dpaudit.config.TRAINING_MECHANISMS)"
+    )
+    printed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    names = ("none", "lora-fa", "m1", "m2", "sketch", "dp-sgd", "dp-lora", "dp-lora-fa", "prism")
+    assert printed.strip() == f"[] {names}"
