@@ -9,6 +9,7 @@ setting and the ratio of the engine's best setting to opacus's default method's 
 models ([P] Table 5: PRISM ≈ 2×).
 
     .venv/bin/python benchmarks/bench_dpsgd.py [--models 64] [--epochs 3] [--threads 1 2] [--hidden 128 128]
+        [--parts 1 2]
 
 Three epochs by default (a campaign trains ten): with one epoch, per-run setup (opacus wraps each model, the
 engine builds its stacks and draws the first noise in place) weighs more on both sides.
@@ -117,6 +118,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="torch intra-op thread counts")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per side; the fastest counts")
     parser.add_argument("--hidden", type=int, nargs="+", default=[128, 128], help="MLP hidden widths")
+    parser.add_argument("--parts", type=int, nargs="+", choices=(1, 2), default=[1, 2], help="which parts to run")
     args = parser.parse_args()
     warnings.filterwarnings("ignore", module="opacus")  # secure-RNG advice, irrelevant to timing
     warnings.filterwarnings("ignore", message="Full backward hook")  # opacus hooks on a model without input grads
@@ -145,6 +147,14 @@ def main() -> None:
 
         return train
 
+    if 1 in args.parts:
+        opacus_comparison(args, setting, batched_engine, per_model)
+    if 2 in args.parts:
+        prism_comparison(args, setting, base, x, y, membership, randomness, config, layout)
+
+
+def opacus_comparison(args, setting: str, batched_engine, per_model) -> None:
+    """Part 1: models/s of the batched engine and of opacus's methods at each thread count, and the ratios."""
     print(f"DP-SGD ({setting}, MLP {'-'.join(map(str, (64, *args.hidden, 10)))} on digits), models/s")
     print(f"  {'threads':>7}  {'batched engine':>14}" + "".join(f"  {'opacus ' + mode:>13}" for mode in OPACUS_MODES))
     rates = {}
@@ -165,6 +175,9 @@ def main() -> None:
             f"{mode} {threads} thread(s)): {engine_best[0] / rate:.2f}x"
         )
 
+
+def prism_comparison(args, setting: str, base, x, y, membership, randomness, config, layout) -> None:
+    """Part 2: seconds per step of PRISM and DP-LoRA on the same LoRA models, taking turns, and their ratio."""
     torch.set_num_threads(min(args.threads))
 
     def lora_engine(mechanism):

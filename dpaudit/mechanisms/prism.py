@@ -9,12 +9,14 @@ maths live in :mod:`dpaudit.mechanisms.prism_tangent` (geometry) and :mod:`dpaud
 from __future__ import annotations
 
 import math
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
 from accountants import validation as check
+from dpaudit import background
 from dpaudit.bounds import prism_rank
 from dpaudit.mechanisms.base import Mechanism, Step
 from dpaudit.mechanisms.prism_tangent import (
@@ -33,6 +35,7 @@ from dpaudit.mechanisms.prism_update import (
     PrismStepConfig,
     _step_from_clipped_sums,
     clip_factors,
+    draw_step_omegas,
     global_intrinsic_norm,
 )
 from dpaudit.mechanisms.privacy import ZERO_NOISE, PrivacyEvent, SubsampledGaussian, Training
@@ -92,6 +95,7 @@ class PrismTrainingState:
     ranks: tuple[int, ...]
     adaptive: tuple[PrismAdaptiveState, ...] | None = None
     geometries: tuple = ()  # the last step's new factors' geometry (PrismStepResult.geometries), reused if unchanged
+    omegas_ahead: Future | None = None  # the next step's draw_step_omegas, made on the background thread
 
 
 @dataclass(frozen=True)
@@ -219,12 +223,26 @@ class PrismMechanism(Mechanism):
             norms,
             alphas,
             PrismStepConfig(privacy, learning_rate, self.adaptive),
-            state.generators,
+            self._omegas(factors, step, state),
             state.adaptive,
         )
         state.adaptive, state.geometries = result.states, result.geometries
         for (a, b), new in zip(state.modules, result.factors):
             self._write(params, a, b, adapter.to_peft(new))
+
+    @staticmethod
+    def _omegas(factors: list[LoraFactors], step: Step, state: PrismTrainingState) -> list[tuple[Tensor, Tensor]]:
+        """This step's standard normals; the next step's are drawn ahead on the background thread (if there is one).
+
+        Only this stream uses the generators after :meth:`initialise`, in step order, so drawing ahead changes no
+        number (as :class:`dpaudit.mechanisms.dpsgd.GaussianNoiseStream`); ~1/8 of a step on CPU leaves the
+        critical path.
+        """
+        ahead, state.omegas_ahead = state.omegas_ahead, None
+        omegas = draw_step_omegas(factors, state.generators) if ahead is None else ahead.result()
+        if step.followed:
+            state.omegas_ahead = background.thread().submit(draw_step_omegas, factors, state.generators)
+        return omegas
 
     def transform(self, step: Step, state) -> dict[str, Tensor]:
         raise TypeError("PRISM owns its update (a retraction, [P] Eq. 22): the engine calls update()")

@@ -300,20 +300,16 @@ def _tangent_sq_norms(factor_sq_norm: FactorSqNorm, geometry_A: _ColumnGeometry,
 
     ``P(G) = Π_A G + (I − Π_A) G Π_B`` is an orthogonal sum, so ``‖P(G)‖² = ‖Π_A G‖² + ‖G Π_B‖² − ‖Π_A G Π_B‖²``,
     and with ``g_A = G B``, ``g_B = Gᵀ A``, ``Π_A = Q_A Q_Aᵀ``: ``‖Π_A G‖ = ‖g_B M^{-1/2}‖``, ``‖G Π_B‖ =
-    ‖g_A N^{-1/2}‖``, ``‖Π_A G Π_B‖ = ‖Q_Aᵀ g_A N^{-1/2}‖ = ‖Q_Bᵀ g_B M^{-1/2}‖``. No per-example lift is
+    ‖g_A N^{-1/2}‖``, ``‖Π_A G Π_B‖ = ‖Q_Aᵀ g_A N^{-1/2}‖``. No per-example lift is
     formed: clipping only needs these norms, and the clipped sum is lifted once (the lift is linear).
     ``factor_sq_norm(factor, left, right)`` returns ``‖left · g_{factor,i} · right‖_F²`` per example (``factor``
     "A" or "B"; left None = I).
     """
-    # ‖Π_A G Π_B‖ = ‖Q_Aᵀ G Q_B‖ is also ‖Q_Bᵀ g_B M^{-1/2}‖: transform the shorter factor's rows (m or n).
-    if geometry_A.factor.shape[-2] <= geometry_B.factor.shape[-2]:
-        both_sides = factor_sq_norm("A", geometry_A.basis.mT, geometry_B.gram_inverse_sqrt)
-    else:
-        both_sides = factor_sq_norm("B", geometry_B.basis.mT, geometry_A.gram_inverse_sqrt)
+    # Q_Aᵀ contiguous: the engine multiplies its rows into every example's output gradient (3× faster than strided).
     return (
         factor_sq_norm("B", None, geometry_A.gram_inverse_sqrt)
         + factor_sq_norm("A", None, geometry_B.gram_inverse_sqrt)
-        - both_sides
+        - factor_sq_norm("A", geometry_A.basis.mT.contiguous(), geometry_B.gram_inverse_sqrt)
     )
 
 

@@ -109,9 +109,13 @@ def _noisy_mean(clipped_sum: TangentLift, privacy: PrismPrivacyConfig, noise: Ta
     return TangentLift(clipped_sum.dA / b + scale * noise.dA, clipped_sum.dB / b + scale * noise.dB)
 
 
-def _step_noise(geometry_A: _ColumnGeometry, geometry_B: _ColumnGeometry, generator: Generators) -> TangentLift:
-    """Eq. 19's ``(Ξ_A, Ξ_B)`` at the factors, one draw per model."""
-    return _tangent_noise(_draw_omegas(geometry_A.factor, geometry_B.factor, generator, ()), geometry_A, geometry_B)
+def draw_step_omegas(factors: Sequence[LoraFactors], generator: Generators) -> list[tuple[Tensor, Tensor]]:
+    """One step's standard normals ``(Ω_A, Ω_B)`` per module (Eq. 19), each model's generator module by module.
+
+    Only the factors' shapes, dtype and device are read, so the next step's draw can be made ahead (the factors
+    keep their shapes): :class:`dpaudit.mechanisms.prism.PrismMechanism` draws it on the background thread.
+    """
+    return [_draw_omegas(A, B, generator, ()) for A, B in factors]
 
 
 def _relifted_noise(noise: TangentLift, geometry_A: _ColumnGeometry, geometry_B: _ColumnGeometry) -> TangentLift:
@@ -150,7 +154,8 @@ def privatize_module(
     if not isinstance(clip_weights, Tensor) or clip_weights.shape[-1:] != per_example_lifts.dA.shape[-3:-2]:
         raise UsageError(f"clip_weights must be a (..., b) tensor with b = {per_example_lifts.dA.shape[-3]}")
     total = TangentLift(*(torch.einsum("...b,...bdr->...dr", clip_weights, lifts) for lifts in per_example_lifts))
-    return _noisy_mean(total, privacy, _step_noise(*_geometry(factors), generator))
+    geometries = _geometry(factors)
+    return _noisy_mean(total, privacy, _tangent_noise(_draw_omegas(*factors, generator, ()), *geometries))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -572,7 +577,8 @@ def prism_step(
         FactorGradients(*(torch.einsum("...b,...bdr->...dr", weights, g) for g in gradients))
         for gradients in per_example_gradients
     ]
-    return _step_from_clipped_sums(factors, geometries, clipped_sums, norms, alphas, config, generator, states)
+    omegas = draw_step_omegas(factors, generator)
+    return _step_from_clipped_sums(factors, geometries, clipped_sums, norms, alphas, config, omegas, states)
 
 
 def _step_from_clipped_sums(
@@ -582,10 +588,10 @@ def _step_from_clipped_sums(
     norms: Tensor,
     alphas: Tensor,
     config: PrismStepConfig,
-    generator: Generators,
+    omegas: Sequence[tuple[Tensor, Tensor]],
     states: Sequence[PrismAdaptiveState] | None,
 ) -> PrismStepResult:
-    """:func:`prism_step` after clipping.
+    """:func:`prism_step` after clipping, with the step's standard normals (:func:`draw_step_omegas`).
 
     Per module, lift ``Σ_i α_i w_i (g_A,i, g_B,i)`` (Eq. 14, linear, so this is the clipped sum of the
     per-example lifts), add the noise (Eq. 17), adaptive direction, retraction, alignment.
@@ -596,10 +602,8 @@ def _step_from_clipped_sums(
     new_states: list[PrismAdaptiveState] = []
     noisy_updates: list[TangentLift] = []
     for index, (geometry_A, geometry_B) in enumerate(geometries):
-        signal, noise = (
-            _lift(clipped_sums[index], geometry_A, geometry_B),
-            _step_noise(geometry_A, geometry_B, generator),
-        )
+        signal = _lift(clipped_sums[index], geometry_A, geometry_B)
+        noise = _tangent_noise(omegas[index], geometry_A, geometry_B)
         noisy = _noisy_mean(signal, config.privacy, noise)
         noisy_updates.append(noisy)
         direction = noisy
