@@ -18,7 +18,8 @@ What one step needs, per LoRA module ℓ (the geometry is :mod:`dpaudit.mechanis
   depend on how models are batched. CPU generators are fine for CUDA tensors (draws are moved).
 * State per model and module: :class:`PrismAdaptiveState` (m×r, n×r first moments, two r×r second moments).
 * Cost per step and module: O(b (m+n) r²) for lifts and norms, O((m+n) r²) for noise, adaptive direction and
-  retraction (QR of m×2r, n×2r and a 2r×2r SVD).
+  retraction (QR of m×r, n×r and SVDs of the 2r×2r core and the r×r Procrustes matrix; the factors' own QR and
+  SVD only at the first step: the retraction returns the next step's geometry).
 
 Privacy: each step is a Poisson-subsampled Gaussian mechanism with multiplier σ on the concatenated
 intrinsic update ``ΔZ_dp = ΔA_dp Bᵀ + A ΔB_dpᵀ``, sensitivity C/b (Thm 3.4). What follows Eq. 17 is
