@@ -115,7 +115,7 @@ def _inputs(noise_multiplier, sample_rate, steps, **query):
 def epsilon(
     noise_multiplier: float, sample_rate: float, steps: int, delta: float, neighbouring: Neighbouring = ADD_REMOVE
 ) -> Bound:
-    """epsilon(delta) after ``steps`` Poisson-subsampled Gaussian steps (docs/theory.md §2.2, [P] Thm 3.4)."""
+    """The ε at ``delta`` after ``steps`` Poisson-subsampled Gaussian steps (docs/theory.md §2.2, [P] Thm 3.4)."""
     noise_multiplier, sample_rate, steps = _checked(noise_multiplier, sample_rate, steps, neighbouring)
     delta = check.open_unit("delta", delta)
 
@@ -214,7 +214,7 @@ def privacy_profile(
 def delta(
     noise_multiplier: float, sample_rate: float, steps: int, epsilon: float, neighbouring: Neighbouring = ADD_REMOVE
 ) -> Bound:
-    """delta(eps) after ``steps`` Poisson-subsampled Gaussian steps."""
+    """The δ at ``epsilon`` after ``steps`` Poisson-subsampled Gaussian steps."""
     return delta_curve(noise_multiplier, sample_rate, steps, [epsilon], neighbouring)[0]
 
 

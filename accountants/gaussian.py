@@ -82,7 +82,7 @@ def privacy_loss_tail_epsilon(tail: float, mu: float) -> float:
 
 
 def delta(epsilon: float, sensitivity: float, sigma: float, neighbouring: Neighbouring = REPLACE_ONE) -> Bound:
-    """Exact delta(eps) of the Gaussian mechanism (Balle & Wang 2018; docs/theory.md §2.1)."""
+    """The exact δ at ``epsilon`` of the Gaussian mechanism (Balle & Wang 2018; docs/theory.md §2.1)."""
     epsilon = check.non_negative("epsilon", epsilon)
     mu = check.positive("sensitivity", sensitivity) / check.positive("sigma", sigma)
     return Bound(
