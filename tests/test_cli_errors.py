@@ -75,7 +75,7 @@ def test_help_documents_the_exit_codes():
 @pytest.mark.parametrize(
     "argv,unknown",
     [
-        (["audit", "--model", "4"], "--model"),
+        (["audit", "--mode", "4"], "--mode"),  # would abbreviate --model / --models
         (["bounds", "gaussian", "--sigma", "1", "--sens", "2", "--delta", "1e-5"], "--sens"),
         (["audit-mechanism", "gaussian", "--sample", "100"], "--sample"),
     ],
