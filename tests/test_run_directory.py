@@ -3,6 +3,7 @@
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -113,7 +114,10 @@ def test_diverging_models_are_named_with_the_fix_and_the_directory_restarts_afte
     out = tmp_path / "diverging"
     argv = ["audit", "--models", "8", "--epochs", "1", "--batch-size", "8", "--workers", "1", "--quiet"]
     assert main([*argv, "--out", str(out)]) == 2
-    _one_line_error(capsys, "shadow model(s) 1, 5 diverged", "lower --lr", "raise --batch-size")
+    err = _one_line_error(capsys, "diverged", "lower --lr", "raise --batch-size")
+    # Which models cross into NaN at this edge depends on float summation order (1, 5 at 1 thread; 1, 5, 6 at 2).
+    named = re.search(r"shadow model\(s\) ([\d, ]+) diverged", err)
+    assert named and {1, 5} <= {int(k) for k in named.group(1).split(",")}, err
     assert not list((out / "chunks").glob("*.npz"))  # nothing stored as finished
     assert main(["resume", str(out), "--quiet", "--workers", "1"]) == 2  # the same config diverges again
     _one_line_error(capsys, "diverged")
