@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attacks import epsilon as epsilon_lib
+from attacks import exposure as exposure_lib
 from attacks import lira, loss, one_run, reference, rmia, tradeoff, white_box
 from attacks import metrics as metrics_lib
 from attacks import scores as score_lib
@@ -92,27 +93,54 @@ def attack_scores(attack: str, plan: Plan, outputs: ChunkOutputs) -> np.ndarray:
     ``canary-loss``: negated loss on the target ([W] App. F.1). ``lira-*``: LiRA on logit-scaled confidences,
     leave-one-out over the other shadow models (Carlini et al. 2022). ``reference``: [S] Eq. 16 with θ_ref the
     pretrained base (trained on public data only). ``rmia``: RMIA with the test split as population z.
+    A sequence's loss is its negated log-likelihood (:func:`log_probabilities`).
     """
-    labels = plan.target_labels
+    task, labels = str(plan.task), plan.target_labels
     if attack == "canary-loss":
-        return loss.loss_scores(score_lib.cross_entropy_loss(outputs.target_logits, labels))
+        return loss.loss_scores(-log_probabilities(task, outputs.target_outputs, labels))
     if attack in ("lira-online", "lira-offline"):
         _check_lira_models(attack, plan.membership)
-        confidences = score_lib.logit_scaled_confidence(outputs.target_logits, labels)
         fit = lira.lira_online_scores if attack == "lira-online" else lira.lira_offline_scores
-        return fit(confidences, plan.membership)
+        return fit(_lira_statistic(task, outputs.target_outputs, labels), plan.membership)
     if attack == "reference":
         return reference.reference_calibrated_scores(
-            score_lib.cross_entropy_loss(outputs.target_logits, labels),
-            score_lib.cross_entropy_loss(plan.reference_logits, labels),
+            -log_probabilities(task, outputs.target_outputs, labels),
+            -log_probabilities(task, plan.reference_outputs, labels),
         )
     if attack == "rmia":
         return rmia.rmia_scores(
-            score_lib.true_label_log_probability(outputs.target_logits, labels),
+            log_probabilities(task, outputs.target_outputs, labels),
             plan.membership,
-            score_lib.true_label_log_probability(outputs.population_logits, plan.population_labels),
+            log_probabilities(task, outputs.population_outputs, plan.population_labels),
         )
     raise UsageError(f"unknown attack {attack!r}: use one of {', '.join(OUTPUT_ATTACKS)}")
+
+
+def log_probabilities(task: str, outputs: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """The log-probability log p(label | example; θ) of each output (:class:`dpaudit.store.Plan`), float64.
+
+    Classification: the true label's log-softmax. Next-token: the log-likelihood of the sequence's scored bytes.
+    """
+    if task == "next-token":
+        return outputs[..., 0].astype(np.float64)
+    return score_lib.true_label_log_probability(outputs, labels)
+
+
+def _lira_statistic(task: str, outputs: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """LiRA's per-model statistic: the logit-scaled confidence φ = log p - log(1 - p) of the label.
+
+    A sequence's probability p is tiny (e^-20 for 9 random digits), where φ = log p + O(p): its log-likelihood.
+    """
+    if task == "next-token":
+        return log_probabilities(task, outputs, labels)
+    return score_lib.logit_scaled_confidence(outputs, labels)
+
+
+def accuracies(task: str, outputs: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """(models, examples) accuracy of each output: 0/1 for a class, the fraction of bytes right for a sequence."""
+    if task == "next-token":
+        return outputs[..., 1].astype(np.float64)
+    return (outputs.argmax(-1) == labels).astype(np.float64)
 
 
 def _check_lira_models(attack: str, membership: np.ndarray) -> None:
@@ -169,6 +197,46 @@ def one_run_bounds(scores: np.ndarray, membership: np.ndarray, delta: float) -> 
 
 
 @dataclass(frozen=True)
+class SecretExposure:
+    """Exposure of the secret canaries (Carlini et al. 2019, Def. 4), estimated from m sampled candidates (Sec. 4.2).
+
+    Each model ranks each secret among m candidates drawn uniformly from the secrets' format
+    (:func:`attacks.exposure.sampled_exposure`): ``inserted`` are the exposures of secrets in the models that
+    trained on them, ``held_out`` in those that did not (about 1.4 on average by chance: rank uniform). The
+    estimate cannot exceed log2(m + 1) (``ceiling``).
+    """
+
+    inserted: np.ndarray
+    held_out: np.ndarray
+    candidates: int
+
+    @property
+    def ceiling(self) -> float:
+        return float(np.log2(self.candidates + 1))
+
+    def summary_fields(self) -> dict:
+        """The numbers summary.json reports: mean and median exposure IN and OUT, and the ceiling."""
+        fields: dict[str, float | int | None] = {"candidates": self.candidates, "ceiling": self.ceiling}
+        for name, values in (("inserted", self.inserted), ("held_out", self.held_out)):
+            fields[f"{name}_mean"] = float(values.mean()) if values.size else None
+            fields[f"{name}_median"] = float(np.median(values)) if values.size else None
+        return fields
+
+
+def secret_exposure(
+    secret_log_likelihoods: np.ndarray, membership: np.ndarray, candidate_log_likelihoods: np.ndarray
+) -> SecretExposure:
+    """:class:`SecretExposure` of (models, secrets) log-likelihoods against each model's (models, m) candidates."""
+    exposures = np.array(
+        [
+            [exposure_lib.sampled_exposure(value, candidates) for value in row]
+            for row, candidates in zip(secret_log_likelihoods, candidate_log_likelihoods)
+        ]
+    ).reshape(membership.shape)
+    return SecretExposure(exposures[membership], exposures[~membership], candidate_log_likelihoods.shape[1])
+
+
+@dataclass(frozen=True)
 class Analysis:
     """Scores of one attack on a campaign and the statistics they support."""
 
@@ -189,6 +257,7 @@ class Analysis:
     # The canary design's statistics the bounds and verdict try, Bonferroni over them (white_box_statistics);
     # ``scores`` is the first. None: ``scores`` alone.
     statistics: dict[str, np.ndarray] | None = None
+    exposure: SecretExposure | None = None  # next-token campaigns with secret canaries
 
     @property
     def in_scores(self) -> np.ndarray:
@@ -230,9 +299,17 @@ def analyse(store: RunStore, attack: str | None = None) -> Analysis:
         bound = _best_bound(epsilon_lib.clopper_pearson_epsilon, statistics, membership, config.delta)
         gdp_bound = _best_bound(epsilon_lib.gdp_epsilon, statistics, membership, config.delta)
     one_run_result = one_run_bounds(scores, membership, config.delta) if config.design == "one-run" else None
-    accuracy = (outputs.population_logits.argmax(-1) == plan.population_labels).mean(axis=1)
-    correct = outputs.target_logits.argmax(-1) == plan.target_labels
+    task = str(plan.task)
+    accuracy = accuracies(task, outputs.population_outputs, plan.population_labels).mean(axis=1)
+    correct = accuracies(task, outputs.target_outputs, plan.target_labels)
     member_accuracy = float(correct[membership].mean()) if membership.any() and config.canary == "input" else None
+    secrets = None
+    if outputs.candidate_log_likelihoods is not None:
+        secrets = secret_exposure(
+            log_probabilities(task, outputs.target_outputs, plan.target_labels),
+            membership,
+            outputs.candidate_log_likelihoods,
+        )
     layers = [LayerShape(*map(int, row)) for row in plan.layer_shapes]
     analytic = analytic_bound(config, int(plan.max_members), layers)
     measured = store.measurements() if config.mechanism in SKETCH_CLAIM_MECHANISMS else None
@@ -254,6 +331,7 @@ def analyse(store: RunStore, attack: str | None = None) -> Analysis:
         claim,
         profile,
         statistics if config.design == "canary" else None,
+        secrets,
     )
 
 

@@ -32,7 +32,7 @@ from torch import nn
 
 from attacks import canary as input_canary
 from attacks import designs
-from dpaudit import bounds, engine, models
+from dpaudit import bounds, engine, models, text
 from dpaudit import canaries as canary_lib
 from dpaudit import data as data_lib
 from dpaudit.config import CampaignConfig, Execution
@@ -45,6 +45,8 @@ from dpaudit.store import ChunkOutputs, Plan, RunStore, checksum
 
 PYTHON_OBJECT = "python:"  # --model / --dataset of a campaign given Python objects (dpaudit.audit): no name to resolve
 _CPU_CHUNK_RANGE = (16, 128)  # models per chunk: small enough to balance workers, large enough to batch well
+_EXPOSURE_CANDIDATES = 1000  # candidates of the secrets' format each model scores: exposure up to log2(1001) ≈ 10
+_LOGIT_ELEMENTS = 2**24  # next-token logits materialised at once while a chunk's outputs are summarised (64 MiB)
 
 
 @dataclass
@@ -71,6 +73,10 @@ class Setup:
     layout: engine.BatchLayout
     canaries: canary_lib.GradientCanaries | None = None  # gradient canaries, inserted by the engine
     canary_membership: np.ndarray | None = None  # (models, canaries) bool: which gradient canaries each model gets
+    # Next-token campaigns: the target positions [start, stop) each target is scored on (a secret's random
+    # bytes, or every byte), and the windows of the exposure candidates (secret canaries only).
+    scored_positions: tuple[int, int] | None = None
+    exposure_candidates: np.ndarray | None = None
 
     @property
     def lora(self) -> models.LoraSpec | None:
@@ -80,6 +86,10 @@ class Setup:
     @property
     def targets_x(self) -> np.ndarray:
         return self.pool_x[self.target_index]
+
+    @property
+    def targets_y(self) -> np.ndarray:
+        return self.pool_y[self.target_index]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -237,7 +247,7 @@ def resolve(config: CampaignConfig) -> Inputs:
             )
     dataset = data_lib.load(config.dataset)
     if config.model is None:
-        architecture: nn.Module = models.for_input(dataset.input_shape, dataset.num_classes)
+        architecture: nn.Module = models.for_input(dataset.input_shape, dataset.num_classes, dataset.task)
         models.initialise(architecture, config.seed)  # the built-in model's weights: from the seed, never global
     else:
         architecture = models.from_factory(config.model, dataset.input_shape, dataset.num_classes)
@@ -247,14 +257,15 @@ def resolve(config: CampaignConfig) -> Inputs:
 def check_inputs(config: CampaignConfig, inputs: Inputs) -> Inputs:
     """``inputs`` checked against the config before anything is written.
 
-    The checks that need them: classification data, a model with layers to adapt, the rank fits every adapted
-    layer, ``target_modules`` name layers of a LoRA adapter, the gradient canaries fit the trained tensors.
+    The checks that need them: the model learns the data's task, it has layers to adapt, the rank fits every
+    adapted layer, ``target_modules`` name layers of a LoRA adapter, the gradient canaries fit the trained tensors.
     """
     dataset, architecture, mechanism = inputs.dataset, inputs.architecture, inputs.mechanism
-    if dataset.task != "classification":
+    if models.task_of(architecture) != dataset.task:
         raise UsageError(
-            f"--dataset {config.dataset} is {dataset.task} data, but campaigns audit classifiers only so far: use it"
-            " from Python (dpaudit.text, dpaudit.transformer)"
+            f"--dataset {config.dataset} is {dataset.task} data, but the model ({type(architecture).__name__}) learns"
+            f" {models.task_of(architecture)} (its `task` attribute): give a model of the data's task, e.g."
+            " dpaudit.transformer.CausalTransformer for text"
         )
     if not models.adapted_layers(architecture):
         raise UsageError(
@@ -329,7 +340,8 @@ def prepare(config: CampaignConfig, store: RunStore, device: torch.device, input
         buffer = io.BytesIO()
         torch.save(base.state_dict(), buffer)
         store.write_base(buffer.getvalue())
-    gradient_canaries = canary_membership = None
+    gradient_canaries = canary_membership = candidates = None
+    next_token = dataset.task == "next-token"
     if config.design != "all-examples":
         design_membership = (
             designs.single_canary_design(config.models, config.seed)[:, None]
@@ -339,12 +351,19 @@ def prepare(config: CampaignConfig, store: RunStore, device: torch.device, input
         # A null campaign keeps the design's groups but trains no model on any canary.
         inserted = design_membership & (not config.null)
         count = design_membership.shape[1]
-        if config.canary == "input":
+        if config.canary == "input" and next_token:
+            # Secrets (Carlini et al. 2019), and the candidates of their format that their exposure is ranked in.
+            length = dataset.input_shape[0]
+            windows = text.secret_windows(count, campaign_rng(config.seed, "canary"), length)
+            x_q, labels = windows[:, :-1], windows[:, 1:]
+            candidates = text.secret_windows(_EXPOSURE_CANDIDATES, campaign_rng(config.seed, "exposure"), length)
+        elif config.canary == "input":
             x_q = input_canary.draw_canary_input((count, *dataset.input_shape), campaign_rng(config.seed, "canary"))
             x_q = x_q.astype(np.float32)
             labels = (
                 _canary_labels(config, dataset, base, mechanism, x_q, device) if plan is None else plan.target_labels
             )
+        if config.canary == "input":
             pool_x = np.concatenate([dataset.private.x, x_q])
             pool_y = np.concatenate([dataset.private.y, labels])
             pool_membership = np.ones((config.models, len(pool_y)), dtype=bool)
@@ -362,6 +381,9 @@ def prepare(config: CampaignConfig, store: RunStore, device: torch.device, input
         target_index = np.arange(len(pool_y))
         design_membership = pool_membership
     layout = engine.BatchLayout.for_members(int(pool_membership.sum(axis=1).max()), config.batch_size)
+    scored = None
+    if next_token:
+        scored = text.SECRET_POSITIONS if candidates is not None else (0, dataset.input_shape[0])
     setup = Setup(
         config,
         dataset,
@@ -374,10 +396,12 @@ def prepare(config: CampaignConfig, store: RunStore, device: torch.device, input
         layout,
         gradient_canaries,
         canary_membership,
+        scored,
+        candidates,
     )
     if plan is None:
         with torch.no_grad():
-            reference_logits = base(torch.from_numpy(setup.targets_x)).numpy()
+            reference_outputs = _outputs(setup, lambda x: base(torch.from_numpy(x)), setup.targets_x, setup.targets_y)
         adapted = models.lora_layers(base, config.target_modules) if config.target_modules else None
         shapes = np.array(
             [
@@ -389,9 +413,10 @@ def prepare(config: CampaignConfig, store: RunStore, device: torch.device, input
         )
         store.save_plan(
             Plan(
+                np.array(dataset.task),
                 pool_y[target_index],
                 design_membership,
-                reference_logits,
+                reference_outputs,
                 dataset.test.y,
                 np.array(layout.members),
                 shapes,
@@ -537,20 +562,55 @@ def train_chunk(
         canaries = canary_lib.CanaryRun(setup.canaries, setup.canary_membership[indices], str(setup.config.observe))
     shadow = _train(setup, randomness, setup.pool_membership[indices], device, on_step, canaries)
     observations = shadow.canary_observations
+    forward, k, test = functools.partial(engine.logits, shadow), len(indices), setup.dataset.test
+    candidates = None
+    if setup.exposure_candidates is not None:
+        windows = setup.exposure_candidates
+        candidates = _outputs(setup, forward, windows[:, :-1], windows[:, 1:], k)[..., 0]
     outputs = ChunkOutputs(
         indices=np.asarray(indices, dtype=np.int64),
-        target_logits=engine.logits(shadow, setup.targets_x).float().cpu().numpy(),
-        population_logits=engine.logits(shadow, setup.dataset.test.x).float().cpu().numpy(),
+        target_outputs=_outputs(setup, forward, setup.targets_x, setup.targets_y, k).astype(np.float32),
+        population_outputs=_outputs(setup, forward, test.x, test.y, k, population=True).astype(np.float32),
         canary_observations=None if observations is None else observations.cpu().numpy(),
+        candidate_log_likelihoods=candidates,
     )
-    finite = np.isfinite(outputs.target_logits).all(axis=(1, 2)) & np.isfinite(outputs.population_logits).all(
+    finite = np.isfinite(outputs.target_outputs).all(axis=(1, 2)) & np.isfinite(outputs.population_outputs).all(
         axis=(1, 2)
     )
-    if outputs.canary_observations is not None:
-        finite &= np.isfinite(outputs.canary_observations).all(axis=(1, 2))
+    for extra in (outputs.canary_observations, candidates):
+        if extra is not None:
+            finite &= np.isfinite(extra.reshape(len(extra), -1)).all(axis=1)
     if not finite.all():
         raise Diverged(tuple(int(i) for i in outputs.indices[~finite]))
     return outputs
+
+
+def _outputs(
+    setup: Setup,
+    forward: Callable[[np.ndarray], torch.Tensor],
+    x: np.ndarray,
+    y: np.ndarray,
+    models: int = 1,
+    population: bool = False,
+) -> np.ndarray:
+    """The outputs of ``models`` models on examples (x, y), as :class:`dpaudit.store.Plan` defines them.
+
+    ``forward``: logits of the base model, or of K shadow models (:func:`dpaudit.engine.logits`). Classification:
+    the logits. Next-token: :func:`dpaudit.text.sequence_summaries` of the targets' scored positions (every
+    position of a ``population`` sequence), from the logits of a few sequences at a time; the model is causal,
+    so the bytes after the last scored position are not fed to it.
+    """
+    if setup.scored_positions is None:
+        return forward(x).cpu().numpy()
+    positions = (0, x.shape[1]) if population else setup.scored_positions
+    x, y = x[:, : positions[1]], y[:, : positions[1]]
+    rows = max(1, _LOGIT_ELEMENTS // (models * x.shape[1] * setup.dataset.num_classes))
+    parts = []
+    for first in range(0, max(len(x), 1), rows):  # no sequences still run one empty batch: a (…, 0, 2) result
+        logits = forward(x[first : first + rows])
+        targets = torch.from_numpy(y[first : first + rows]).to(logits.device)
+        parts.append(text.sequence_summaries(logits, targets, positions))
+    return torch.cat(parts, dim=-2).cpu().numpy()
 
 
 def _auto_chunk_size(setup: Setup, device: torch.device, workers: int) -> int:
@@ -680,7 +740,10 @@ def _run_locked(config: CampaignConfig, execution: Execution, store: RunStore, i
                 for outputs in joblib.Parallel(n_jobs=workers, return_as="generator_unordered")(jobs):
                     store.write_chunk(outputs)
                     bar.update(len(outputs.indices))
-    if config.mechanism in bounds.SKETCH_CLAIM_MECHANISMS and store.measurements() is None:
+    # [S] Lemma 7.2's inputs are measured on LoRA-FA retrained as full-weight training of every layer: where LoRA
+    # leaves layers out (the transformer's head), that is another training, so nothing is measured.
+    every_layer = set(models.lora_layers(setup.base)) == set(models.adapted_layers(setup.base))
+    if config.mechanism in bounds.SKETCH_CLAIM_MECHANISMS and every_layer and store.measurements() is None:
         store.write_measurements(measure_sketch_inputs(setup))
     store.record_seconds(time.perf_counter() - start)
 

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from dpaudit.errors import UsageError
+from dpaudit.transformer import CausalTransformer
 
 PARAMETERIZATIONS = ("full", "lora", "lora-fa")
 TASKS = ("classification", "next-token")
@@ -82,8 +83,13 @@ def seed_cnn(in_channels: int, num_classes: int, image_size: int = 32, hidden: i
     return nn.Sequential(*layers)
 
 
-def for_input(input_shape: tuple[int, ...], num_classes: int) -> nn.Sequential:
-    """The default architecture for a dataset: MLP for vectors, the seed CNN for (C, H, W) images."""
+def for_input(input_shape: tuple[int, ...], num_classes: int, task: str = "classification") -> nn.Module:
+    """The default architecture for a dataset: MLP for vectors, the seed CNN for (C, H, W) images.
+
+    Next-token sequences (T,): the byte-level transformer (:class:`dpaudit.transformer.CausalTransformer`).
+    """
+    if task == "next-token":
+        return CausalTransformer(input_shape[0], vocabulary=num_classes)
     if len(input_shape) == 1:
         return mlp(input_shape[0], num_classes)
     if len(input_shape) == 3 and input_shape[1] == input_shape[2]:

@@ -90,6 +90,7 @@ def summary(analysis: Analysis) -> dict:
         "audit_tightness": _tightness(analysis),
         "test_accuracy": float(analysis.test_accuracy.mean()),
         "member_accuracy": analysis.member_accuracy,
+        "secret_exposure": None if analysis.exposure is None else analysis.exposure.summary_fields(),
         "seed": config.seed,
         "config": dataclasses.asdict(config),
         "config_hash": config.canonical_hash(),

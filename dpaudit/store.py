@@ -4,7 +4,7 @@ Layout::
 
     RUN_DIR/campaign.json            format and dpaudit version, config, its hash, data/model/mechanism fingerprints
     RUN_DIR/base.pt                  the pretrained base model's weights (so resuming never re-pretrains)
-    RUN_DIR/plan.npz                 targets, design membership, canary, reference logits (everything analysis needs)
+    RUN_DIR/plan.npz                 targets, design membership, canary, reference outputs (everything analysis needs)
     RUN_DIR/chunks/models-A-B.npz    outputs of shadow models A..B-1
     RUN_DIR/timing.json              the campaign's wall time, summed over sessions
     RUN_DIR/measured.json            LoRA-FA campaigns: [S] Lemma 7.2's λ̄, C, β measured on a few of its models
@@ -47,9 +47,10 @@ from dpaudit import config as config_lib
 from dpaudit.config import CampaignConfig
 from dpaudit.errors import UsageError
 
-FORMAT_VERSION = 2
-_CHUNK_ARRAYS = ("indices", "target_logits", "population_logits")
+FORMAT_VERSION = 3  # 3: outputs named for what they are, next-token campaigns (plan task, secret candidates)
+_CHUNK_ARRAYS = ("indices", "target_outputs", "population_outputs")
 _OBSERVATIONS = "canary_observations"  # chunks of white-box campaigns (config observe = weights | steps) only
+_CANDIDATES = "candidate_log_likelihoods"  # chunks of next-token campaigns with secret canaries only
 _METADATA_FIELDS = {
     "format_version": int,
     "dpaudit_version": str,
@@ -67,14 +68,21 @@ class Plan:
     """Everything about a campaign's targets that analysis needs, fixed before any shadow model trains.
 
     ``membership`` (models, targets) is the design's truth the attack is judged against (in a null campaign
-    the canary's design group, though no model saw it). ``reference_logits`` (targets, classes) are the
-    pretrained base's outputs: the reference model θ_ref of [S] Eq. 16, trained on auxiliary (public) data.
+    the canary's design group, though no model saw it). ``reference_outputs`` are the pretrained base's outputs
+    on the targets: the reference model θ_ref of [S] Eq. 16, trained on auxiliary (public) data.
+
+    A model's *outputs* on an example depend on the ``task`` (:mod:`dpaudit.models`): a classifier's are its
+    logits (F = classes); a next-token model's, the log-likelihood and top-1 accuracy of the sequence's scored
+    bytes (F = 2, :func:`dpaudit.text.sequence_summaries`: a secret's random bytes, all bytes of any other
+    sequence), since all T × V logits of every sequence would be 16 000 times larger. Labels are (n,) classes or
+    (n, T) next bytes.
     """
 
-    target_labels: np.ndarray  # (targets,)
+    task: np.ndarray  # () str: classification | next-token
+    target_labels: np.ndarray  # (targets,) or (targets, T)
     membership: np.ndarray  # (models, targets) bool
-    reference_logits: np.ndarray  # (targets, classes)
-    population_labels: np.ndarray  # (population,) the test split: in no model's training set (RMIA's z)
+    reference_outputs: np.ndarray  # (targets, F)
+    population_labels: np.ndarray  # (population,) or (population, T): the test split, in no training set (RMIA's z)
     max_members: np.ndarray  # () the largest member count N of any model: with the batch size it fixes q and T
     layer_shapes: np.ndarray  # (layers, 3) d_out, d_in, example rank of each adapted layer (dpaudit.bounds)
     base_checksum: np.ndarray  # () str: checksum of base.pt's tensors, so a re-pretrained base is checked
@@ -85,10 +93,13 @@ class ChunkOutputs:
     """What a chunk of shadow models sends back: outputs only, never the models."""
 
     indices: np.ndarray  # (K,) model indices
-    target_logits: np.ndarray  # (K, targets, classes) float32
-    population_logits: np.ndarray  # (K, population, classes) float32
+    target_outputs: np.ndarray  # (K, targets, F) float32, F as in Plan
+    population_outputs: np.ndarray  # (K, population, F) float32
     # (K, S, canaries) float64, white-box campaigns only (dpaudit.canaries): S = 1 (observe weights) or T (steps)
     canary_observations: np.ndarray | None = None
+    # (K, m) float64, next-token campaigns with secrets: log-likelihoods of m candidates drawn from the secrets'
+    # format (attacks.exposure.sampled_exposure)
+    candidate_log_likelihoods: np.ndarray | None = None
 
 
 # -- files: atomic, exclusive, never through a link --------------------------------------------------------------
@@ -462,19 +473,27 @@ class RunStore:
             raise self._damaged("plan.npz", f"holds arrays {sorted(arrays)}, not {sorted(names)}", _REMAKE_PLAN)
         plan = Plan(**arrays)
         models = self._metadata()["config"].get("models")
-        labels, membership, reference = plan.target_labels, plan.membership, plan.reference_logits
+        labels, membership, reference = plan.target_labels, plan.membership, plan.reference_outputs
         # Gradient canaries are targets without an input: no labels, no logits.
         inputs = membership.shape[-1] if self._metadata()["config"].get("canary") != "gradient" else 0
         problem = None
-        if labels.ndim != 1 or labels.dtype.kind not in "iu" or plan.population_labels.dtype.kind not in "iu":
-            problem = "has target or population labels that are not integer vectors"
+        label_dimensions = 1 if str(plan.task) == "classification" else 2
+        if str(plan.task) not in ("classification", "next-token"):
+            problem = f"has task {plan.task}, not classification or next-token"
+        elif (
+            labels.ndim != label_dimensions
+            or plan.population_labels.ndim != label_dimensions
+            or labels.dtype.kind not in "iu"
+            or plan.population_labels.dtype.kind not in "iu"
+        ):
+            problem = f"has target or population labels that are not {label_dimensions}-D integer arrays"
         elif membership.dtype != bool or membership.ndim != 2 or membership.shape[0] != models or len(labels) != inputs:
             problem = (
                 f"has a membership of shape {membership.shape} ({membership.dtype}) for {len(labels)} target labels,"
                 f" not ({models}, targets) bool"
             )
         elif reference.ndim != 2 or len(reference) != len(labels):
-            problem = f"has reference logits of shape {reference.shape}, not (targets, classes)"
+            problem = f"has reference outputs of shape {reference.shape}, not (targets, F)"
         elif plan.layer_shapes.ndim != 2 or plan.layer_shapes.shape[1:] != (3,) or plan.max_members.shape:
             problem = "has malformed layer shapes or member count"
         if problem is not None:
@@ -504,17 +523,20 @@ class RunStore:
         arrays = {key: value for key, value in dataclasses.asdict(outputs).items() if value is not None}
         _save_npz(self.root, name, arrays, self._record())
 
-    def _chunk_arrays(self) -> tuple[str, ...]:
-        """The arrays every chunk of this campaign holds (runs from before white-box campaigns: the outputs)."""
-        observe = self._metadata()["config"].get("observe", "outputs")
-        return _CHUNK_ARRAYS if observe == "outputs" else (*_CHUNK_ARRAYS, _OBSERVATIONS)
+    def _chunk_arrays(self, plan: Plan) -> tuple[str, ...]:
+        """The arrays every chunk of this campaign holds: outputs, white-box observations, secrets' candidates."""
+        config = self._metadata()["config"]
+        observed = (_OBSERVATIONS,) if config.get("observe", "outputs") != "outputs" else ()
+        gradient = config.get("canary") == "gradient"
+        secrets = str(plan.task) == "next-token" and config.get("design") != "all-examples" and not gradient
+        return (*_CHUNK_ARRAYS, *observed, *((_CANDIDATES,) if secrets else ()))
 
     def _valid_chunks(self, plan: Plan) -> list[dict[str, np.ndarray]]:
         """The sound chunks; one damaged by a crash is ignored (and so recomputed), a tampered one is refused."""
         n_models, targets = plan.membership.shape
-        classes = plan.reference_logits.shape[1]
+        classes = plan.reference_outputs.shape[1]
         fix = "delete it; `dpaudit resume` trains its models again"
-        expected = self._chunk_arrays()
+        expected = self._chunk_arrays(plan)
         valid = []
         for path in sorted(self.chunks.glob("models-*.npz")):
             name = f"chunks/{path.name}"
@@ -535,7 +557,11 @@ class RunStore:
             observations = arrays.get(_OBSERVATIONS, np.zeros((k, 1, targets)))
             if observations.ndim != 3 or observations.shape[::2] != (k, targets) or observations.dtype.kind != "f":
                 raise self._damaged(name, f"has canary observations of shape {observations.shape}", fix)
-            if not (np.isfinite(target).all() and np.isfinite(population).all() and np.isfinite(observations).all()):
+            candidates = arrays.get(_CANDIDATES, np.zeros((k, 1)))
+            if candidates.ndim != 2 or len(candidates) != k or candidates.dtype.kind != "f":
+                raise self._damaged(name, f"has candidate log-likelihoods of shape {candidates.shape}", fix)
+            finite = (target, population, observations, candidates)
+            if not all(np.isfinite(array).all() for array in finite):
                 raise self._damaged(name, "holds non-finite outputs (models that diverged)", fix)
             valid.append(arrays)
         return valid
@@ -560,7 +586,7 @@ class RunStore:
                 f"{self.root} has outputs for {len(unique)} of {n_models} models: "
                 f"`dpaudit resume {self.root}` trains the rest"
             )
-        gathered = {name: np.concatenate([c[name] for c in chunks])[first] for name in self._chunk_arrays()}
+        gathered = {name: np.concatenate([c[name] for c in chunks])[first] for name in self._chunk_arrays(plan)}
         return ChunkOutputs(**gathered)
 
     # -- one trainer at a time --------------------------------------------------------------------------------

@@ -6,14 +6,16 @@ bytes, disjoint, cut from the corpus in order: ``x`` (n, L) int64 holds bytes 0.
 (``num_classes`` = 256, the vocabulary). Windows are split into public/private/test by dpaudit's fixed rule
 (:func:`dpaudit.data.split_indices`), as every dataset is.
 
-``--dataset text`` is the reference documentation of Python's ``pydoc_data.topics`` (about 466 kB, shipped with
-Python, no download; its text, and so the fingerprint, can change with the Python version); ``text:PATH`` a
-UTF-8 file.
+``--dataset text`` is the first 128 KiB of the reference documentation of Python's ``pydoc_data.topics`` (about
+466 kB in all, shipped with Python, no download; its text, and so the fingerprint, can change with the Python
+version): 2016 sequences of 65 bytes, 806 private ones, the size of ``digits``, so that a 64-model campaign runs in
+minutes on two cores. ``text:PATH`` is a UTF-8 file, all of it.
 
 Canaries (Carlini et al. 2019, "The Secret Sharer", arXiv 1802.08232): :func:`secret_sequences` draws random
 secrets in a format such as ``"my secret number is "`` + 9 digits; the exposure of a secret (its rank among all
 candidates of the format by log-likelihood, :mod:`attacks.exposure`) needs :func:`log_likelihoods` of the
-candidates (:func:`candidates` enumerates a small space).
+candidates (:func:`candidates` enumerates a small space). A campaign inserts secrets as :func:`secret_windows`
+and scores each sequence by :func:`sequence_summaries` of the bytes it cares about (:data:`SECRET_POSITIONS`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,12 @@ from dpaudit import data
 from dpaudit.errors import UsageError
 
 SEQUENCE_LENGTH = 64
+EMBEDDED_BYTES = 2**16  # of the corpus in --dataset text (module docstring)
+SECRET_PREFIX = b"my secret number is "
+SECRET_ALPHABET = b"0123456789"
+SECRET_DIGITS = 9
+# Targets y[t] = byte t + 1 of the window: the secret's random bytes are targets len(prefix) - 1 … (one past).
+SECRET_POSITIONS = (len(SECRET_PREFIX) - 1, len(SECRET_PREFIX) + SECRET_DIGITS - 1)
 
 
 @dataclass(frozen=True)
@@ -77,7 +85,7 @@ def from_bytes(name: str, text: bytes, length: int = SEQUENCE_LENGTH) -> TextDat
 def load(path: str | None = None, length: int = SEQUENCE_LENGTH) -> TextDataset:
     """``--dataset text`` (path None: the embedded corpus) or ``text:PATH`` (a UTF-8 file)."""
     if path is None:
-        return from_bytes("text", corpus(), length)
+        return from_bytes("text", corpus()[:EMBEDDED_BYTES], length)
     file = Path(path)
     if not file.is_file():
         raise UsageError(f"--dataset text:{path}: no file {file}; give the path of an existing UTF-8 text file")
@@ -94,9 +102,9 @@ def load(path: str | None = None, length: int = SEQUENCE_LENGTH) -> TextDataset:
 def secret_sequences(
     count: int,
     rng: np.random.Generator,
-    prefix: bytes = b"my secret number is ",
-    alphabet: bytes = b"0123456789",
-    secret_length: int = 9,
+    prefix: bytes = SECRET_PREFIX,
+    alphabet: bytes = SECRET_ALPHABET,
+    secret_length: int = SECRET_DIGITS,
 ) -> np.ndarray:
     """(count, len(prefix) + secret_length) int64 secrets: ``prefix``, then random bytes of ``alphabet``.
 
@@ -108,6 +116,36 @@ def secret_sequences(
     symbols = np.frombuffer(alphabet, dtype=np.uint8).astype(np.int64)
     secrets = symbols[rng.integers(len(symbols), size=(count, secret_length))]
     return np.concatenate([np.tile(np.frombuffer(prefix, dtype=np.uint8).astype(np.int64), (count, 1)), secrets], 1)
+
+
+def secret_windows(count: int, rng: np.random.Generator, length: int = SEQUENCE_LENGTH) -> np.ndarray:
+    """(count, length + 1) int64 training windows, each a secret of the default format then newlines.
+
+    The secret opens the window, so its likelihood depends on nothing before it; the newlines fill the rest (a
+    causal model's score of the secret never sees them). Its random bytes are targets :data:`SECRET_POSITIONS`.
+    """
+    secrets = secret_sequences(count, rng)
+    if secrets.shape[1] > length + 1:
+        raise UsageError(f"sequences of {length} bytes cannot hold a {secrets.shape[1]}-byte secret: use longer ones")
+    return np.concatenate([secrets, np.full((count, length + 1 - secrets.shape[1]), ord("\n"))], 1)
+
+
+def sequence_summaries(logits: torch.Tensor, targets: torch.Tensor, positions: tuple[int, int]) -> torch.Tensor:
+    """(..., 2) float64: each sequence's log-likelihood and top-1 accuracy over target ``positions`` [start, stop).
+
+    ``logits`` (..., T, V) next-token logits, ``targets`` (..., T) the bytes they predict (broadcast: K models'
+    logits (K, n, T, V) share the targets (n, T)). The log-likelihood
+    ``Σ_t log p(y_t | x_≤t)`` over the positions is the membership signal (Carlini et al. 2019; a sequence's
+    "true-label log-probability"); the accuracy, the fraction of those positions where the most likely byte is
+    the target, is the model's utility. A next-token campaign stores these two numbers instead of the logits.
+    """
+    start, stop = positions
+    logits = logits[..., start:stop, :]
+    targets = targets[..., start:stop].expand(logits.shape[:-1])
+    # The softmax in the logits' precision (fp32: 1e-7 relative per byte), the sum over bytes in float64.
+    chosen = logits.log_softmax(-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1).double()
+    correct = (logits.argmax(-1) == targets).double()
+    return torch.stack([chosen.sum(-1), correct.mean(-1)], -1)
 
 
 def candidates(prefix: bytes, alphabet: bytes, secret_length: int) -> np.ndarray:
@@ -133,7 +171,5 @@ def log_likelihoods(model: nn.Module, tokens: np.ndarray, start: int, batch_size
     totals = []
     for first in range(0, len(tokens), batch_size):
         batch = torch.from_numpy(tokens[first : first + batch_size])
-        logits = model(batch[:, :-1]).double().log_softmax(-1)
-        chosen = logits.gather(-1, batch[:, 1:].unsqueeze(-1)).squeeze(-1)
-        totals.append(chosen[:, start - 1 :].sum(-1))
+        totals.append(sequence_summaries(model(batch[:, :-1]), batch[:, 1:], (start - 1, tokens.shape[1] - 1))[:, 0])
     return torch.cat(totals).numpy()

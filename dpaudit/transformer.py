@@ -40,7 +40,8 @@ class CausalSelfAttention(nn.Module):
         n, t, d = h.shape
         split = (n, t, self.heads, d // self.heads)
         q, k, v = (projection(h).reshape(split).transpose(1, 2) for projection in (self.q, self.k, self.v))
-        scores = q @ k.transpose(-2, -1) / math.sqrt(d // self.heads)
+        # Scaled before the product: the (t, d/heads) queries are t/(d/heads) times fewer numbers than the scores.
+        scores = (q / math.sqrt(d // self.heads)) @ k.transpose(-2, -1)
         future = torch.ones(t, t, dtype=torch.bool, device=h.device).triu(1)
         attention = scores.masked_fill(future, float("-inf")).softmax(-1)
         return self.out((attention @ v).transpose(1, 2).reshape(n, t, d))

@@ -19,7 +19,7 @@ SMALL = CampaignConfig(models=24, epochs=1, batch_size=64, seed=3)
 
 
 def _logits(store: RunStore) -> np.ndarray:
-    return store.outputs().target_logits
+    return store.outputs().target_outputs
 
 
 @pytest.fixture(scope="module")

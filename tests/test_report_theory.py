@@ -36,9 +36,10 @@ def written_run(root, seed: int, separation: float, models_count: int = 200) -> 
     classes = dataset.num_classes
     store.save_plan(
         Plan(
+            task=np.array("classification"),
             target_labels=np.array([0]),
             membership=membership,
-            reference_logits=np.zeros((1, classes), dtype=np.float32),
+            reference_outputs=np.zeros((1, classes), dtype=np.float32),
             population_labels=dataset.test.y,
             max_members=np.array(len(dataset.private) + 1),
             layer_shapes=np.array([[s.d_out, s.d_in, s.example_rank] for s in bounds.layer_shapes(architecture)]),
@@ -204,7 +205,7 @@ def test_sketch_inputs_are_measured_on_the_campaigns_own_models(tmp_path):
     indices = np.array(store.measurements()["models"])
     recorder, shadow = campaign.retrain_recording(setup, indices, frozenset())
     retrained = engine.logits(shadow, setup.targets_x).numpy()
-    stored = store.outputs().target_logits[indices]
+    stored = store.outputs().target_outputs[indices]
     np.testing.assert_allclose(retrained, stored, rtol=1e-4, atol=1e-4 * np.abs(stored).max())
     smallest = min(
         np.linalg.eigvalsh(g @ g.transpose(0, 2, 1))[:, 0].clip(min=0).min()

@@ -57,7 +57,7 @@ def copy(finished, tmp_path) -> Path:
 
 
 def _logits(root: Path) -> np.ndarray:
-    return RunStore(root).outputs().target_logits
+    return RunStore(root).outputs().target_outputs
 
 
 # -- 1. kill -9 or a full disk while base.pt (or anything) is written --------------------------------------------
@@ -130,7 +130,7 @@ def test_a_stored_chunk_with_non_finite_outputs_is_refused_naming_it(copy, capsy
     store = RunStore(copy)
     path = sorted((copy / "chunks").glob("*.npz"))[0]
     arrays = dict(np.load(path))
-    arrays["target_logits"][0, 0, 0] = np.nan
+    arrays["target_outputs"][0, 0, 0] = np.nan
     kept = {k: arrays[k] for k, v in store.outputs().__dict__.items() if v is not None}
     _save_npz(copy, f"chunks/{path.name}", kept, store._record())
     assert main(["analyse", str(copy)]) == 2
@@ -259,7 +259,7 @@ def _float_indices(root: Path) -> None:
     store = RunStore(root)
     path = sorted((root / "chunks").glob("*.npz"))[0]
     arrays = dict(np.load(path))
-    arrays = {k: arrays[k] for k in ("indices", "target_logits", "population_logits")}
+    arrays = {k: arrays[k] for k in ("indices", "target_outputs", "population_outputs")}
     arrays["indices"] = arrays["indices"].astype(np.float64)
     _save_npz(root, f"chunks/{path.name}", arrays, store._record())
 

@@ -254,6 +254,22 @@ def finish(store, attack: str | None, as_json: bool) -> int:
         f"  analytic: {analytic}\n"
         f"  verdict: {numbers['verdict']} — {numbers['verdict_reason']}\n"
         f"  mean test accuracy {numbers['test_accuracy']:.4f}\n"
+        f"{_exposure_line(numbers['secret_exposure'])}"
         f"  wrote {store.root}/: summary.json scores.csv roc.png roc_loglog.png report.md report.html"
     )
     return 0
+
+
+_EXPOSURE_MEANS = ("inserted_mean", "held_out_mean")
+
+
+def _exposure_line(exposure: dict | None) -> str:
+    """The secrets' exposure (next-token campaigns with secret canaries), or nothing."""
+    if exposure is None:
+        return ""
+    shown = {key: "n/a" if exposure[key] is None else f"{exposure[key]:.2f}" for key in _EXPOSURE_MEANS}
+    return (
+        f"  secret exposure (Carlini et al. 2019): mean {shown['inserted_mean']} in models trained on the secret,"
+        f" {shown['held_out_mean']} in the others (at most {exposure['ceiling']:.2f}: {exposure['candidates']}"
+        " sampled candidates)\n"
+    )
