@@ -120,6 +120,21 @@ def _as_pair(kind, value, name: str):
 
 
 # --------------------------------------------------------------------------------------------------------------
+# Products of factor-shaped matrices
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _times(tall: Tensor, small: Tensor) -> Tensor:
+    """``tall @ small`` for a factor-shaped (..., d, r) ``tall`` and a (..., r, k) ``small``, computed transposed.
+
+    ``(smallᵀ tallᵀ)ᵀ``: the result is column-major (its (..., k, d) transpose is contiguous). MKL multiplies K
+    small k×r by r×d matrices several times faster than K d×r by r×k ones (K = 64, d = 128, r = k = 8: 30 vs
+    95 µs per batch, either layout of ``tall``), and a column-major operand keeps the next such product fast.
+    """
+    return (small.mT @ tall.mT).mT
+
+
+# --------------------------------------------------------------------------------------------------------------
 # Geometry of the factors: projectors and Gram inverses from QR + r×r SVD
 # --------------------------------------------------------------------------------------------------------------
 
@@ -142,7 +157,7 @@ class _ColumnGeometry:
 
     def project(self, values: Tensor) -> Tensor:
         """``Π_X Y = Q (Qᵀ Y)`` without forming the d×d projector."""
-        return self.basis @ (self.basis.mT @ values)
+        return _times(self.basis, self.basis.mT @ values)
 
 
 def _column_geometry(name: str, factor: Tensor) -> _ColumnGeometry:
@@ -238,8 +253,8 @@ def tangent_project(G: Tensor, A: Tensor, B: Tensor) -> Tensor:
 
 
 def _lift(gradients: FactorGradients, geometry_A: _ColumnGeometry, geometry_B: _ColumnGeometry) -> TangentLift:
-    scaled_A = gradients.g_A @ geometry_B.gram_inverse  # g_A N†
-    scaled_B = gradients.g_B @ geometry_A.gram_inverse  # g_B M†
+    scaled_A = _times(gradients.g_A, geometry_B.gram_inverse)  # g_A N†
+    scaled_B = _times(gradients.g_B, geometry_A.gram_inverse)  # g_B M†
     return TangentLift(scaled_A - 0.5 * geometry_A.project(scaled_A), scaled_B - 0.5 * geometry_B.project(scaled_B))
 
 
@@ -367,8 +382,8 @@ def _tangent_noise(
     omegas: tuple[Tensor, Tensor], geometry_A: _ColumnGeometry, geometry_B: _ColumnGeometry
 ) -> TangentLift:
     omega_A, omega_B = omegas
-    xi_A = (omega_A - geometry_A.project(omega_A)) @ geometry_B.gram_inverse_sqrt  # (I − Π_A) Ω_A N^{-1/2}
-    xi_B = omega_B @ geometry_A.gram_inverse_sqrt  # Ω_B M^{-1/2}
+    xi_A = _times(omega_A - geometry_A.project(omega_A), geometry_B.gram_inverse_sqrt)  # (I − Π_A) Ω_A N^{-1/2}
+    xi_B = _times(omega_B, geometry_A.gram_inverse_sqrt)  # Ω_B M^{-1/2}
     return TangentLift(xi_A, xi_B)
 
 

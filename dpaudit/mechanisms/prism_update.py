@@ -18,8 +18,9 @@ What one step needs, per LoRA module ℓ (the geometry is :mod:`dpaudit.mechanis
   depend on how models are batched. CPU generators are fine for CUDA tensors (draws are moved).
 * State per model and module: :class:`PrismAdaptiveState` (m×r, n×r first moments, two r×r second moments).
 * Cost per step and module: O(b (m+n) r²) for lifts and norms, O((m+n) r²) for noise, adaptive direction and
-  retraction (QR of m×r, n×r and SVDs of the 2r×2r core and the r×r Procrustes matrix; the factors' own QR and
-  SVD only at the first step: the retraction returns the next step's geometry).
+  retraction (QR of m×r, n×r; the 2r×2r core's truncated SVD and the r×r Procrustes rotation from float64
+  eigendecompositions of their Gram matrices; the factors' own QR and SVD only at the first step: the retraction
+  returns the next step's geometry).
 
 Privacy: each step is a Poisson-subsampled Gaussian mechanism with multiplier σ on the concatenated
 intrinsic update ``ΔZ_dp = ΔA_dp Bᵀ + A ΔB_dpᵀ``, sensitivity C/b (Thm 3.4). What follows Eq. 17 is
@@ -58,6 +59,7 @@ from dpaudit.mechanisms.prism_tangent import (
     _per_example_factor_sq_norm,
     _tangent_noise,
     _tangent_sq_norms,
+    _times,
 )
 
 # --------------------------------------------------------------------------------------------------------------
@@ -128,7 +130,7 @@ def _relifted_noise(noise: TangentLift, geometry_A: _ColumnGeometry, geometry_B:
     """
     A, B = geometry_A.factor, geometry_B.factor
     return TangentLift(
-        noise.dA + 0.5 * A @ ((noise.dB.mT @ B) @ geometry_B.gram_inverse),
+        noise.dA + 0.5 * _times(A, (noise.dB.mT @ B) @ geometry_B.gram_inverse),
         noise.dB - 0.5 * geometry_B.project(noise.dB),
     )
 
@@ -308,7 +310,7 @@ def _adaptive_direction(
         second_scale * new_state.second_B + (floor_B + config.eps)[..., None, None] * identity
     )
     direction = TangentLift(
-        first_scale * new_state.first_A @ precondition_A, first_scale * new_state.first_B @ precondition_B
+        _times(new_state.first_A, first_scale * precondition_A), _times(new_state.first_B, first_scale * precondition_B)
     )
     return direction, new_state
 
@@ -357,6 +359,35 @@ class _Retraction(NamedTuple):
     right: Tensor
 
 
+def _top_singular_triplets(core: Tensor, rank: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The ``rank`` largest singular values of square ``core`` (descending) and their left and right vectors.
+
+    From the float64 eigendecomposition ``core coreᵀ = U Λ Uᵀ``: ``S = Λ^{1/2}`` and ``V = coreᵀ U S^{-1}`` (0 for a
+    zero singular value, whose balanced factor column is 0 either way). Half the time of ``torch.linalg.svd`` on
+    PRISM's 2r×2r cores, where LAPACK's cost per small matrix dominates the step. The Gram squares the condition
+    number: relative accuracy ~1e-16 (σ_1/σ_r)², far below float32 rounding for the cores training meets
+    (σ_1/σ_r < 10 and σ_r/σ_{r+1} > 1.02 measured on digits).
+    """
+    wide = core.double()
+    eigenvalues, eigenvectors = torch.linalg.eigh(wide @ wide.mT)  # ascending
+    left = eigenvectors[..., -rank:].flip(-1)
+    singular_values = eigenvalues[..., -rank:].flip(-1).clamp(min=0.0).sqrt()
+    inverse = torch.where(singular_values > 0, singular_values.reciprocal(), 0.0)
+    right = (wide.mT @ left) * inverse.unsqueeze(-2)
+    return left.to(core.dtype), singular_values.to(core.dtype), right.to(core.dtype)
+
+
+def _procrustes_rotation(matrix: Tensor) -> Tensor:
+    """``argmax_W tr(Wᵀ P)`` over orthogonal W for nonsingular square P: its polar factor ``P (PᵀP)^{-1/2}``.
+
+    The same W as ``U Vᵀ`` from the SVD ``P = U Σ Vᵀ``; from the float64 eigendecomposition of ``PᵀP`` at half the
+    cost of the SVD. Accuracy as :func:`_top_singular_triplets` (PRISM's P has condition number < 10 measured).
+    """
+    wide = matrix.double()
+    eigenvalues, eigenvectors = torch.linalg.eigh(wide.mT @ wide)
+    return (wide @ ((eigenvectors * eigenvalues.rsqrt().unsqueeze(-2)) @ eigenvectors.mT)).to(matrix.dtype)
+
+
 def _extended_basis(geometry: _ColumnGeometry, direction: Tensor) -> tuple[Tensor, Tensor]:
     """``[Q, Q_2]`` orthonormal (m×2r) and ``T`` (2r×2r) with ``[Q, Q_2] T = [X, U]``, from X's basis Q.
 
@@ -365,9 +396,9 @@ def _extended_basis(geometry: _ColumnGeometry, direction: Tensor) -> tuple[Tenso
     """
     basis = geometry.basis
     inside = basis.mT @ direction
-    outside = direction - basis @ inside
+    outside = direction - _times(basis, inside)
     correction = basis.mT @ outside
-    outside_basis, outside_triangular = torch.linalg.qr(outside - basis @ correction)
+    outside_basis, outside_triangular = torch.linalg.qr(outside - _times(basis, correction))
     coordinates = torch.broadcast_to(geometry.coordinates, inside.shape)
     top = torch.cat([coordinates, inside + correction], -1)
     bottom = torch.cat([torch.zeros_like(outside_triangular), outside_triangular], -1)
@@ -389,16 +420,8 @@ def _retraction(
         ],
         -1,
     )
-    left, singular_values, right_t = torch.linalg.svd(triangular_left @ coupled_right.mT)
-    return _Retraction(
-        basis_left,
-        basis_right,
-        triangular_left,
-        triangular_right,
-        left[..., :rank],
-        singular_values[..., :rank],
-        right_t.mT[..., :rank],
-    )
+    left, singular_values, right = _top_singular_triplets(triangular_left @ coupled_right.mT, rank)
+    return _Retraction(basis_left, basis_right, triangular_left, triangular_right, left, singular_values, right)
 
 
 def retract(factors: LoraFactors, direction: TangentLift, learning_rate: float) -> LoraFactors:
@@ -419,7 +442,9 @@ def retract(factors: LoraFactors, direction: TangentLift, learning_rate: float) 
     check.non_negative("learning_rate", learning_rate)
     retraction = _retraction(*_geometry(factors), direction, learning_rate)
     root = retraction.singular_values.sqrt().unsqueeze(-2)
-    return LoraFactors(retraction.basis_left @ retraction.left * root, retraction.basis_right @ retraction.right * root)
+    return LoraFactors(
+        _times(retraction.basis_left, retraction.left * root), _times(retraction.basis_right, retraction.right * root)
+    )
 
 
 def _retract_aligned(
@@ -439,16 +464,15 @@ def _retract_aligned(
         retraction.left.mT @ retraction.triangular_left[..., :rank]
         + retraction.right.mT @ retraction.triangular_right[..., :rank]
     )
-    left, _, right_t = torch.linalg.svd(procrustes)
-    rotation = left @ right_t
+    rotation = _procrustes_rotation(procrustes)
     coordinates = (rotation.mT * root.unsqueeze(-2)) @ rotation
     geometries = []
     for name, basis, vectors in (
         ("A", retraction.basis_left, retraction.left),
         ("B", retraction.basis_right, retraction.right),
     ):
-        aligned_basis = basis @ (vectors @ rotation)
-        factor = aligned_basis @ coordinates
+        aligned_basis = _times(basis, vectors @ rotation)
+        factor = _times(aligned_basis, coordinates)
         geometries.append(_geometry_from_svd(name, factor, aligned_basis, coordinates, root, rotation.mT))
     return geometries[0], geometries[1]
 
@@ -465,8 +489,7 @@ def align_gauge(factors: LoraFactors, reference: LoraFactors) -> LoraFactors:
     _check_factors(*reference)
     _check_like("reference.A", reference.A, "A", factors.A)
     _check_like("reference.B", reference.B, "B", factors.B)
-    left, _, right_t = torch.linalg.svd(factors.A.mT @ reference.A + factors.B.mT @ reference.B)
-    rotation = left @ right_t
+    rotation = _procrustes_rotation(factors.A.mT @ reference.A + factors.B.mT @ reference.B)
     return LoraFactors(factors.A @ rotation, factors.B @ rotation)
 
 
