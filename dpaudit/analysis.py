@@ -23,10 +23,12 @@ from dpaudit.bounds import (
     SketchClaim,
     analytic_bound,
     analytic_profile,
+    event_bound,
     sketch_claim,
 )
 from dpaudit.config import CampaignConfig
 from dpaudit.errors import UsageError
+from dpaudit.mechanisms import privacy
 from dpaudit.store import ChunkOutputs, Plan, RunStore
 
 OUTPUT_ATTACKS = ("canary-loss", "lira-online", "lira-offline", "reference", "rmia")
@@ -202,7 +204,7 @@ class SecretExposure:
 
     Each model ranks each secret among m candidates drawn uniformly from the secrets' format
     (:func:`attacks.exposure.sampled_exposure`): ``inserted`` are the exposures of secrets in the models that
-    trained on them, ``held_out`` in those that did not (about 1.4 on average by chance: rank uniform). The
+    trained on them, ``held_out`` in those that did not (the baseline: docs/theory.md §3.2.1). The
     estimate cannot exceed log2(m + 1) (``ceiling``).
     """
 
@@ -311,7 +313,11 @@ def analyse(store: RunStore, attack: str | None = None) -> Analysis:
             outputs.candidate_log_likelihoods,
         )
     layers = [LayerShape(*map(int, row)) for row in plan.layer_shapes]
-    analytic = analytic_bound(config, int(plan.max_members), layers)
+    analytic = (
+        _user_mechanism_bound(store, config.delta)
+        if config.user_mechanism
+        else analytic_bound(config, int(plan.max_members), layers)
+    )
     measured = store.measurements() if config.mechanism in SKETCH_CLAIM_MECHANISMS else None
     claim = None if measured is None else sketch_claim(config, layers, measured)
     profile = analytic_profile(analytic, config.delta) if config.design == "canary" else None
@@ -333,6 +339,19 @@ def analyse(store: RunStore, attack: str | None = None) -> Analysis:
         statistics if config.design == "canary" else None,
         secrets,
     )
+
+
+def _user_mechanism_bound(store: RunStore, delta: float) -> AnalyticBound:
+    """The bound of the privacy event a user's mechanism described itself by at setup (privacy.json)."""
+    record = store.privacy_event()
+    fix = "continue the run with dpaudit.audit and the same objects, which writes it again"
+    if record is None:
+        raise UsageError(f"{store.root / 'privacy.json'} is missing: {fix}")
+    try:
+        event = privacy.from_record(record)
+    except ValueError as error:
+        raise UsageError(f"{store.root / 'privacy.json'} is damaged ({error}): delete it, then {fix}") from None
+    return event_bound(event, delta)
 
 
 def _best_bound(method, statistics: dict[str, np.ndarray], membership: np.ndarray, delta: float):

@@ -16,7 +16,7 @@ from torch import nn
 
 from dpaudit import analysis, campaign, report
 from dpaudit import data as data_lib
-from dpaudit.config import TRAINING_MECHANISMS, CampaignConfig, Execution
+from dpaudit.config import PYTHON_OBJECT, TRAINING_MECHANISMS, CampaignConfig, Execution
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms import registry
 from dpaudit.mechanisms.base import Mechanism
@@ -49,7 +49,10 @@ def audit(
             copied, never changed, and pretrained on the public split unless ``pretrain=False``.
         data: a :class:`dpaudit.data.Dataset`, or arrays ``(x, y)`` split 40/40/20 as ``--dataset npz:PATH``'s.
         mechanism: a mechanism object of :mod:`dpaudit.mechanisms` (e.g. ``dp_sgd("dp-lora", 1.0, 1.0)``,
-            ``lora_fa()``); its parameters are the campaign's noise, clip and options.
+            ``lora_fa()``), whose parameters are the campaign's noise, clip and options; or your own
+            :class:`dpaudit.mechanisms.base.Mechanism` subclass (a ``name`` that is not a registered mechanism's),
+            whose :meth:`~dpaudit.mechanisms.base.Mechanism.privacy` event the audit is judged against (saved in
+            the run directory's privacy.json); ``rank`` then gives it a LoRA adapter of that rank.
         out: the run directory; one that holds this very campaign is continued.
         attack: the membership score (``dpaudit audit --attack``); None: the campaign's default.
         execution: how it runs (:class:`dpaudit.config.Execution`); None: the defaults, without a progress bar.
@@ -67,15 +70,27 @@ def audit(
         )
     if not isinstance(model, nn.Module):
         raise UsageError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(mechanism, Mechanism):
+        raise UsageError(
+            f"mechanism must be a dpaudit.mechanisms.base.Mechanism, got {type(mechanism).__name__}: build one"
+            " with dpaudit.mechanisms or subclass Mechanism"
+        )
     dataset = data if isinstance(data, data_lib.Dataset) else data_lib.from_arrays(*_pair(data))
+    registered = mechanism.name in TRAINING_MECHANISMS
     config = CampaignConfig(
-        mechanism=_registered_name(mechanism),
-        dataset=f"{campaign.PYTHON_OBJECT}{dataset.name}",
-        model=f"{campaign.PYTHON_OBJECT}{type(model).__module__}.{type(model).__qualname__}",
-        **_mechanism_options(mechanism),
+        mechanism=mechanism.name if registered else _object_name(mechanism),
+        dataset=f"{PYTHON_OBJECT}{dataset.name}",
+        model=_object_name(model),
+        **(_mechanism_options(mechanism) if registered else {}),
         **settings,
     )
-    _check_registered(config, mechanism)
+    if registered:
+        _check_registered(config, mechanism)
+    elif (config.rank is None) != (mechanism.parameterization == "full"):
+        raise UsageError(
+            f"mechanism {mechanism.name!r} trains parameterization {mechanism.parameterization!r}: give rank=r for a"
+            " LoRA one (lora, lora-fa), none for full fine-tuning"
+        )
     inputs = campaign.Inputs(dataset, copy.deepcopy(model), mechanism)
     store = campaign.run(config, execution or Execution(progress=False), Path(out), inputs)
     result = analysis.analyse(store, attack)
@@ -89,14 +104,9 @@ def _pair(data) -> tuple[np.ndarray, np.ndarray]:
     return data[0], data[1]
 
 
-def _registered_name(mechanism: Mechanism) -> str:
-    name = getattr(mechanism, "name", None)
-    if name not in TRAINING_MECHANISMS:
-        raise UsageError(
-            f"mechanism {mechanism!r} is named {name!r}, not one whose privacy the analysis knows"
-            f" ({', '.join(TRAINING_MECHANISMS)}): build it with dpaudit.mechanisms"
-        )
-    return name
+def _object_name(thing: object) -> str:
+    """``python:module.Class``: the config's name of an object no name rebuilds."""
+    return f"{PYTHON_OBJECT}{type(thing).__module__}.{type(thing).__qualname__}"
 
 
 def _mechanism_options(mechanism: Mechanism) -> dict:

@@ -35,15 +35,14 @@ from attacks import designs
 from dpaudit import bounds, engine, models, text
 from dpaudit import canaries as canary_lib
 from dpaudit import data as data_lib
-from dpaudit.config import CampaignConfig, Execution
+from dpaudit.config import PYTHON_OBJECT, CampaignConfig, Execution
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms import registry
+from dpaudit.mechanisms import privacy, registry
 from dpaudit.mechanisms.base import Mechanism, Step
 from dpaudit.mechanisms.wishart import WishartProjection, project
 from dpaudit.seeding import ModelRandomness, campaign_rng, shadow_randomness
 from dpaudit.store import ChunkOutputs, Plan, RunStore, checksum
 
-PYTHON_OBJECT = "python:"  # --model / --dataset of a campaign given Python objects (dpaudit.audit): no name to resolve
 _CPU_CHUNK_RANGE = (16, 128)  # models per chunk: small enough to balance workers, large enough to batch well
 _EXPOSURE_CANDIDATES = 1000  # candidates of the secrets' format each model scores: exposure up to log2(1001) ≈ 10
 _LOGIT_ELEMENTS = 2**24  # next-token logits materialised at once while a chunk's outputs are summarised (64 MiB)
@@ -239,7 +238,7 @@ def _stored_base(store: RunStore, architecture: nn.Module, plan: Plan | None) ->
 
 def resolve(config: CampaignConfig) -> Inputs:
     """The dataset, base model and mechanism that the config's names (--dataset, --model, --mechanism) stand for."""
-    for option, spec in (("--model", config.model), ("--dataset", config.dataset)):
+    for option, spec in (("--model", config.model), ("--dataset", config.dataset), ("--mechanism", config.mechanism)):
         if spec is not None and spec.startswith(PYTHON_OBJECT):
             raise UsageError(
                 f"{option} {spec} is a Python object given to dpaudit.audit, which no name can rebuild: continue"
@@ -380,7 +379,8 @@ def prepare(config: CampaignConfig, store: RunStore, device: torch.device, input
         pool_membership = designs.all_examples_design(config.models, len(pool_y), config.seed)
         target_index = np.arange(len(pool_y))
         design_membership = pool_membership
-    layout = engine.BatchLayout.for_members(int(pool_membership.sum(axis=1).max()), config.batch_size)
+    members = int(pool_membership.sum(axis=1).max())  # N: with the batch size it fixes the bound's q and T
+    layout = engine.BatchLayout.for_members(members, config.batch_size)
     scored = None
     if next_token:
         scored = text.SECRET_POSITIONS if candidates is not None else (0, dataset.input_shape[0])
@@ -399,18 +399,20 @@ def prepare(config: CampaignConfig, store: RunStore, device: torch.device, input
         scored,
         candidates,
     )
+    adapted = models.lora_layers(base, config.target_modules) if config.target_modules else None
+    layers = [
+        shape
+        for name, shape in zip(models.adapted_layers(base), bounds.layer_shapes(base))
+        if adapted is None or name in adapted
+    ]
+    if config.user_mechanism and store.privacy_event() is None:
+        # No name rebuilds a user's mechanism, so the analysis bounds the event it describes itself by, saved now.
+        training = bounds.campaign_training(config, members, layers)
+        store.write_privacy_event(privacy.to_record(mechanism.privacy(training)))
     if plan is None:
         with torch.no_grad():
             reference_outputs = _outputs(setup, lambda x: base(torch.from_numpy(x)), setup.targets_x, setup.targets_y)
-        adapted = models.lora_layers(base, config.target_modules) if config.target_modules else None
-        shapes = np.array(
-            [
-                astuple(shape)
-                for name, shape in zip(models.adapted_layers(base), bounds.layer_shapes(base))
-                if adapted is None or name in adapted
-            ],
-            dtype=np.int64,
-        )
+        shapes = np.array([astuple(shape) for shape in layers], dtype=np.int64)
         store.save_plan(
             Plan(
                 np.array(dataset.task),

@@ -25,6 +25,9 @@ CLIPPED_MECHANISMS = registry.applying("clip")  # --clip C, Poisson sampling
 FINITE_CLIP_MECHANISMS = registry.applying("finite-clip")  # no --clip inf
 DENOISABLE_MECHANISMS = registry.applying("denoise")  # --denoise ([D] Alg. 1)
 PROJECTION_MECHANISMS = registry.applying("resample-projection")  # --resample-projection ([W] App. F.2)
+# A mechanism, model or dataset given to dpaudit.audit as a Python object is named "python:<what it is>": no name
+# rebuilds it, so only dpaudit.audit can run or continue such a campaign.
+PYTHON_OBJECT = "python:"
 RANKED_MECHANISMS = registry.applying("rank")  # --rank: the LoRA rank r, or the rank of m1/m2's projection
 SCALED_MECHANISMS = registry.applying("alpha")  # --alpha: the scale alpha/r of the adapter's product B A
 DEFAULT_NOISE = 1.0  # σ (σ_g for the sketch) when --noise is not given
@@ -120,7 +123,11 @@ class CampaignConfig:
 
     def __post_init__(self):
         checked = {
-            "mechanism": check.one_of("--mechanism", self.mechanism, TRAINING_MECHANISMS),
+            "mechanism": (
+                self.mechanism
+                if self.user_mechanism
+                else check.one_of("--mechanism", self.mechanism, TRAINING_MECHANISMS)
+            ),
             "dataset": check.string("--dataset", self.dataset),
             "models": _even_models(self.models),
             "epochs": check.integer("--epochs", self.epochs, 1, MAX_EPOCHS),
@@ -148,6 +155,11 @@ class CampaignConfig:
             object.__setattr__(self, name, value)
         if self.mutant is not None:
             self._check_mutant()
+
+    @property
+    def user_mechanism(self) -> bool:
+        """A mechanism object of the user's (``python:…``), given to dpaudit.audit: its own privacy event bounds it."""
+        return isinstance(self.mechanism, str) and self.mechanism.startswith(PYTHON_OBJECT)
 
     def _check_mutant(self) -> None:
         """A planted bug (:mod:`dpaudit.mutants`) names a mutant and a mechanism it can be planted in."""
@@ -220,20 +232,26 @@ class CampaignConfig:
     def _mechanism_options(self) -> dict:
         """Rank, alpha, σ and C checked, each only where it applies; unset ones take their defaults."""
         name = self.mechanism
+        # A user's mechanism keeps its own σ, C and options; the campaign gives it a LoRA adapter if asked.
+        adapter = (name,) if self.user_mechanism else ()
         for option, given, applies in (
             ("noise", self.noise is not None, NOISY_MECHANISMS),
             ("clip", self.clip is not None, CLIPPED_MECHANISMS),
-            ("rank", self.rank is not None, RANKED_MECHANISMS),
-            ("alpha", self.alpha is not None, SCALED_MECHANISMS),
+            ("rank", self.rank is not None, RANKED_MECHANISMS + adapter),
+            ("alpha", self.alpha is not None, SCALED_MECHANISMS + adapter),
             ("denoise", self.denoise is True, DENOISABLE_MECHANISMS),
             ("resample-projection", self.resample_projection is True, PROJECTION_MECHANISMS),
-            ("target-modules", self.target_modules is not None, RANKED_MECHANISMS),
+            ("target-modules", self.target_modules is not None, RANKED_MECHANISMS + adapter),
         ):
             if given and name not in applies:
                 raise UsageError(f"--{option} does not apply to mechanism {name!r}; it applies to {', '.join(applies)}")
         rank = alpha = None
         if name in RANKED_MECHANISMS:
             rank = check.count("--rank", DEFAULT_RANK if self.rank is None else self.rank)
+        elif self.rank is not None:  # a user's mechanism: LoRA of this rank, none without it
+            rank = check.count("rank", self.rank)
+        elif self.user_mechanism and (self.alpha is not None or self.target_modules is not None):
+            raise UsageError("alpha and target_modules set a LoRA adapter: give its rank too")
         if self.alpha is not None:
             alpha = check.positive("--alpha", self.alpha)
             if rank is not None and alpha / rank > FLOAT32_MAX:  # rank applies wherever alpha does

@@ -8,6 +8,7 @@ Layout::
     RUN_DIR/chunks/models-A-B.npz    outputs of shadow models A..B-1
     RUN_DIR/timing.json              the campaign's wall time, summed over sessions
     RUN_DIR/measured.json            LoRA-FA campaigns: [S] Lemma 7.2's λ̄, C, β measured on a few of its models
+    RUN_DIR/privacy.json             a user's mechanism object (dpaudit.audit): the privacy event it describes itself by
     RUN_DIR/.lock                    held (flock) by the process that trains
     RUN_DIR/summary.json, scores.csv, roc*.png, report.*   written by the analysis
 
@@ -639,21 +640,35 @@ class RunStore:
 
     def write_measurements(self, values: dict) -> None:
         """measured.json: numbers measured on the campaign's models after training, bound to campaign.json."""
-        record = {"campaign": self._record(), "values": values}
-        write_file(self.root, "measured.json", json_text(record).encode())
+        self._write_bound("measured.json", values)
 
     def measurements(self) -> dict | None:
         """measured.json's values, None if absent (not measured yet: `dpaudit resume` measures them)."""
-        fix = "delete it; `dpaudit resume` measures again"
-        record = read_json(self.root, "measured.json", fix)
+        return self._read_bound("measured.json", "delete it; `dpaudit resume` measures again")
+
+    def write_privacy_event(self, values: dict) -> None:
+        """privacy.json: the privacy event of a user's mechanism object (dpaudit.mechanisms.privacy.to_record)."""
+        self._write_bound("privacy.json", values)
+
+    def privacy_event(self) -> dict | None:
+        """privacy.json's record, None if absent (written at setup; continuing with dpaudit.audit rewrites it)."""
+        return self._read_bound("privacy.json", "delete it; continuing the run with dpaudit.audit writes it again")
+
+    def _write_bound(self, name: str, values: dict) -> None:
+        """A JSON file of values bound to campaign.json as it is now (refused once campaign.json changes)."""
+        record = {"campaign": self._record(), "values": values}
+        write_file(self.root, name, json_text(record).encode())
+
+    def _read_bound(self, name: str, fix: str) -> dict | None:
+        record = read_json(self.root, name, fix)
         if record is ABSENT:
             return None
         if not (isinstance(record, dict) and isinstance(record.get("campaign"), str)):
-            raise self._damaged("measured.json", 'is not {"campaign": ..., "values": {...}}', fix)
-        self._check_record("measured.json", record["campaign"])
+            raise self._damaged(name, 'is not {"campaign": ..., "values": {...}}', fix)
+        self._check_record(name, record["campaign"])
         values = record.get("values")
         if not isinstance(values, dict):
-            raise self._damaged("measured.json", 'is not {"campaign": ..., "values": {...}}', fix)
+            raise self._damaged(name, 'is not {"campaign": ..., "values": {...}}', fix)
         return values
 
     # -- timing ------------------------------------------------------------------------------------------------

@@ -166,7 +166,7 @@ def test_the_command_line_refuses_to_continue_a_run_of_python_objects(finished_r
         (lambda out: dpaudit.audit("net", _arrays(), lora_fa(), out=out), "model must be a torch.nn.Module"),
         (lambda out: dpaudit.audit(Tiny(), _arrays()[0], lora_fa(), out=out), "data must be a dpaudit.data.Dataset"),
         (lambda out: dpaudit.audit(Tiny(), _arrays(), lora_fa(), out=out, noise=1.0), "takes noise from its"),
-        (lambda out: dpaudit.audit(Tiny(), _arrays(), object(), out=out), "not one whose privacy the analysis"),
+        (lambda out: dpaudit.audit(Tiny(), _arrays(), object(), out=out), "mechanism must be a dpaudit.mechanisms"),
     ],
 )
 def test_bad_api_arguments_are_usage_errors(tmp_path, call, message):

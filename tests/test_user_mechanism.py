@@ -148,3 +148,34 @@ def test_the_mechanism_table_and_base_class_load_without_torch():
     printed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     names = ("none", "lora-fa", "m1", "m2", "sketch", "dp-sgd", "dp-lora", "dp-lora-fa", "prism")
     assert printed.strip() == f"[] {names}"
+
+
+def test_a_user_mechanism_object_is_audited_against_its_own_event(tmp_path, single_torch_thread):
+    """dpaudit.audit runs a campaign of the user's DP-SGD and bounds it by the event it saved (privacy.json).
+
+    Its analytic ε is the accountant's at the campaign's q and T; the same run read back by `dpaudit analyse`
+    reports it too; a changed mechanism parameter refuses to continue the run; the CLI refuses to continue it.
+    """
+    import dpaudit
+    from dpaudit import analysis
+    from dpaudit.cli import main
+    from dpaudit.errors import UsageError
+    from dpaudit.store import RunStore
+
+    x, y = data.digits().private.x[:200], data.digits().private.y[:200]
+    settings = dict(models=4, epochs=1, batch_size=20, out=tmp_path / "run")
+    result = dpaudit.audit(models.mlp(64, 10, hidden=(16,)), (x, y), ClippedNoisySum(1.0, 0.5), **settings)
+    members = int(RunStore(tmp_path / "run").plan().max_members)
+    poisson = engine.PoissonLayout.for_members(members, 20)
+    expected = dpsgd.epsilon(1.0, poisson.sample_rate, poisson.steps, result.config.delta).epsilon
+    assert result.config.mechanism == "python:tests.test_user_mechanism.ClippedNoisySum"
+    assert result.analytic.epsilon == pytest.approx(expected, rel=1e-12) and math.isfinite(expected)
+    assert analysis.analyse(RunStore(tmp_path / "run")).analytic.epsilon == result.analytic.epsilon
+    assert (tmp_path / "run" / "privacy.json").is_file()
+    with pytest.raises(UsageError, match="mechanism_fingerprint"):
+        dpaudit.audit(models.mlp(64, 10, hidden=(16,)), (x, y), ClippedNoisySum(2.0, 0.5), **settings)
+    assert main(["resume", str(tmp_path / "run"), "--quiet"]) == 2
+    # With no privacy claim (the base class's default), the audit has no bound to hold it to.
+    base, other = models.mlp(64, 10, hidden=(16,)), settings | {"out": tmp_path / "m"}
+    unclaimed = dpaudit.audit(base, (x, y), MeanGradient(), **other)
+    assert unclaimed.analytic.epsilon is None and "describes no privacy guarantee" in unclaimed.analytic.reason

@@ -19,6 +19,7 @@ event                       bound (:mod:`dpaudit.bounds`)
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 NOT_DP = "not DP at any ε ([W] Prop. 2)"
@@ -103,3 +104,28 @@ class Unknown:
 PrivacyEvent = SubsampledGaussian | NoisyProjectionM2 | GaussianSketch | NotDp | Unknown
 
 ZERO_NOISE = NotDp(f"σ = 0: noise-free, {NOT_DP}")  # the event of every noisy mechanism run at σ = 0
+
+
+def to_record(event: PrivacyEvent) -> dict:
+    """``{"event": type name, "fields": {...}}``: the event as JSON data (layers as [d_out, d_in, example_rank])."""
+    fields = {
+        field.name: [dataclasses.astuple(layer) for layer in value] if field.name == "layers" else value
+        for field in dataclasses.fields(event)
+        for value in (getattr(event, field.name),)
+    }
+    return {"event": type(event).__name__, "fields": fields}
+
+
+def from_record(record: dict) -> PrivacyEvent:
+    """The event :func:`to_record` wrote; ValueError if the record is not one."""
+    kinds = {kind.__name__: kind for kind in (SubsampledGaussian, NoisyProjectionM2, GaussianSketch, NotDp, Unknown)}
+    try:
+        kind, fields = kinds[record["event"]], dict(record["fields"])
+        if "layers" in fields:
+            fields["layers"] = tuple(LayerShape(*map(int, layer)) for layer in fields["layers"])
+        for field in dataclasses.fields(kind):  # JSON spells a non-finite float as a string ("inf")
+            if field.type == "float":
+                fields[field.name] = float(fields[field.name])
+        return kind(**fields)
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"not a privacy event record: {error!r}") from None
