@@ -344,7 +344,14 @@ class LinearExampleGradients:
         )
 
     def weighted_sum(self, coefficients: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {name: torch.bmm(*self._sum_factors(name, coefficients)) for name in self.inputs}
+        sums = {}
+        for name in self.inputs:
+            left, right = self._sum_factors(name, coefficients)
+            # MKL forms K wide products 3-4x faster than K tall ones (K = 64: 8×128 from 50 examples in 0.13 ms,
+            # 128×8 in 0.55 ms): a tall sum (LoRA's B) is formed transposed, then laid out as usual.
+            tall = left.shape[-2] > right.shape[-1]
+            sums[name] = torch.bmm(right.mT, left.mT).mT.contiguous() if tall else torch.bmm(left, right)
+        return sums
 
     def add_weighted_sum(self, totals, coefficients, scale) -> None:
         for name in self.inputs:
@@ -365,20 +372,30 @@ class LinearExampleGradients:
         return output_gradients.mT, coefficients.unsqueeze(-1) * inputs
 
     def transformed_squared_norms(self, name, left, right) -> torch.Tensor:
-        """``‖L δ_i x_iᵀ R‖² = ‖L δ_i‖² ‖Rᵀ x_i‖²``: O(b (d_out p + d_in q)) per model.
-
-        The products are broadcast multiplications and sums, not batched GEMMs: a GEMM kernel's rounding can
-        depend on where a model's matrix sits in memory (its position in the chunk), and these norms must not.
-        """
+        """``‖L δ_i x_iᵀ R‖² = ‖L δ_i‖² ‖Rᵀ x_i‖²``: O(b (d_out p + d_in q)) per model."""
         output_gradients, inputs = self.output_gradients[name], self.inputs[name]
-        per_model = (slice(None), *(None,) * (inputs.ndim - 2))  # L, R broadcast over examples (and positions)
         if left is not None:
-            output_gradients = (output_gradients.unsqueeze(-2) * left[per_model]).sum(-1)
+            output_gradients = self._per_model_products(left, output_gradients)
         if right is not None:
-            inputs = (inputs.unsqueeze(-1) * right[per_model]).sum(-2)
+            inputs = self._per_model_products(right.mT, inputs)
         if inputs.ndim == 4:  # L (Σ_t δ_t x_tᵀ) R = Σ_t (L δ_t)(Rᵀ x_t)ᵀ
             return _summed_outer_squared_norms(output_gradients, inputs)
         return output_gradients.square().sum(-1) * inputs.square().sum(-1)
+
+    @staticmethod
+    def _per_model_products(matrices: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
+        """``M_k v`` for each vector v (K, b, [T,] d) of model k and its matrix M_k (K, p, d): (K, b, [T,] p).
+
+        Broadcast multiplications and sums, not batched GEMMs: a GEMM kernel's rounding can depend on where a
+        model's matrix sits in memory (its position in the chunk), and these norms must not. The (p × d × vectors)
+        products run along the longer of d and the vectors, where their loops vectorise: for LoRA's r-wide vectors
+        (d = r = 8, 50 examples) along the examples, 3x faster than along d; for wide layers along d.
+        """
+        if vectors.shape[-1] >= vectors.shape[1:-1].numel():
+            return (vectors.unsqueeze(-2) * matrices[(slice(None), *(None,) * (vectors.ndim - 2))]).sum(-1)
+        columns = vectors.flatten(1, -2).mT.contiguous()  # (K, d, vectors)
+        products = (columns.unsqueeze(2) * matrices.mT.unsqueeze(-1)).sum(1)  # (K, p, vectors)
+        return products.mT.reshape(*vectors.shape[:-1], matrices.shape[-2])
 
     def materialise(self) -> dict[str, torch.Tensor]:
         return {
