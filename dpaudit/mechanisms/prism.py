@@ -33,7 +33,7 @@ from dpaudit.mechanisms.prism_update import (
     PrismAdaptiveState,
     PrismPrivacyConfig,
     PrismStepConfig,
-    _step_from_clipped_sums,
+    _step_from_clipped_means,
     clip_factors,
     draw_step_omegas,
     global_intrinsic_norm,
@@ -174,15 +174,16 @@ class PrismMechanism(Mechanism):
     def _write(params: dict[str, Tensor], a_name: str, b_name: str, factors: tuple[Tensor, Tensor]) -> None:
         """Set a module's first r_ℓ components to ``factors`` (lora_A, lora_B) and the others to zero."""
         for name, value, rank_dim in ((a_name, factors[0], 1), (b_name, factors[1], 2)):
-            padded = params[name].flatten(2).new_zeros(params[name].flatten(2).shape)
-            padded.narrow(rank_dim, 0, value.shape[rank_dim]).copy_(value)
-            params[name].copy_(padded.reshape(params[name].shape))
+            flat = params[name].view(*params[name].shape[:2], -1)  # the engine's tensors are contiguous: in place
+            rank = value.shape[rank_dim]
+            flat.narrow(rank_dim, 0, rank).copy_(value)
+            flat.narrow(rank_dim, rank, flat.shape[rank_dim] - rank).zero_()
 
     def update(self, params: dict[str, Tensor], step: Step, state: PrismTrainingState, learning_rate: float) -> None:
         """One :func:`~dpaudit.mechanisms.prism_update.prism_step` on the engine's per-example gradients.
 
         They are never materialised: the clipping norms come from
-        :meth:`PerExampleGradients.transformed_squared_norms` and the clipped sums from
+        :meth:`PerExampleGradients.transformed_squared_norms` and the clipped means from
         :meth:`PerExampleGradients.weighted_sum` (peft's ``lora_B`` gradient is ``g_A``, ``lora_A``'s is ``g_Bᵀ``).
         """
         examples = step.example_gradients()
@@ -213,13 +214,13 @@ class PrismMechanism(Mechanism):
             ]
         )
         alphas = clip_factors(norms, self.clip_norm)
-        sums = examples.weighted_sum(alphas * step.weights)
-        clipped_sums = [adapter.gradients_to_prism(*self._read(sums, a, b, rank)) for (a, b), rank in modules]
         privacy = PrismPrivacyConfig(self.noise_multiplier, self.clip_norm, step.poisson_batch_size())
-        result = _step_from_clipped_sums(
+        means = examples.weighted_sum(alphas * step.weights / privacy.expected_batch_size)
+        clipped_means = [adapter.gradients_to_prism(*self._read(means, a, b, rank)) for (a, b), rank in modules]
+        result = _step_from_clipped_means(
             factors,
             geometries,
-            clipped_sums,
+            clipped_means,
             norms,
             alphas,
             PrismStepConfig(privacy, learning_rate, self.adaptive),

@@ -155,9 +155,9 @@ class _ColumnGeometry:
     gram_inverse: Tensor
     gram_inverse_sqrt: Tensor
 
-    def project(self, values: Tensor) -> Tensor:
-        """``Π_X Y = Q (Qᵀ Y)`` without forming the d×d projector."""
-        return _times(self.basis, self.basis.mT @ values)
+    def project(self, values: Tensor, scale: float = 1.0) -> Tensor:
+        """``scale · Π_X Y = Q (scale · Qᵀ Y)`` without forming the d×d projector (the scale on the r×k block)."""
+        return _times(self.basis, scale * (self.basis.mT @ values))
 
 
 def _column_geometry(name: str, factor: Tensor) -> _ColumnGeometry:
@@ -255,7 +255,7 @@ def tangent_project(G: Tensor, A: Tensor, B: Tensor) -> Tensor:
 def _lift(gradients: FactorGradients, geometry_A: _ColumnGeometry, geometry_B: _ColumnGeometry) -> TangentLift:
     scaled_A = _times(gradients.g_A, geometry_B.gram_inverse)  # g_A N†
     scaled_B = _times(gradients.g_B, geometry_A.gram_inverse)  # g_B M†
-    return TangentLift(scaled_A - 0.5 * geometry_A.project(scaled_A), scaled_B - 0.5 * geometry_B.project(scaled_B))
+    return TangentLift(scaled_A - geometry_A.project(scaled_A, 0.5), scaled_B - geometry_B.project(scaled_B, 0.5))
 
 
 def lift_factor_gradients(gradients: FactorGradients, factors: LoraFactors) -> TangentLift:

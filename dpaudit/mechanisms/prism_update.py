@@ -106,10 +106,12 @@ class PrismPrivacyConfig:
         return self.noise_multiplier * self.clip_norm / self.expected_batch_size
 
 
-def _noisy_mean(clipped_sum: TangentLift, privacy: PrismPrivacyConfig, noise: TangentLift) -> TangentLift:
-    """``(1/b) Σ_i α_i (ΔA_i, ΔB_i) + (σC/b)(Ξ_A, Ξ_B)`` from the clipped sum of lifts (Eq. 17)."""
-    b, scale = privacy.expected_batch_size, privacy.noise_std
-    return TangentLift(clipped_sum.dA / b + scale * noise.dA, clipped_sum.dB / b + scale * noise.dB)
+def _noisy_mean(clipped_mean: TangentLift, privacy: PrismPrivacyConfig, noise: TangentLift) -> TangentLift:
+    """``(1/b) Σ_i α_i (ΔA_i, ΔB_i) + (σC/b)(Ξ_A, Ξ_B)`` from the clipped mean of lifts (Eq. 17)."""
+    scale = privacy.noise_std
+    return TangentLift(
+        torch.add(clipped_mean.dA, noise.dA, alpha=scale), torch.add(clipped_mean.dB, noise.dB, alpha=scale)
+    )
 
 
 def draw_step_omegas(factors: Sequence[LoraFactors], generator: Generators) -> list[tuple[Tensor, Tensor]]:
@@ -130,8 +132,8 @@ def _relifted_noise(noise: TangentLift, geometry_A: _ColumnGeometry, geometry_B:
     """
     A, B = geometry_A.factor, geometry_B.factor
     return TangentLift(
-        noise.dA + 0.5 * _times(A, (noise.dB.mT @ B) @ geometry_B.gram_inverse),
-        noise.dB - 0.5 * geometry_B.project(noise.dB),
+        noise.dA + _times(A, 0.5 * (noise.dB.mT @ B) @ geometry_B.gram_inverse),
+        noise.dB - geometry_B.project(noise.dB, 0.5),
     )
 
 
@@ -156,9 +158,10 @@ def privatize_module(
     _check_like("per_example_lifts.dB", per_example_lifts.dB, "B", factors.B, extra_dims=1)
     if not isinstance(clip_weights, Tensor) or clip_weights.shape[-1:] != per_example_lifts.dA.shape[-3:-2]:
         raise UsageError(f"clip_weights must be a (..., b) tensor with b = {per_example_lifts.dA.shape[-3]}")
-    total = TangentLift(*(torch.einsum("...b,...bdr->...dr", clip_weights, lifts) for lifts in per_example_lifts))
+    coefficients = clip_weights / privacy.expected_batch_size
+    mean = TangentLift(*(torch.einsum("...b,...bdr->...dr", coefficients, lifts) for lifts in per_example_lifts))
     geometries = _geometry(factors)
-    return _noisy_mean(total, privacy, _tangent_noise(_draw_omegas(*factors, generator, ()), *geometries))
+    return _noisy_mean(mean, privacy, _tangent_noise(_draw_omegas(*factors, generator, ()), *geometries))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -291,8 +294,8 @@ def _adaptive_direction(
     dA, dB = noisy_update
     m, n = dA.shape[-2], dB.shape[-2]
     new_state = PrismAdaptiveState(
-        first_A=config.beta1 * state.first_A + (1 - config.beta1) * dA,
-        first_B=config.beta1 * state.first_B + (1 - config.beta1) * dB,
+        first_A=torch.add(config.beta1 * state.first_A, dA, alpha=1 - config.beta1),
+        first_B=torch.add(config.beta1 * state.first_B, dB, alpha=1 - config.beta1),
         second_A=config.beta2 * state.second_A + (1 - config.beta2) * (dA.mT @ dA) / m,
         second_B=config.beta2 * state.second_B + (1 - config.beta2) * (dB.mT @ dB) / n,
         steps=state.steps + 1,
@@ -574,7 +577,7 @@ def prism_step(
     1. each example's intrinsic norm ``‖P(G_i)‖`` (Eq. 15, from its factor gradients: :func:`_tangent_sq_norms`)
        summed over modules (Eq. 16), ``α_i = min(1, C/s_i)``;
     2. per module: ``ΔA_dp = (1/b) Σ α_i w_i ΔA_i + (σC/b) Ξ_A`` (Eq. 17; w_i the example weights; the lift
-       Eq. 14 is linear, so the clipped sum of gradients is lifted once), the adaptive direction (Eqs. 24-26, on
+       Eq. 14 is linear, so the clipped mean of gradients is lifted once), the adaptive direction (Eqs. 24-26, on
        :func:`relift` of the noisy pair unless ``canonical_lift`` is off) or ``U = ΔA_dp``, the retraction
        (Eq. 22) and a Procrustes gauge alignment to the input factors (App. A.24), both in r×r algebra
        (:func:`_retract_aligned`).
@@ -597,18 +600,19 @@ def prism_step(
     )
     alphas = clip_factors(norms, config.privacy.clip_norm)
     weights = alphas if example_weights is None else alphas * example_weights
-    clipped_sums = [
-        FactorGradients(*(torch.einsum("...b,...bdr->...dr", weights, g) for g in gradients))
+    coefficients = weights / config.privacy.expected_batch_size
+    clipped_means = [
+        FactorGradients(*(torch.einsum("...b,...bdr->...dr", coefficients, g) for g in gradients))
         for gradients in per_example_gradients
     ]
     omegas = draw_step_omegas(factors, generator)
-    return _step_from_clipped_sums(factors, geometries, clipped_sums, norms, alphas, config, omegas, states)
+    return _step_from_clipped_means(factors, geometries, clipped_means, norms, alphas, config, omegas, states)
 
 
-def _step_from_clipped_sums(
+def _step_from_clipped_means(
     factors: Sequence[LoraFactors],
     geometries,
-    clipped_sums: Sequence[FactorGradients],
+    clipped_means: Sequence[FactorGradients],
     norms: Tensor,
     alphas: Tensor,
     config: PrismStepConfig,
@@ -617,7 +621,7 @@ def _step_from_clipped_sums(
 ) -> PrismStepResult:
     """:func:`prism_step` after clipping, with the step's standard normals (:func:`draw_step_omegas`).
 
-    Per module, lift ``Σ_i α_i w_i (g_A,i, g_B,i)`` (Eq. 14, linear, so this is the clipped sum of the
+    Per module, lift ``(1/b) Σ_i α_i w_i (g_A,i, g_B,i)`` (Eq. 14, linear, so this is the clipped mean of the
     per-example lifts), add the noise (Eq. 17), adaptive direction, retraction, alignment.
     """
     if config.adaptive is not None and states is None:
@@ -626,7 +630,7 @@ def _step_from_clipped_sums(
     new_states: list[PrismAdaptiveState] = []
     noisy_updates: list[TangentLift] = []
     for index, (geometry_A, geometry_B) in enumerate(geometries):
-        signal = _lift(clipped_sums[index], geometry_A, geometry_B)
+        signal = _lift(clipped_means[index], geometry_A, geometry_B)
         noise = _tangent_noise(omegas[index], geometry_A, geometry_B)
         noisy = _noisy_mean(signal, config.privacy, noise)
         noisy_updates.append(noisy)
