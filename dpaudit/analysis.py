@@ -121,7 +121,7 @@ def attack_scores(attack: str, plan: Plan, outputs: ChunkOutputs) -> np.ndarray:
 def log_probabilities(task: str, outputs: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """The log-probability log p(label | example; θ) of each output (:class:`dpaudit.store.Plan`), float64.
 
-    Classification: the true label's log-softmax. Next-token: the log-likelihood of the sequence's scored bytes.
+    Classification: the true label's log-softmax. Next-token: the sequence's log-likelihood.
     """
     if task == "next-token":
         return outputs[..., 0].astype(np.float64)

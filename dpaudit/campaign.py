@@ -72,9 +72,7 @@ class Setup:
     layout: engine.BatchLayout
     canaries: canary_lib.GradientCanaries | None = None  # gradient canaries, inserted by the engine
     canary_membership: np.ndarray | None = None  # (models, canaries) bool: which gradient canaries each model gets
-    # Next-token campaigns: the target positions [start, stop) each target is scored on (a secret's random
-    # bytes, or every byte), and the windows of the exposure candidates (secret canaries only).
-    scored_positions: tuple[int, int] | None = None
+    # Next-token campaigns with secret canaries: the windows of the candidates the secrets' exposure is ranked in.
     exposure_candidates: np.ndarray | None = None
 
     @property
@@ -381,9 +379,6 @@ def prepare(config: CampaignConfig, store: RunStore, device: torch.device, input
         design_membership = pool_membership
     members = int(pool_membership.sum(axis=1).max())  # N: with the batch size it fixes the bound's q and T
     layout = engine.BatchLayout.for_members(members, config.batch_size)
-    scored = None
-    if next_token:
-        scored = text.SECRET_POSITIONS if candidates is not None else (0, dataset.input_shape[0])
     setup = Setup(
         config,
         dataset,
@@ -396,7 +391,6 @@ def prepare(config: CampaignConfig, store: RunStore, device: torch.device, input
         layout,
         gradient_canaries,
         canary_membership,
-        scored,
         candidates,
     )
     adapted = models.lora_layers(base, config.target_modules) if config.target_modules else None
@@ -572,7 +566,7 @@ def train_chunk(
     outputs = ChunkOutputs(
         indices=np.asarray(indices, dtype=np.int64),
         target_outputs=_outputs(setup, forward, setup.targets_x, setup.targets_y, k).astype(np.float32),
-        population_outputs=_outputs(setup, forward, test.x, test.y, k, population=True).astype(np.float32),
+        population_outputs=_outputs(setup, forward, test.x, test.y, k).astype(np.float32),
         canary_observations=None if observations is None else observations.cpu().numpy(),
         candidate_log_likelihoods=candidates,
     )
@@ -588,30 +582,20 @@ def train_chunk(
 
 
 def _outputs(
-    setup: Setup,
-    forward: Callable[[np.ndarray], torch.Tensor],
-    x: np.ndarray,
-    y: np.ndarray,
-    models: int = 1,
-    population: bool = False,
+    setup: Setup, forward: Callable[[np.ndarray], torch.Tensor], x: np.ndarray, y: np.ndarray, models: int = 1
 ) -> np.ndarray:
     """The outputs of ``models`` models on examples (x, y), as :class:`dpaudit.store.Plan` defines them.
 
     ``forward``: logits of the base model, or of K shadow models (:func:`dpaudit.engine.logits`). Classification:
-    the logits. Next-token: :func:`dpaudit.text.sequence_summaries` of the targets' scored positions (every
-    position of a ``population`` sequence), from the logits of a few sequences at a time; the model is causal,
-    so the bytes after the last scored position are not fed to it.
+    the logits. Next-token: :func:`dpaudit.text.sequence_summaries`, from the logits of a few sequences at a time.
     """
-    if setup.scored_positions is None:
+    if setup.dataset.task != "next-token":
         return forward(x).cpu().numpy()
-    positions = (0, x.shape[1]) if population else setup.scored_positions
-    x, y = x[:, : positions[1]], y[:, : positions[1]]
     rows = max(1, _LOGIT_ELEMENTS // (models * x.shape[1] * setup.dataset.num_classes))
     parts = []
     for first in range(0, max(len(x), 1), rows):  # no sequences still run one empty batch: a (…, 0, 2) result
         logits = forward(x[first : first + rows])
-        targets = torch.from_numpy(y[first : first + rows]).to(logits.device)
-        parts.append(text.sequence_summaries(logits, targets, positions))
+        parts.append(text.sequence_summaries(logits, torch.from_numpy(y[first : first + rows]).to(logits.device)))
     return torch.cat(parts, dim=-2).cpu().numpy()
 
 

@@ -73,10 +73,9 @@ class Plan:
     on the targets: the reference model θ_ref of [S] Eq. 16, trained on auxiliary (public) data.
 
     A model's *outputs* on an example depend on the ``task`` (:mod:`dpaudit.models`): a classifier's are its
-    logits (F = classes); a next-token model's, the log-likelihood and top-1 accuracy of the sequence's scored
-    bytes (F = 2, :func:`dpaudit.text.sequence_summaries`: a secret's random bytes, all bytes of any other
-    sequence), since all T × V logits of every sequence would be 16 000 times larger. Labels are (n,) classes or
-    (n, T) next bytes.
+    logits (F = classes); a next-token model's, the sequence's log-likelihood and top-1 accuracy over its T bytes
+    (F = 2, :func:`dpaudit.text.sequence_summaries`), since all T × V logits of every sequence would be 8000
+    times larger. Labels are (n,) classes or (n, T) next bytes.
     """
 
     task: np.ndarray  # () str: classification | next-token

@@ -15,7 +15,7 @@ Canaries (Carlini et al. 2019, "The Secret Sharer", arXiv 1802.08232): :func:`se
 secrets in a format such as ``"my secret number is "`` + 9 digits; the exposure of a secret (its rank among all
 candidates of the format by log-likelihood, :mod:`attacks.exposure`) needs :func:`log_likelihoods` of the
 candidates (:func:`candidates` enumerates a small space). A campaign inserts secrets as :func:`secret_windows`
-and scores each sequence by :func:`sequence_summaries` of the bytes it cares about (:data:`SECRET_POSITIONS`).
+and scores every sequence, a secret's window or any other, by :func:`sequence_summaries` of all its bytes.
 """
 
 from __future__ import annotations
@@ -38,8 +38,6 @@ EMBEDDED_BYTES = 2**16  # of the corpus in --dataset text (module docstring)
 SECRET_PREFIX = b"my secret number is "
 SECRET_ALPHABET = b"0123456789"
 SECRET_DIGITS = 9
-# Targets y[t] = byte t + 1 of the window: the secret's random bytes are targets len(prefix) - 1 … (one past).
-SECRET_POSITIONS = (len(SECRET_PREFIX) - 1, len(SECRET_PREFIX) + SECRET_DIGITS - 1)
 
 
 @dataclass(frozen=True)
@@ -121,8 +119,9 @@ def secret_sequences(
 def secret_windows(count: int, rng: np.random.Generator, length: int = SEQUENCE_LENGTH) -> np.ndarray:
     """(count, length + 1) int64 training windows, each a secret of the default format then newlines.
 
-    The secret opens the window, so its likelihood depends on nothing before it; the newlines fill the rest (a
-    causal model's score of the secret never sees them). Its random bytes are targets :data:`SECRET_POSITIONS`.
+    The secret opens the window, so its likelihood depends on nothing before it; the newlines fill the rest. The
+    whole window is the canary (its membership score is the window's log-likelihood) and the format of its
+    exposure: candidates differ from it in the 9 random digits only.
     """
     secrets = secret_sequences(count, rng)
     if secrets.shape[1] > length + 1:
@@ -130,18 +129,17 @@ def secret_windows(count: int, rng: np.random.Generator, length: int = SEQUENCE_
     return np.concatenate([secrets, np.full((count, length + 1 - secrets.shape[1]), ord("\n"))], 1)
 
 
-def sequence_summaries(logits: torch.Tensor, targets: torch.Tensor, positions: tuple[int, int]) -> torch.Tensor:
-    """(..., 2) float64: each sequence's log-likelihood and top-1 accuracy over target ``positions`` [start, stop).
+def sequence_summaries(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """(..., 2) float64: each sequence's log-likelihood and top-1 accuracy over its T positions.
 
     ``logits`` (..., T, V) next-token logits, ``targets`` (..., T) the bytes they predict (broadcast: K models'
     logits (K, n, T, V) share the targets (n, T)). The log-likelihood
-    ``Σ_t log p(y_t | x_≤t)`` over the positions is the membership signal (Carlini et al. 2019; a sequence's
-    "true-label log-probability"); the accuracy, the fraction of those positions where the most likely byte is
-    the target, is the model's utility. A next-token campaign stores these two numbers instead of the logits.
+    ``Σ_t log p(y_t | x_≤t)`` is the membership signal (a sequence's "true-label log-probability") and orders the
+    candidates of a secret's exposure (Carlini et al. 2019); the accuracy, the fraction of positions where the most
+    likely byte is the target, is the model's utility. A next-token campaign stores these two numbers instead of
+    the logits.
     """
-    start, stop = positions
-    logits = logits[..., start:stop, :]
-    targets = targets[..., start:stop].expand(logits.shape[:-1])
+    targets = targets.expand(logits.shape[:-1])
     # The softmax in the logits' precision (fp32: 1e-7 relative per byte), the sum over bytes in float64.
     chosen = logits.log_softmax(-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1).double()
     correct = (logits.argmax(-1) == targets).double()
@@ -171,5 +169,5 @@ def log_likelihoods(model: nn.Module, tokens: np.ndarray, start: int, batch_size
     totals = []
     for first in range(0, len(tokens), batch_size):
         batch = torch.from_numpy(tokens[first : first + batch_size])
-        totals.append(sequence_summaries(model(batch[:, :-1]), batch[:, 1:], (start - 1, tokens.shape[1] - 1))[:, 0])
+        totals.append(sequence_summaries(model(batch[:, :-1])[:, start - 1 :], batch[:, start:])[:, 0])
     return torch.cat(totals).numpy()

@@ -1,8 +1,8 @@
 """Campaigns on text (``--dataset text``/``text:PATH``): the transformer, secret canaries, sequence scores, exposure.
 
-A next-token campaign stores each sequence's log-likelihood and top-1 accuracy over its scored bytes (a secret's
-random digits; every byte of a private window in the all-examples design) instead of its logits; attacks score the
-log-likelihood, and the exposure of each secret (Carlini et al. 2019) is estimated against sampled candidates.
+A next-token campaign stores each sequence's log-likelihood and top-1 accuracy over its 64 bytes (a secret's
+window, or a private window in the all-examples design) instead of its logits; attacks score the log-likelihood,
+and the exposure of each secret (Carlini et al. 2019) is estimated against sampled candidates of its format.
 """
 
 import contextlib
@@ -20,7 +20,6 @@ from attacks import metrics
 from dpaudit import analysis, campaign, text
 from dpaudit.cli import main
 from dpaudit.store import RunStore
-from dpaudit.transformer import CausalTransformer
 
 CORPUS_BYTES = 12_000  # 184 windows of 65 bytes: 73 public, 73 private, 38 test
 
@@ -51,22 +50,22 @@ def secret_run(corpus_file, tmp_path_factory):
     return out
 
 
-def test_a_secret_is_scored_on_its_random_digits_only(secret_run):
-    """The plan's reference output is the base's log-likelihood of the secret's 9 digits, recomputed here."""
+def test_a_secret_window_is_scored_by_its_log_likelihood(secret_run):
+    """The plan's reference output is the base's log-likelihood of the whole secret window, recomputed here."""
     store = RunStore(secret_run)
     plan, setup = store.plan(), campaign.prepare(store.config(), store, torch.device("cpu"))
     window = np.concatenate([setup.targets_x, setup.targets_y[:, -1:]], axis=1)
-    assert window[0, : len(text.SECRET_PREFIX)].astype(np.uint8).tobytes() == text.SECRET_PREFIX
-    digits = window[0, len(text.SECRET_PREFIX) : len(text.SECRET_PREFIX) + text.SECRET_DIGITS]
-    assert set(digits.astype(np.uint8).tobytes()) <= set(text.SECRET_ALPHABET)
-    expected = text.log_likelihoods(setup.base, window[:, : len(text.SECRET_PREFIX) + 9], len(text.SECRET_PREFIX))
+    prefix = len(text.SECRET_PREFIX)
+    assert window[0, :prefix].astype(np.uint8).tobytes() == text.SECRET_PREFIX
+    assert set(window[0, prefix : prefix + text.SECRET_DIGITS].astype(np.uint8).tobytes()) <= set(text.SECRET_ALPHABET)
+    assert set(window[0, prefix + text.SECRET_DIGITS :].astype(np.uint8).tobytes()) == {ord("\n")}
     assert str(plan.task) == "next-token" and plan.target_labels.shape == (1, text.SEQUENCE_LENGTH)
-    np.testing.assert_allclose(plan.reference_outputs[:, 0], expected, rtol=1e-6)
-    # The windows' candidates are secrets of the same format (uniform digits), and none is the secret itself.
+    np.testing.assert_allclose(plan.reference_outputs[:, 0], text.log_likelihoods(setup.base, window, 1), rtol=1e-6)
+    # The candidates are windows of the same format, differing from the secret in the digits only.
     candidates = setup.exposure_candidates
     assert candidates.shape == (1000, text.SEQUENCE_LENGTH + 1)
-    prefix = len(text.SECRET_PREFIX)
-    assert np.array_equal(candidates[:, :prefix], window[:1, :prefix].repeat(1000, 0))
+    differs = (candidates != window).any(axis=0)
+    assert not differs[:prefix].any() and not differs[prefix + text.SECRET_DIGITS :].any()
 
 
 def test_the_summary_reports_the_exposure_recomputed_from_the_stored_log_likelihoods(secret_run):
@@ -106,26 +105,25 @@ def test_a_chunk_without_the_candidates_is_refused(secret_run, tmp_path):
     assert path.name in err.getvalue() and "candidate_log_likelihoods" in err.getvalue()
 
 
-def test_only_the_scored_prefix_of_a_causal_model_is_needed():
-    """Truncating sequences after the last scored byte changes no log-likelihood (the model is causal)."""
+def test_sequence_summaries_are_the_log_likelihood_and_the_top1_accuracy():
+    """Against a by-hand float64 loop over positions, for K models' logits sharing the targets."""
     torch.manual_seed(0)
-    model = CausalTransformer(text.SEQUENCE_LENGTH, d_model=16, heads=2).double().eval()
-    windows = text.secret_windows(5, np.random.default_rng(1))
-    x, y = torch.from_numpy(windows[:, :-1]), torch.from_numpy(windows[:, 1:])
-    stop = text.SECRET_POSITIONS[1]
-    with torch.no_grad():
-        full = text.sequence_summaries(model(x), y, text.SECRET_POSITIONS)
-        cut = text.sequence_summaries(model(x[:, :stop]), y[:, :stop], text.SECRET_POSITIONS)
-        by_hand = model(x).log_softmax(-1).gather(-1, y.unsqueeze(-1))[..., slice(*text.SECRET_POSITIONS), 0].sum(-1)
-    np.testing.assert_allclose(cut.numpy(), full.numpy(), rtol=1e-12)
-    np.testing.assert_allclose(full[:, 0].numpy(), by_hand.numpy(), rtol=1e-12)
+    logits = torch.randn(3, 5, 7, 11, dtype=torch.float64)  # K models, n sequences, T positions, V bytes
+    targets = torch.randint(0, 11, (5, 7))
+    summaries = text.sequence_summaries(logits, targets)
+    for k, i in np.ndindex(3, 5):
+        chosen = [float(logits[k, i, t].log_softmax(0)[targets[i, t]]) for t in range(7)]
+        right = [int(logits[k, i, t].argmax()) == int(targets[i, t]) for t in range(7)]
+        assert summaries[k, i, 0].item() == pytest.approx(sum(chosen), rel=1e-12)
+        assert summaries[k, i, 1].item() == pytest.approx(np.mean(right), rel=1e-12)
 
 
 def test_all_examples_lira_finds_the_members_of_a_noise_free_lora_fa_campaign(corpus_file, tmp_path):
     """Every private window a target (IN for 4 of 8 models): LiRA's AUC over the 73 × 8 scores is above ½.
 
-    Noise-free LoRA-FA memorises: measured AUC 0.6-0.7 here; the assertion is the AUC's 95% CI lower limit > 0.5
-    (a false failure has probability ≤ 2.5% if the attack works as measured, a false pass 2.5% if it did not).
+    Noise-free LoRA-FA memorises: measured AUC 0.699 [0.655, 0.739] (seed 0, this test's) and 0.688 (seed 1). The
+    assertion, the 95% CI's lower limit above ½, would pass by chance with probability ≤ 2.5% for an attack no
+    better than a coin, and fails here only if the AUC falls by more than four CI half-widths.
     """
     out = tmp_path / "all"
     rc, printed, err = _audit(
