@@ -34,6 +34,7 @@ from dpaudit.mechanisms.prism_update import (
     PrismPrivacyConfig,
     PrismStepConfig,
     _step_from_clipped_means,
+    _step_noise,
     clip_factors,
     draw_step_omegas,
     global_intrinsic_norm,
@@ -95,7 +96,7 @@ class PrismTrainingState:
     ranks: tuple[int, ...]
     adaptive: tuple[PrismAdaptiveState, ...] | None = None
     geometries: tuple = ()  # the last step's new factors' geometry (PrismStepResult.geometries), reused if unchanged
-    omegas_ahead: Future | None = None  # the next step's draw_step_omegas, made on the background thread
+    noise_ahead: Future | None = None  # the next step's PrismMechanism._drawn_noise, made on the background thread
 
 
 @dataclass(frozen=True)
@@ -224,26 +225,37 @@ class PrismMechanism(Mechanism):
             norms,
             alphas,
             PrismStepConfig(privacy, learning_rate, self.adaptive),
-            self._omegas(factors, step, state),
+            self._noise(factors, geometries, state),
             state.adaptive,
         )
         state.adaptive, state.geometries = result.states, result.geometries
         for (a, b), new in zip(state.modules, result.factors):
             self._write(params, a, b, adapter.to_peft(new))
+        if step.followed:
+            state.noise_ahead = background.thread().submit(
+                self._drawn_noise, list(result.factors), result.geometries, state.generators
+            )
 
-    @staticmethod
-    def _omegas(factors: list[LoraFactors], step: Step, state: PrismTrainingState) -> list[tuple[Tensor, Tensor]]:
-        """This step's standard normals; the next step's are drawn ahead on the background thread (if there is one).
+    def _drawn_noise(self, factors: list[LoraFactors], geometries, generators: list[torch.Generator]):
+        """A step's normals (:func:`draw_step_omegas`), the geometries they are lifted at, and the noise."""
+        omegas = draw_step_omegas(factors, generators)
+        return omegas, geometries, _step_noise(omegas, geometries, self.adaptive)
+
+    def _noise(self, factors: list[LoraFactors], geometries: list, state: PrismTrainingState) -> list:
+        """This step's tangent noise (:func:`_step_noise`), made ahead on the background thread by the last step.
 
         Only this stream uses the generators after :meth:`initialise`, in step order, so drawing ahead changes no
-        number (as :class:`dpaudit.mechanisms.dpsgd.GaussianNoiseStream`); ~1/8 of a step on CPU leaves the
-        critical path.
+        number (as :class:`dpaudit.mechanisms.dpsgd.GaussianNoiseStream`); drawing and lifting, ~1/6 of a step on
+        CPU, leave the critical path. Factors changed since the last step (not the geometry the noise was lifted
+        at) get the same normals lifted again.
         """
-        ahead, state.omegas_ahead = state.omegas_ahead, None
-        omegas = draw_step_omegas(factors, state.generators) if ahead is None else ahead.result()
-        if step.followed:
-            state.omegas_ahead = background.thread().submit(draw_step_omegas, factors, state.generators)
-        return omegas
+        ahead, state.noise_ahead = state.noise_ahead, None
+        if ahead is None:
+            return self._drawn_noise(factors, geometries, state.generators)[2]
+        omegas, lifted_at, noise = ahead.result()
+        if all(made is current for made, current in zip(lifted_at, geometries)):
+            return noise
+        return _step_noise(omegas, geometries, self.adaptive)
 
     def transform(self, step: Step, state) -> dict[str, Tensor]:
         raise TypeError("PRISM owns its update (a retraction, [P] Eq. 22): the engine calls update()")

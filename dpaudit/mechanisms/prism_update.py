@@ -123,6 +123,27 @@ def draw_step_omegas(factors: Sequence[LoraFactors], generator: Generators) -> l
     return [_draw_omegas(A, B, generator, ()) for A, B in factors]
 
 
+class _ModuleNoise(NamedTuple):
+    """A module's unit tangent noise (Eq. 19) and, when the moments read the canonical lift, its relift."""
+
+    noise: TangentLift
+    relifted: TangentLift | None
+
+
+def _step_noise(omegas: Sequence[tuple[Tensor, Tensor]], geometries, adaptive) -> list[_ModuleNoise]:
+    """Per module, Eq. 19's unit noise from the step's normals and, if ``adaptive`` reads it, its relift.
+
+    Reads the normals and the factors' geometry only, so the next step's noise can be made ahead:
+    :class:`dpaudit.mechanisms.prism.PrismMechanism` makes it on the background thread.
+    """
+    relift = adaptive is not None and adaptive.canonical_lift
+    noises = []
+    for module_omegas, (geometry_A, geometry_B) in zip(omegas, geometries):
+        noise = _tangent_noise(module_omegas, geometry_A, geometry_B)
+        noises.append(_ModuleNoise(noise, _relifted_noise(noise, geometry_A, geometry_B) if relift else None))
+    return noises
+
+
 def _relifted_noise(noise: TangentLift, geometry_A: _ColumnGeometry, geometry_B: _ColumnGeometry) -> TangentLift:
     """:func:`relift` of Eq. 19's noise in closed form: ``(Ξ_A + ½ A (Ξ_Bᵀ B) N^{-1}, Ξ_B − ½ Π_B Ξ_B)``.
 
@@ -605,8 +626,8 @@ def prism_step(
         FactorGradients(*(torch.einsum("...b,...bdr->...dr", coefficients, g) for g in gradients))
         for gradients in per_example_gradients
     ]
-    omegas = draw_step_omegas(factors, generator)
-    return _step_from_clipped_means(factors, geometries, clipped_means, norms, alphas, config, omegas, states)
+    noises = _step_noise(draw_step_omegas(factors, generator), geometries, config.adaptive)
+    return _step_from_clipped_means(factors, geometries, clipped_means, norms, alphas, config, noises, states)
 
 
 def _step_from_clipped_means(
@@ -616,10 +637,10 @@ def _step_from_clipped_means(
     norms: Tensor,
     alphas: Tensor,
     config: PrismStepConfig,
-    omegas: Sequence[tuple[Tensor, Tensor]],
+    noises: Sequence[_ModuleNoise],
     states: Sequence[PrismAdaptiveState] | None,
 ) -> PrismStepResult:
-    """:func:`prism_step` after clipping, with the step's standard normals (:func:`draw_step_omegas`).
+    """:func:`prism_step` after clipping, with the step's noise (:func:`_step_noise` for ``config.adaptive``).
 
     Per module, lift ``(1/b) Σ_i α_i w_i (g_A,i, g_B,i)`` (Eq. 14, linear, so this is the clipped mean of the
     per-example lifts), add the noise (Eq. 17), adaptive direction, retraction, alignment.
@@ -631,14 +652,12 @@ def _step_from_clipped_means(
     noisy_updates: list[TangentLift] = []
     for index, (geometry_A, geometry_B) in enumerate(geometries):
         signal = _lift(clipped_means[index], geometry_A, geometry_B)
-        noise = _tangent_noise(omegas[index], geometry_A, geometry_B)
+        noise, relifted = noises[index]
         noisy = _noisy_mean(signal, config.privacy, noise)
         noisy_updates.append(noisy)
         direction = noisy
         if config.adaptive is not None and states is not None:
-            moments_input = noisy
-            if config.adaptive.canonical_lift:
-                moments_input = _noisy_mean(signal, config.privacy, _relifted_noise(noise, geometry_A, geometry_B))
+            moments_input = noisy if relifted is None else _noisy_mean(signal, config.privacy, relifted)
             direction, state = _adaptive_direction(
                 states[index], moments_input, geometry_A, geometry_B, config.privacy.noise_std, config.adaptive
             )
