@@ -392,7 +392,13 @@ class LinearExampleGradients:
         (d = r = 8, 50 examples) along the examples, 3x faster than along d; for wide layers along d.
         """
         if vectors.shape[-1] >= vectors.shape[1:-1].numel():
-            return (vectors.unsqueeze(-2) * matrices[(slice(None), *(None,) * (vectors.ndim - 2))]).sum(-1)
+            per_model = (slice(None), *(None,) * (vectors.ndim - 2))  # M_k broadcast over model k's vectors
+            products = vectors.new_empty((*vectors.shape[:-1], matrices.shape[-2]))
+            # A few models at a time: their (..., p, d) products stay in cache (d = 128, K = 64: 0.7 instead of 1 ms)
+            group = max(1, 2**19 // (vectors.shape[1:].numel() * matrices.shape[-2]))
+            for part, part_matrices, out in zip(vectors.split(group), matrices.split(group), products.split(group)):
+                torch.sum(part.unsqueeze(-2) * part_matrices[per_model], -1, out=out)
+            return products
         columns = vectors.flatten(1, -2).mT.contiguous()  # (K, d, vectors)
         products = (columns.unsqueeze(2) * matrices.mT.unsqueeze(-1)).sum(1)  # (K, p, vectors)
         return products.mT.reshape(*vectors.shape[:-1], matrices.shape[-2])

@@ -170,14 +170,7 @@ def _geometry_from_svd(
     name: str, factor: Tensor, basis: Tensor, coordinates: Tensor, singular_values: Tensor, right_vectors: Tensor
 ) -> _ColumnGeometry:
     """The geometry of ``factor = basis @ coordinates`` given ``coordinates = U diag(singular_values) Vᵀ``."""
-    tolerance = singular_values[..., :1] * max(factor.shape[-2:]) * torch.finfo(factor.dtype).eps
-    if bool((singular_values[..., -1:] <= tolerance).any()):  # also catches X = 0 (tolerance 0)
-        worst = singular_values[..., -1].min().item()
-        raise UsageError(
-            f"{name} is rank-deficient (smallest singular value {worst:.3g}); PRISM needs both LoRA "
-            f"factors of full column rank r ([P] Thm 3.1). peft's lora_B = 0 start is rank 0: "
-            f"initialise both factors, e.g. with balanced_random_factors"
-        )
+    _check_full_rank(name, factor, singular_values)
     powers = singular_values.unsqueeze(-2)
     return _ColumnGeometry(
         factor=factor,
@@ -187,6 +180,18 @@ def _geometry_from_svd(
         gram_inverse=(right_vectors / powers**2) @ right_vectors.mT,
         gram_inverse_sqrt=(right_vectors / powers) @ right_vectors.mT,
     )
+
+
+def _check_full_rank(name: str, factor: Tensor, singular_values: Tensor) -> None:
+    """Refuse a factor whose smallest singular value (of the descending ``singular_values``) is 0 to rounding."""
+    tolerance = singular_values[..., :1] * max(factor.shape[-2:]) * torch.finfo(factor.dtype).eps
+    if bool((singular_values[..., -1:] <= tolerance).any()):  # also catches X = 0 (tolerance 0)
+        worst = singular_values[..., -1].min().item()
+        raise UsageError(
+            f"{name} is rank-deficient (smallest singular value {worst:.3g}); PRISM needs both LoRA "
+            f"factors of full column rank r ([P] Thm 3.1). peft's lora_B = 0 start is rank 0: "
+            f"initialise both factors, e.g. with balanced_random_factors"
+        )
 
 
 def _geometry(factors: LoraFactors) -> tuple[_ColumnGeometry, _ColumnGeometry]:

@@ -33,6 +33,7 @@ canonical lift of ΔZ_dp (:func:`relift`; :attr:`PrismAdaptiveConfig.canonical_l
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -50,6 +51,7 @@ from dpaudit.mechanisms.prism_tangent import (
     _as_pair,
     _batch_shape,
     _check_factors,
+    _check_full_rank,
     _check_like,
     _ColumnGeometry,
     _draw_omegas,
@@ -490,15 +492,13 @@ def _retract_aligned(
     )
     rotation = _procrustes_rotation(procrustes)
     coordinates = (rotation.mT * root.unsqueeze(-2)) @ rotation
-    geometries = []
-    for name, basis, vectors in (
-        ("A", retraction.basis_left, retraction.left),
-        ("B", retraction.basis_right, retraction.right),
-    ):
-        aligned_basis = _times(basis, vectors @ rotation)
-        factor = _times(aligned_basis, coordinates)
-        geometries.append(_geometry_from_svd(name, factor, aligned_basis, coordinates, root, rotation.mT))
-    return geometries[0], geometries[1]
+    basis_A = _times(retraction.basis_left, retraction.left @ rotation)
+    basis_B = _times(retraction.basis_right, retraction.right @ rotation)
+    geometry_A = _geometry_from_svd("A", _times(basis_A, coordinates), basis_A, coordinates, root, rotation.mT)
+    # Balanced (A'ᵀA' = B'ᵀB'): B' has A''s coordinates and Gram matrices, its own basis.
+    factor_B = _times(basis_B, coordinates)
+    _check_full_rank("B", factor_B, root)
+    return geometry_A, dataclasses.replace(geometry_A, factor=factor_B, basis=basis_B)
 
 
 def align_gauge(factors: LoraFactors, reference: LoraFactors) -> LoraFactors:

@@ -1,0 +1,125 @@
+"""PRISM's faster step paths (issue 17) equal the maths they replace: float64, fixed seeds.
+
+The retraction's truncated SVD and Procrustes rotation from eigendecompositions of Gram matrices (vs
+``torch.linalg.svd``), the tangent noise made ahead on the background thread (vs made in the step, also after the
+factors changed), and the factored per-example gradients' products (vs the materialised gradients; a model's
+norms do not depend on its position in the chunk).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dpaudit import engine, models, seeding
+from dpaudit.mechanisms import prism, prism_update
+from dpaudit.mechanisms.base import Step
+
+DTYPE = torch.float64
+
+pytestmark = pytest.mark.usefixtures("single_torch_thread")
+
+
+def _normal(*shape: int, seed: int) -> torch.Tensor:
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=DTYPE)
+
+
+@pytest.mark.parametrize("size, rank", [(16, 8), (6, 3), (4, 4), (2, 1)])
+def test_top_singular_triplets_are_the_svds(size, rank):
+    core = _normal(5, size, size, seed=size + rank)
+    left, values, right = prism_update._top_singular_triplets(core, rank)
+    u, s, vt = torch.linalg.svd(core)
+    assert (values - s[..., :rank]).abs().max() < 1e-12 * s.max()
+    truncated = (u[..., :rank] * s[..., None, :rank]) @ vt[..., :rank, :]
+    assert (left * values.unsqueeze(-2) @ right.mT - truncated).abs().max() < 1e-12 * s.max()
+    eye = torch.eye(rank, dtype=DTYPE)
+    assert (left.mT @ left - eye).abs().max() < 1e-12 and (right.mT @ right - eye).abs().max() < 1e-10
+
+
+def test_a_zero_singular_value_gives_a_zero_right_vector_as_a_zero_factor_column():
+    core = _normal(3, 6, 6, seed=1)
+    core[..., -3:] = 0.0  # rank 3: a rank-4 truncation has one zero singular value
+    _, values, right = prism_update._top_singular_triplets(core, 4)
+    assert values[..., -1].abs().max() < 1e-7 and right[..., -1].abs().max() < 1e-7
+
+
+def test_procrustes_rotation_is_u_vt_of_the_svd():
+    matrix = _normal(7, 5, 5, seed=2)
+    u, _, vt = torch.linalg.svd(matrix)
+    assert (prism_update._procrustes_rotation(matrix) - u @ vt).abs().max() < 1e-10
+
+
+def _mechanism_setting(seed: int):
+    base = models.mlp(6, 3, hidden=(8,)).double().requires_grad_(False)
+    randomness = seeding.shadow_randomness(seed, range(2))
+    shadow = engine.build(base, "lora", models.LoraSpec(2), randomness, torch.device("cpu"))
+    params = {name: t.clone() for name, t in shadow.trainable.items()}
+    mechanism = prism.PrismMechanism(noise_multiplier=1.0, clip_norm=0.5)
+    state = mechanism.setup({name: t.shape[1:] for name, t in params.items()}, randomness)
+    mechanism.initialise(params, state)
+    return mechanism, state, params
+
+
+def _step(params, index: int, followed: bool) -> Step:
+    examples = {name: _normal(2, 5, *t.shape[1:], seed=100 * index + i) for i, (name, t) in enumerate(params.items())}
+    weights = torch.ones(2, 5, dtype=DTYPE)
+    return Step(engine.DenseExampleGradients(examples), weights, index, 4.0, 3 if followed else index + 1, params)
+
+
+@pytest.mark.parametrize("move_factors", [False, True])
+def test_noise_made_ahead_equals_noise_made_in_the_step(move_factors):
+    """Steps with the next noise made ahead (``followed``) give the numbers of steps that make it in place.
+
+    With the factors moved between steps (not by the step), the normals drawn ahead are lifted again at the
+    factors' new geometry: the same as drawing them in that step.
+    """
+    runs = []
+    for ahead in (True, False):
+        mechanism, state, params = _mechanism_setting(seed=3)
+        for index in range(3):
+            if move_factors and index == 2:
+                name = state.modules[0][1]
+                params[name].add_(0.01 * _normal(*params[name].shape, seed=7))
+            mechanism.update(params, _step(params, index, followed=ahead), state, learning_rate=0.05)
+            assert (state.noise_ahead is not None) == (ahead and index < 2)
+        runs.append(params)
+    for name in runs[0]:
+        assert torch.equal(runs[0][name], runs[1][name])
+
+
+def _factored(models_: int, examples: int, d_out: int, d_in: int, positions: int = 0):
+    shape = (models_, examples, *((positions,) if positions else ()))
+    return engine.LinearExampleGradients(
+        {"w": _normal(*shape, d_in, seed=d_in)}, {"w": _normal(*shape, d_out, seed=d_out + 1)}
+    )
+
+
+@pytest.mark.parametrize(
+    "d_out, d_in, positions",
+    [(128, 8, 0), (8, 96, 0), (10, 8, 0), (40, 8, 3)],  # wide (grouped) and narrow products; a sequence layer
+)
+def test_factored_products_equal_the_materialised_gradients(d_out, d_in, positions):
+    factored = _factored(3, 11, d_out, d_in, positions)
+    dense = engine.DenseExampleGradients(factored.materialise())
+    left, right = _normal(3, 4, d_out, seed=5), _normal(3, d_in, 3, seed=6)
+    for l_, r_ in ((None, None), (left, None), (None, right), (left, right)):
+        got, want = factored.transformed_squared_norms("w", l_, r_), dense.transformed_squared_norms("w", l_, r_)
+        assert ((got - want).abs() / want).max() < 1e-12
+    coefficients = _normal(3, 11, seed=8)
+    got, want = factored.weighted_sum(coefficients)["w"], dense.weighted_sum(coefficients)["w"]
+    assert (got - want).abs().max() < 1e-12 * want.abs().max() and got.is_contiguous()
+
+
+def test_factored_norms_do_not_depend_on_the_models_position_in_the_chunk():
+    """Each model's norms are bit for bit those it has alone.
+
+    64 models of 50 examples, d = 128: the wide products run in groups of models.
+    """
+    factored = _factored(64, 50, 128, 8)
+    left, right = _normal(64, 8, 128, seed=9), _normal(64, 8, 8, seed=10)
+    together = factored.transformed_squared_norms("w", left, right)
+    for k in (0, 17, 63):
+        alone = engine.LinearExampleGradients(
+            {"w": factored.inputs["w"][k : k + 1].clone()}, {"w": factored.output_gradients["w"][k : k + 1].clone()}
+        )
+        assert torch.equal(alone.transformed_squared_norms("w", left[k : k + 1], right[k : k + 1]), together[k : k + 1])
