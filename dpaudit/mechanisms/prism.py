@@ -245,7 +245,7 @@ class PrismMechanism(Mechanism):
         """This step's tangent noise (:func:`_step_noise`), made ahead on the background thread by the last step.
 
         Only this stream uses the generators after :meth:`initialise`, in step order, so drawing ahead changes no
-        number (as :class:`dpaudit.mechanisms.dpsgd.GaussianNoiseStream`); drawing and lifting, ~1/6 of a step on
+        number (as :class:`dpaudit.mechanisms.dpsgd.GaussianNoiseStream`); drawing and lifting, ~1/10 of a step on
         CPU, leave the critical path. Factors changed since the last step (not the geometry the noise was lifted
         at) get the same normals lifted again.
         """

@@ -317,8 +317,8 @@ def _adaptive_direction(
     dA, dB = noisy_update
     m, n = dA.shape[-2], dB.shape[-2]
     new_state = PrismAdaptiveState(
-        first_A=torch.add(config.beta1 * state.first_A, dA, alpha=1 - config.beta1),
-        first_B=torch.add(config.beta1 * state.first_B, dB, alpha=1 - config.beta1),
+        first_A=dA.lerp(state.first_A, config.beta1),  # β1 m_A + (1 − β1) ΔA in one pass
+        first_B=dB.lerp(state.first_B, config.beta1),
         second_A=config.beta2 * state.second_A + (1 - config.beta2) * (dA.mT @ dA) / m,
         second_B=config.beta2 * state.second_B + (1 - config.beta2) * (dB.mT @ dB) / n,
         steps=state.steps + 1,
