@@ -49,6 +49,17 @@ def test_procrustes_rotation_is_u_vt_of_the_svd():
     assert (prism_update._procrustes_rotation(matrix) - u @ vt).abs().max() < 1e-10
 
 
+def test_a_singular_alignment_still_gives_an_optimal_rotation():
+    """A rank-deficient P (no inverse square root) takes U Vᵀ from the SVD: orthogonal, finite, tr(WᵀP) = ‖P‖_*."""
+    matrix = _normal(3, 5, 5, seed=3)
+    matrix[..., -2:] = 0.0
+    rotation = prism_update._procrustes_rotation(matrix)
+    identity = torch.eye(5, dtype=matrix.dtype)
+    assert torch.isfinite(rotation).all() and (rotation.mT @ rotation - identity).abs().max() < 1e-10
+    nuclear = torch.linalg.svdvals(matrix).sum(-1)
+    assert (torch.einsum("kij,kij->k", rotation, matrix) - nuclear).abs().max() < 1e-10
+
+
 def _mechanism_setting(seed: int):
     base = models.mlp(6, 3, hidden=(8,)).double().requires_grad_(False)
     randomness = seeding.shadow_randomness(seed, range(2))

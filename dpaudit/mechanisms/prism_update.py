@@ -403,14 +403,22 @@ def _top_singular_triplets(core: Tensor, rank: int) -> tuple[Tensor, Tensor, Ten
     return left.to(core.dtype), singular_values.to(core.dtype), right.to(core.dtype)
 
 
+_ILL_CONDITIONED = 1e-12  # PᵀP's smallest/largest eigenvalue below which the polar factor comes from the SVD
+
+
 def _procrustes_rotation(matrix: Tensor) -> Tensor:
-    """``argmax_W tr(Wᵀ P)`` over orthogonal W for nonsingular square P: its polar factor ``P (PᵀP)^{-1/2}``.
+    """``argmax_W tr(Wᵀ P)`` over orthogonal W for square P: its polar factor ``P (PᵀP)^{-1/2}`` when P is nonsingular.
 
     The same W as ``U Vᵀ`` from the SVD ``P = U Σ Vᵀ``; from the float64 eigendecomposition of ``PᵀP`` at half the
     cost of the SVD. Accuracy as :func:`_top_singular_triplets` (PRISM's P has condition number < 10 measured).
+    A P whose condition number exceeds 10^6 (PᵀP's eigenvalues 10^12 apart) takes ``U Vᵀ`` from the SVD, which
+    is a maximiser even for a singular P, where the inverse square root would be infinite.
     """
     wide = matrix.double()
-    eigenvalues, eigenvectors = torch.linalg.eigh(wide.mT @ wide)
+    eigenvalues, eigenvectors = torch.linalg.eigh(wide.mT @ wide)  # ascending
+    if bool((eigenvalues[..., 0] <= _ILL_CONDITIONED * eigenvalues[..., -1]).any()):
+        left, _, right = torch.linalg.svd(wide)
+        return (left @ right).to(matrix.dtype)
     return (wide @ ((eigenvectors * eigenvalues.rsqrt().unsqueeze(-2)) @ eigenvectors.mT)).to(matrix.dtype)
 
 
