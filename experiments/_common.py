@@ -33,8 +33,11 @@ from dpaudit.config import CampaignConfig, Execution  # noqa: E402
 DEFAULT_OUT = Path("experiments/results")
 
 
-def parser(doc: str) -> argparse.ArgumentParser:
-    """An argument parser described by the first line of the script's docstring, with the common flags."""
+def parser(doc: str, dataset: str = "digits") -> argparse.ArgumentParser:
+    """An argument parser described by the first line of the script's docstring, with the common flags.
+
+    ``dataset``: the ``--dataset`` default (``text`` for the scripts that audit the byte-level transformer).
+    """
     parsed = argparse.ArgumentParser(description=doc.splitlines()[0])
     parsed.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (CSV, PNG, run directories)")
     parsed.add_argument(
@@ -42,7 +45,12 @@ def parser(doc: str) -> argparse.ArgumentParser:
         action="store_true",
         help="the paper's model counts, ranks and epochs (hours; a GPU is advisable)",
     )
-    parsed.add_argument("--dataset", default="digits", help="digits (default) or cifar10:PATH (CIFAR-10 binary)")
+    parsed.add_argument(
+        "--dataset",
+        default=dataset,
+        help=f"{dataset} (default)"
+        + (", text:PATH (a UTF-8 file)" if dataset == "text" else " or cifar10:PATH (CIFAR-10 binary)"),
+    )
     parsed.add_argument("--seed", type=int, default=0)
     parsed.add_argument("--workers", type=int, default=2, help="campaign worker processes (one torch thread each)")
     parsed.add_argument("--models", type=int, help="models per point (default: the script's CPU or paper scale)")
@@ -143,11 +151,12 @@ def frozen_feature_head(seed: int) -> Task:
 def allowed_ranks(dataset: str, ranks: Sequence[int]) -> list[int]:
     """The ranks of ``ranks`` a LoRA adapter of the dataset's default model admits.
 
-    That is r ≤ every adapted layer's input dimension (:func:`dpaudit.models.check_rank`).
+    That is r ≤ every LoRA-adapted layer's input dimension (:func:`dpaudit.models.check_rank`): every layer of the
+    MLP and the CNN, the attention and MLP projections of the text transformer (its output head is not adapted).
     """
     loaded = data.load(dataset)
-    model = models.for_input(loaded.input_shape, loaded.num_classes)
-    largest = min(models.projection_dim(layer) for layer in models.adapted_layers(model).values())
+    model = models.for_input(loaded.input_shape, loaded.num_classes, loaded.task)
+    largest = min(models.projection_dim(layer) for layer in models.lora_layers(model).values())
     return [r for r in ranks if r <= largest]
 
 

@@ -770,6 +770,146 @@ at b = {batch} (not the paper's b = {paper_batch:g}):
     return Section([summary], body)
 
 
+def ci_order(lower: pd.Series, higher: pd.Series, prefix: str) -> str:
+    """Whether ``lower``'s AUC is below ``higher``'s within their 95% CIs.
+
+    ``holds`` / ``reversed``: the CIs are disjoint, ``lower``'s below / above; ``not resolved``: they overlap.
+    """
+    if lower[f"{prefix}auc_ci_high"] < higher[f"{prefix}auc_ci_low"]:
+        return "holds"
+    if lower[f"{prefix}auc_ci_low"] > higher[f"{prefix}auc_ci_high"]:
+        return "reversed"
+    return "not resolved"
+
+
+def s_table1_transformer(src: Sources) -> Section:
+    frame = src.table("s_table1_transformer")
+    ref, lira = "reference_", "lira-online_"
+    attacks = ((ref, "reference"), (lira, "LiRA"))
+    full = only(frame, mechanism="dp-sgd")
+    batch = int(full["batch_size"])
+    lora = only(frame, mechanism="dp-lora", rank=16, batch_size=batch)
+    fa = frame[(frame["mechanism"] == "dp-lora-fa") & (frame["batch_size"] == batch)].sort_values("rank")
+    fa16 = only(frame, mechanism="dp-lora-fa", rank=16, batch_size=batch)
+    large = frame[(frame["mechanism"] == "dp-lora-fa") & (frame["batch_size"] > batch)].iloc[0]
+    models, epochs = int(full["models"]), int(full["epochs"])
+    targets = int(full[f"{ref}n_in"] * 2 / models)
+    dataset = setting_value(frame, "dataset")
+    corpus = (
+        f"the first {setting_value(frame, 'corpus_bytes'):g} bytes of Python's `pydoc_data.topics` used as windows"
+        if dataset == "text"
+        else f"`{dataset}` ({setting_value(frame, 'corpus_bytes'):g} bytes used as windows)"
+    )
+    length = setting_value(frame, "sequence_length")
+    paper_batch, paper_epochs = src.paper("s_t1_batch"), src.paper("s_t1_epochs")
+    paper_large_batch, paper_large_epochs = src.paper("s_t1_large_batch"), src.paper("s_t1_large_batch_epochs")
+
+    def label(row: pd.Series) -> str:
+        if row["mechanism"] == "dp-sgd":
+            return f"full fine-tuning (–, {row['batch_size']:g})"
+        name = "LoRA" if row["mechanism"] == "dp-lora" else "LoRA-FA"
+        return f"{name} ({row['rank']:g}, {row['batch_size']:g})"
+
+    rows = [
+        [
+            label(row),
+            auc_ci(row, ref),
+            auc_ci(row, lira),
+            tpr_ci(row, lira, "0.1"),
+            tpr_ci(row, lira, "0.01"),
+            num(row["test_accuracy"]),
+        ]
+        for _, row in frame.iterrows()
+    ]
+
+    def claim(lower: pd.Series, higher: pd.Series) -> tuple[str, str]:
+        """The verdict word over both attacks, and per attack: AUC higher → lower [CIs] and its CI verdict."""
+        outcomes = [(name, ci_order(lower, higher, prefix), prefix) for prefix, name in attacks]
+        words = {outcome for _, outcome, _ in outcomes}
+        verdict = (
+            "**yes**" if words == {"holds"} else "**no** (reversed)" if "reversed" in words else "**not resolved**"
+        )
+        text = "; ".join(
+            f"{name} {auc_ci(higher, prefix)} → {auc_ci(lower, prefix)}: {outcome}"
+            for name, outcome, prefix in outcomes
+        )
+        return verdict, text
+
+    lora_word, lora_text = claim(lora, full)
+    fa_word, fa_text = claim(fa16, lora)
+    rank_word, rank_text, adjacent = "**not tested** (one rank)", "", []
+    if len(fa) > 1:
+        smallest, largest = fa.iloc[0], fa.iloc[-1]
+        rank_word, extremes = claim(smallest, largest)
+        rank_text = f" — r = {largest['rank']:g} → {smallest['rank']:g}: {extremes}"
+        for (_, small), (_, big) in zip(list(fa.iterrows())[:-1], list(fa.iterrows())[1:]) if len(fa) > 2 else []:
+            word, text = claim(small, big)
+            adjacent.append(f"{big['rank']:g} → {small['rank']:g}: {word.replace('**', '')}")
+            rank_text += f". Adjacent ranks r = {big['rank']:g} → {small['rank']:g}: {word} — {text}"
+    same = {name: abs(fa16[f"{prefix}auc"] - lora[f"{prefix}auc"]) for prefix, name in attacks}
+    batch_word, batch_text = claim(large, fa16)
+    fewer_steps = large["batch_size"] / batch
+    body = f"""## [S] Table 1 analogue on a byte-level transformer
+
+`python experiments/s_table1_transformer.py` → `results/s_table1_transformer.csv`. The same variants, attacks and
+design as the digits analogue above (`s_table1_lora_variants.part1`), on text: a byte-level causal transformer
+({setting_value(frame, "layers"):g} pre-LayerNorm blocks, d_model {setting_value(frame, "d_model"):g},
+{setting_value(frame, "parameters"):g} parameters; LoRA on q/k/v/out/fc1/fc2; full fine-tuning trains every Linear
+weight, the output head's included), pretrained on the public split of
+{corpus}, fine-tuned on the private split's {setting_value(frame, "private_sequences"):g} windows of {length:g}
+bytes. Every private window a target, IN for exactly half of {models} models per row (all-examples design; {targets}
+targets × {models} models), {epochs} epochs, lr {sig(full["lr"])}, momentum {sig(full["momentum"])}, non-private
+training through the DP-SGD family with σ = 0, C = ∞. A window's score is its log-likelihood under each model;
+attacks: [S] Eq. 16 reference-calibrated (θ_ref = the pretrained base) and LiRA online. Columns: variant (r, b); AUC
+[95% CI]; LiRA TPR at FPR 10% / 1% [95% Clopper-Pearson]; next-byte top-1 accuracy on the test windows (mean over
+models). All intervals treat the {int(full[f"{ref}n_in"])} IN and {int(full[f"{ref}n_out"])} OUT trials as
+independent; they share {models} models, so the intervals are too narrow (no model-level bootstrap was run), and no ε
+lower bound is reported for this design.
+
+{
+        table(
+            ["variant (r, b)", "ref. AUC", "LiRA AUC", "LiRA TPR@10%", "LiRA TPR@1%", "next-byte test acc."],
+            rows,
+        )
+    }
+
+[S] Table 1's ordering, each tested on this transformer at b = {batch} and {epochs} epochs ("holds": the lower
+variant's AUC CI lies entirely below the other's; "reversed": entirely above; "not resolved": the CIs overlap; with
+intervals that are too narrow, as said above):
+
+* *LoRA lowers the MIA AUC vs full fine-tuning*: {lora_word} — {lora_text}.
+* *LoRA-FA lowers it further* (r = 16): {fa_word} — {fa_text}. The two rows' AUCs differ by {
+        " / ".join(sig(d, 2) for d in same.values())
+    } (reference / LiRA): LoRA's A starts beside B = 0, where its gradient (∝ Bᵀ∇_W L) vanishes, so these {epochs}
+  epochs of SGD likely leave it near its start (not measured by this script).
+* *Smaller r lowers it* (LoRA-FA, largest vs smallest r): {rank_word}{rank_text}.
+* *Larger b lowers it*: at a fixed number of steps T = EN/b (how [S] tests it, doubling b and E together) **not
+  tested**; our b = {large["batch_size"]:g} row keeps {epochs} epochs, i.e. {fewer_steps:g}× fewer steps, and shows
+  {batch_word} — {batch_text}.
+
+Not tested: GPT-2 scale (a {setting_value(frame, "parameters"):g}-parameter model here), real fine-tuning data
+([S] uses Enron / Pubmed / PTB), the paper's E = {paper_epochs:g} epochs and b = {paper_batch:g} (and
+(E, b) = ({paper_large_epochs:g}, {paper_large_batch:g}) for the larger batch), its perplexity utility metric.
+"""
+
+    def summary_word(word: str) -> str:
+        return word.replace("**", "")
+
+    summary = (
+        "[S] Table 1 on a byte-level transformer",
+        f"{num(src.paper('s_t1_auc_full_enron'))} > {num(src.paper('s_t1_auc_lora_enron'))} > "
+        f"{num(src.paper('s_t1_auc_fa_enron'))} (GPT-2, Enron, b = {paper_batch:g})",
+        f"text, {setting_value(frame, 'parameters'):g}-parameter transformer, {models} models, b = {batch}: "
+        f"ref. AUC {num(full[f'{ref}auc'])} / {num(lora[f'{ref}auc'])} / {num(fa16[f'{ref}auc'])}, "
+        f"LiRA AUC {num(full[f'{lira}auc'])} / {num(lora[f'{lira}auc'])} / {num(fa16[f'{lira}auc'])}",
+        f"within 95% CIs: LoRA < full: {summary_word(lora_word)}; LoRA-FA < LoRA: {summary_word(fa_word)}; "
+        f"smaller r: {summary_word(rank_word)}"
+        + (f" (r = {fa['rank'].max():g} vs {fa['rank'].min():g}; adjacent r {', '.join(adjacent)})" if adjacent else "")
+        + "; larger b at fixed T: not tested; GPT-2 scale and the paper's data, E and b: not tested",
+    )
+    return Section([summary], body)
+
+
 def s_lemma72(src: Sources) -> Section:
     frame = src.table("s_table1_lemma72")
     every = only(frame, scope="all layers")
@@ -811,7 +951,8 @@ def s_lemma72(src: Sources) -> Section:
     ]
     body = f"""## [S] Lemma 7.2 with the run's λ̄, C, β vs the audit ("DP by design"?)
 
-Same script → `results/s_table1_lemma72.csv`. One LoRA-FA model (r = {every["rank"]:g}, lr {sig(every["lr"])}, b =
+`python experiments/s_table1_lora_variants.py` → `results/s_table1_lemma72.csv`. One LoRA-FA model
+(r = {every["rank"]:g}, lr {sig(every["lr"])}, b =
 {every["batch_size"]:g}, {every["steps"]:g} plain SGD steps, σ_g = 0: noise-free LoRA-FA, the setting of the "by
 design" claim) with measured quantities; beside it the canary audit of noise-free LoRA-FA at the same rank.
 
@@ -1357,7 +1498,13 @@ The machine (2 CPU cores) was shared with other jobs; the seconds are upper boun
     return Section([], body)
 
 
-AUDITS = ("w_table1_lora_fa", "w_table2_m2", "w_table3_m1", "s_table1_lora_variants")  # the campaigns' CSVs
+AUDITS = (
+    "w_table1_lora_fa",
+    "w_table2_m2",
+    "w_table3_m1",
+    "s_table1_lora_variants",
+    "s_table1_transformer",
+)  # the campaigns' CSVs
 FPR_LABELS = {"0.1": "10%", "0.01": "1%", "0.001": "0.1%"}  # the TPR-at-FPR columns' FPRs, as the papers print them
 SECTIONS: tuple[Callable[[Sources], Section], ...] = (
     w_table1,
@@ -1367,6 +1514,7 @@ SECTIONS: tuple[Callable[[Sources], Section], ...] = (
     w_fig3,
     mechanism_grid,
     s_table1,
+    s_table1_transformer,
     s_lemma72,
     prism_energy,
     p_accuracy,
@@ -1382,7 +1530,7 @@ def render(results: Path = RESULTS, paper_numbers: Path = PAPER_NUMBERS) -> str:
     src = Sources(results, paper_numbers)
     sections = [section(src) for section in SECTIONS]
     summary = table(
-        ["result", "paper", "ours (CPU scale, digits)", "claim holds?"],
+        ["result", "paper", "ours (CPU scale, digits unless named)", "claim holds?"],
         [list(row) for section in sections for row in section.summary],
     )
     s_rows = src.table("s_table1_lora_variants")
@@ -1414,8 +1562,9 @@ private LLM fine-tuning" (arXiv:2510.01137).
 
 **Setting differences that apply everywhere.** Digits (scikit-learn 8×8, 1797 images; 40% public for
 pretraining, 40% private pool = {pool} examples, 20% test) instead of CIFAR-10 / GPT-2 / RoBERTa; the MLP
-64-128-128-10 instead of a CNN / ResNet / transformer, so LoRA ranks are ≤ 64 (r must not exceed any adapted
-layer's input dimension); {models_low}-{models_high} shadow models per audit
+64-128-128-10 instead of a CNN / ResNet / transformer (except the [S] Table 1 analogue on a byte-level transformer,
+whose section names its text and model), so LoRA ranks are ≤ 64 (r must not exceed any adapted layer's input
+dimension); {models_low}-{models_high} shadow models per audit
 instead of 200-{paper_trials:g}; {audit_epochs} fine-tuning epochs for the audits. CIFAR-10 runs need
 `--dataset cifar10:PATH --paper-scale` (not run here: no dataset copy).
 Verdicts are computed (two-sided tests at {LEVEL:g}; see `make_results.py`'s docstring): "not tested" where our
@@ -1431,7 +1580,8 @@ setting differs from the one the claim is about.
   speed the paper-scale runs take hours.
 - [W] Fig. 3 at ε < 1 and δ = 1e-4 (the paper's small-ε regime): outside the CPU budget (`--epsilons 0.2 0.4` runs it).
 - [S] Table 1 at the paper's b = 8, and its larger-b row at a fixed number of steps; the paper's perplexity utility
-  metric and text data (not applicable to digits).
+  metric, text data (Enron / Pubmed / PTB) and GPT-2 (the transformer analogue uses a small byte-level model on
+  Python's documentation).
 - [P] with tuned optimisers for every method (AdamW for the DP-LoRA baselines).
 """
     return "\n".join(

@@ -24,10 +24,13 @@ m ≥ n only (the lemma's shape assumption). Beside it: the canary audit of nois
 
 from __future__ import annotations
 
+import argparse
 import math
+from collections.abc import Sequence
 
 import _common
 import numpy as np
+import pandas as pd
 import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
@@ -41,10 +44,75 @@ ATTACKS = ("reference", "lira-online")
 DELTA = 1e-5
 
 
-def variants(paper_scale: bool) -> list[tuple[str, int, int]]:
-    """(mechanism, rank, batch size) of Part 1."""
-    ranks = (8, 64, 256) if paper_scale else (4, 16, 64)
-    return [("dp-sgd", 16, 32), ("dp-lora", 16, 32), *[("dp-lora-fa", r, 32) for r in ranks], ("dp-lora-fa", 16, 128)]
+def variants(ranks: Sequence[int], batch_size: int = 32, large_batch_size: int = 128) -> list[tuple[str, int, int]]:
+    """(mechanism, rank, batch size) of Part 1.
+
+    Full fine-tuning and LoRA at r = 16, LoRA-FA at every rank of ``ranks``, all at ``batch_size``; LoRA-FA at
+    r = 16 again at ``large_batch_size``.
+    """
+    return [
+        ("dp-sgd", 16, batch_size),
+        ("dp-lora", 16, batch_size),
+        *[("dp-lora-fa", r, batch_size) for r in ranks],
+        ("dp-lora-fa", 16, large_batch_size),
+    ]
+
+
+def part1(
+    args: argparse.Namespace,
+    name: str,
+    ranks: Sequence[int],
+    models_count: int,
+    epochs: int,
+    title: str,
+    columns: dict | None = None,
+    batch_sizes: tuple[int, int] = (32, 128),
+) -> pd.DataFrame:
+    """Part 1 on ``args.dataset``: one all-examples campaign per :func:`variants` point, attacked by :data:`ATTACKS`.
+
+    Non-private (σ = 0, C = ∞) DP-SGD-family training of the full weights, LoRA and LoRA-FA; ``ranks`` are clipped
+    to what the dataset's default model admits (:func:`_common.allowed_ranks`); ``batch_sizes``: that of every
+    row and that of the larger-batch row (:func:`variants`). Run directories go under
+    ``args.out/name``; the rows (each with ``columns`` appended: settings that describe the whole table) are
+    written to ``args.out/name.csv`` and plotted into ``args.out/name.png``.
+    """
+    out = args.out / name
+    rows = []
+    for mechanism, rank, batch_size in variants(_common.allowed_ranks(args.dataset, ranks), *batch_sizes):
+        config = CampaignConfig(
+            mechanism=mechanism,
+            dataset=args.dataset,
+            rank=None if mechanism == "dp-sgd" else rank,  # full fine-tuning has no rank
+            models=models_count,
+            epochs=epochs,
+            batch_size=batch_size,
+            noise=0.0,
+            clip=math.inf,
+            design="all-examples",
+            seed=args.seed,
+        )
+        numbers = _common.audit(config, out, f"{mechanism}_r{rank}_b{batch_size}", args.workers, ATTACKS)
+        rows.append(
+            {
+                "mechanism": mechanism,
+                "rank": rank if mechanism != "dp-sgd" else None,
+                "batch_size": batch_size,
+                **numbers,
+                **(columns or {}),
+            }
+        )
+    table = _common.write_table(rows, args.out, name)
+    with _common.figure(args.out, name) as (ax,):
+        labels = [
+            m if m == "dp-sgd" else f"{m}\nr={r:g} b={b}"
+            for m, r, b in zip(table["mechanism"], table["rank"], table["batch_size"])
+        ]
+        for shift, attack in zip((-0.2, 0.2), ATTACKS):
+            ax.bar(np.arange(len(table)) + shift, table[f"{attack}_auc"], width=0.4, label=attack)
+        ax.set_xticks(np.arange(len(table)), labels, fontsize=6)
+        ax.set(ylabel="MIA AUC (all examples)", ylim=(0.45, None), title=f"non-private fine-tuning, {title}")
+        ax.legend()
+    return table
 
 
 def measure_lemma72_inputs(
@@ -165,41 +233,9 @@ def main(argv: list[str] | None = None) -> None:
     parsed.add_argument("--lemma-rank", type=int, default=16, help="rank of the Lemma 7.2 setting")
     args = parsed.parse_args(argv)
     models_count, epochs = _common.scale(args, cpu=(64, 3), paper=(256, 30))
+    ranks = (8, 64, 256) if args.paper_scale else (4, 16, 64)
+    part1(args, NAME, ranks, models_count, epochs, args.dataset)
     out = args.out / NAME
-    rows = []
-    for mechanism, rank, batch_size in variants(args.paper_scale):
-        config = CampaignConfig(
-            mechanism=mechanism,
-            dataset=args.dataset,
-            rank=None if mechanism == "dp-sgd" else rank,  # full fine-tuning has no rank
-            models=models_count,
-            epochs=epochs,
-            batch_size=batch_size,
-            noise=0.0,
-            clip=math.inf,
-            design="all-examples",
-            seed=args.seed,
-        )
-        numbers = _common.audit(config, out, f"{mechanism}_r{rank}_b{batch_size}", args.workers, ATTACKS)
-        rows.append(
-            {
-                "mechanism": mechanism,
-                "rank": rank if mechanism != "dp-sgd" else None,
-                "batch_size": batch_size,
-                **numbers,
-            }
-        )
-    table = _common.write_table(rows, args.out, NAME)
-    with _common.figure(args.out, NAME) as (ax,):
-        labels = [
-            m if m == "dp-sgd" else f"{m}\nr={r:g} b={b}"
-            for m, r, b in zip(table["mechanism"], table["rank"], table["batch_size"])
-        ]
-        for shift, attack in zip((-0.2, 0.2), ATTACKS):
-            ax.bar(np.arange(len(table)) + shift, table[f"{attack}_auc"], width=0.4, label=attack)
-        ax.set_xticks(np.arange(len(table)), labels, fontsize=6)
-        ax.set(ylabel="MIA AUC (all examples)", ylim=(0.45, None), title="non-private fine-tuning, digits")
-        ax.legend()
 
     config = CampaignConfig(
         mechanism="lora-fa",

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from accountants import dpsgd
+from dpaudit import text
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
@@ -43,6 +44,46 @@ def test_table1_script_writes_finite_audit_numbers(tmp_path):
     assert list(table["rank"]) == [4] and list(table["models"]) == [8]
     assert np.isfinite(table[sorted(expected)].to_numpy(float)).all()
     assert (tmp_path / "w_table1_lora_fa.png").is_file()
+
+
+def test_s_table1_transformer_script_writes_each_variant_and_its_section(tmp_path):
+    # A small text:PATH corpus (40 windows of 65 bytes, 16 private, about 8 per model) keeps the 4 campaigns short.
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(text.corpus()[: 40 * 65].decode("ascii", "ignore"), encoding="utf-8")
+    out = tmp_path / "results"
+    done = run_script(
+        "s_table1_transformer",
+        *("--out", str(out), "--dataset", f"text:{corpus}", "--models", "6", "--epochs", "1", "--workers", "1"),
+        *("--ranks", "16", "--batch-sizes", "4", "8"),
+    )
+    assert done.returncode == 0, done.stderr
+    table = pd.read_csv(out / "s_table1_transformer.csv")
+    variants = list(zip(table["mechanism"], table["rank"].fillna(0), table["batch_size"]))
+    assert variants == [("dp-sgd", 0, 4), ("dp-lora", 16, 4), ("dp-lora-fa", 16, 4), ("dp-lora-fa", 16, 8)]
+    assert set(table["dataset"]) == {f"text:{corpus}"} and set(table["private_sequences"]) == {16}
+    assert set(table["models"]) == {6} and set(table["epochs"]) == {1}
+    assert set(table["d_model"]) == {64} and (table["parameters"] > 0).all()
+    # Every private window a target IN for half of the 6 models: 3 IN and 3 OUT trials each.
+    assert set(table["reference_n_in"]) == {3 * table["private_sequences"][0]}
+    columns = [f"{attack}_{c}" for attack in ("reference", "lira-online") for c in ("auc", "auc_ci_low", "auc_ci_high")]
+    assert np.isfinite(table[columns].to_numpy(float)).all()
+    assert (out / "s_table1_transformer.png").is_file()
+    # RESULTS.md renders its section from this CSV beside the committed others (one rank: no rank claim).
+    for csv in (EXPERIMENTS / "results").glob("*.csv"):
+        if csv.name != "s_table1_transformer.csv":
+            (out / csv.name).write_bytes(csv.read_bytes())
+    document = tmp_path / "RESULTS.md"
+    rendered = subprocess.run(
+        [sys.executable, str(EXPERIMENTS / "make_results.py"), "--results", str(out), "--document", str(document)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    section = document.read_text().split("## [S] Table 1 analogue on a byte-level transformer")[1].split("\n## ")[0]
+    words = " ".join(section.split())  # the paragraphs are wrapped at 120 characters
+    assert "half of 6 models per row" in words and "Not tested: GPT-2 scale" in words
+    assert "*Smaller r lowers it* (LoRA-FA, largest vs smallest r): **not tested** (one rank)" in words
 
 
 def test_run_all_help_lists_the_suite():
