@@ -6,10 +6,10 @@ bytes, disjoint, cut from the corpus in order: ``x`` (n, L) int64 holds bytes 0.
 (``num_classes`` = 256, the vocabulary). Windows are split into public/private/test by dpaudit's fixed rule
 (:func:`dpaudit.data.split_indices`), as every dataset is.
 
-``--dataset text`` is the first 128 KiB of the reference documentation of Python's ``pydoc_data.topics`` (about
+``--dataset text`` is the first 64 KiB of the reference documentation of Python's ``pydoc_data.topics`` (about
 466 kB in all, shipped with Python, no download; its text, and so the fingerprint, can change with the Python
-version): 2016 sequences of 65 bytes, 806 private ones, the size of ``digits``, so that a 64-model campaign runs in
-minutes on two cores. ``text:PATH`` is a UTF-8 file, all of it.
+version): 1008 sequences of 65 bytes, 403 private ones, so that a 64-model campaign of 10 epochs runs in minutes on
+two cores. ``text:PATH`` is a UTF-8 file, all of it.
 
 Canaries (Carlini et al. 2019, "The Secret Sharer", arXiv 1802.08232): :func:`secret_sequences` draws random
 secrets in a format such as ``"my secret number is "`` + 9 digits; the exposure of a secret (its rank among all
