@@ -623,9 +623,12 @@ against the exact profile and the audit.
     return Section([], body)
 
 
-def s_table1(src: Sources) -> Section:
-    frame = src.table("s_table1_lora_variants")
-    ref, lira = "reference_", "lira-online_"
+def _table1_rows(frame: pd.DataFrame) -> tuple:
+    """An [S] Table 1 analogue's rows and setting, as the digits and transformer sections read them.
+
+    Full fine-tuning, its batch size, LoRA r=16, LoRA-FA at every r (sorted), LoRA-FA r=16, LoRA-FA at the larger
+    batch, and the models, epochs and targets per row.
+    """
     full = only(frame, mechanism="dp-sgd")
     batch = int(full["batch_size"])
     lora = only(frame, mechanism="dp-lora", rank=16, batch_size=batch)
@@ -633,7 +636,14 @@ def s_table1(src: Sources) -> Section:
     fa16 = only(frame, mechanism="dp-lora-fa", rank=16, batch_size=batch)
     large = frame[(frame["mechanism"] == "dp-lora-fa") & (frame["batch_size"] > batch)].iloc[0]
     models, epochs = int(full["models"]), int(full["epochs"])
-    targets = int(full[f"{ref}n_in"] * 2 / models)
+    targets = int(full["reference_n_in"] * 2 / models)
+    return full, batch, lora, fa, fa16, large, models, epochs, targets
+
+
+def s_table1(src: Sources) -> Section:
+    frame = src.table("s_table1_lora_variants")
+    ref, lira = "reference_", "lira-online_"
+    full, batch, lora, fa, fa16, large, models, epochs, targets = _table1_rows(frame)
     paper_batch, paper_epochs = src.paper("s_t1_batch"), src.paper("s_t1_epochs")
 
     def label(row: pd.Series) -> str:
@@ -786,14 +796,7 @@ def s_table1_transformer(src: Sources) -> Section:
     frame = src.table("s_table1_transformer")
     ref, lira = "reference_", "lira-online_"
     attacks = ((ref, "reference"), (lira, "LiRA"))
-    full = only(frame, mechanism="dp-sgd")
-    batch = int(full["batch_size"])
-    lora = only(frame, mechanism="dp-lora", rank=16, batch_size=batch)
-    fa = frame[(frame["mechanism"] == "dp-lora-fa") & (frame["batch_size"] == batch)].sort_values("rank")
-    fa16 = only(frame, mechanism="dp-lora-fa", rank=16, batch_size=batch)
-    large = frame[(frame["mechanism"] == "dp-lora-fa") & (frame["batch_size"] > batch)].iloc[0]
-    models, epochs = int(full["models"]), int(full["epochs"])
-    targets = int(full[f"{ref}n_in"] * 2 / models)
+    full, batch, lora, fa, fa16, large, models, epochs, targets = _table1_rows(frame)
     dataset = setting_value(frame, "dataset")
     corpus = (
         f"the first {setting_value(frame, 'corpus_bytes'):g} bytes of Python's `pydoc_data.topics` used as windows"
