@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 import torch
 
+from accountants import dpsgd
 from attacks import exposure as exposure_lib
 from attacks import metrics
-from dpaudit import analysis, campaign, text
+from dpaudit import analysis, campaign, engine, text
 from dpaudit.cli import main
 from dpaudit.store import RunStore
 
@@ -159,3 +160,23 @@ def test_a_model_of_another_task_than_the_data_is_refused_in_one_line(corpus_fil
         sys.modules.pop("text_factories", None)
     assert rc == 2 and len(err.strip().splitlines()) == 1 and not (tmp_path / "r").exists()
     assert "is next-token data, but the model (Sequential) learns classification" in err
+
+
+@pytest.mark.parametrize("mechanism", ["prism", "dp-lora-fa"])
+def test_the_dp_mechanisms_audit_text_with_their_analytic_bound(corpus_file, tmp_path, mechanism):
+    """PRISM and DP-LoRA-FA train the transformer on text, bounded by the subsampled Gaussian at the run's q and T.
+
+    Both claim DP-SGD's guarantee (PRISM by [P] Thm 3.4): their analytic ε is the PLD accountant's at σ = 1 and the
+    campaign's Poisson rate and step count, recomputed here from the plan's member count.
+    """
+    rc, printed, err = _audit(
+        "--dataset", corpus_file, "--mechanism", mechanism, "--noise", "1", "--models", "4", "--epochs", "1",
+        "--json", "--out", str(tmp_path / "run"),
+    )  # fmt: skip
+    assert rc == 0, err
+    numbers = json.loads(printed)
+    assert numbers["n_in"] + numbers["n_out"] == 4 and 0 < numbers["test_accuracy"] < 1
+    poisson = engine.PoissonLayout.for_members(int(RunStore(tmp_path / "run").plan().max_members), 32)
+    expected = dpsgd.epsilon(1.0, poisson.sample_rate, poisson.steps, 1e-5).epsilon
+    assert math.isfinite(expected) and numbers["analytic_epsilon"] == pytest.approx(expected, rel=1e-12)
+    assert numbers["secret_exposure"]["candidates"] == 1000
