@@ -10,8 +10,9 @@ Ties count against the secret (its rank is the number of candidates at least as 
 model that assigns every candidate the same likelihood shows exposure 0, never a leak it does not have.
 
 :func:`exposure` needs the log-likelihood of every candidate (small spaces, or the candidates of
-:func:`dpaudit.text.candidates`); :func:`sampled_exposure` estimates it from candidates drawn uniformly from R
-(Sec. 4.2's sampling estimate, for spaces too large to enumerate).
+:func:`dpaudit.text.candidates`); :func:`sampled_exposure` (:func:`sampled_exposures`: many models and secrets at
+once) estimates it from candidates drawn uniformly from R (Sec. 4.2's sampling estimate, for spaces too large to
+enumerate).
 """
 
 from __future__ import annotations
@@ -56,6 +57,22 @@ def sampled_exposure(secret_log_likelihood: float, sampled_log_likelihoods) -> f
         "secret_log_likelihood", secret_log_likelihood, -math.inf, math.inf, low_open=True, high_open=True
     )
     sampled = check.finite_array("sampled_log_likelihoods", sampled_log_likelihoods, ndim=1)
-    if sampled.size == 0:
+    return float(sampled_exposures(np.array([[secret]]), sampled[np.newaxis])[0, 0])
+
+
+def sampled_exposures(secret_log_likelihoods, sampled_log_likelihoods) -> np.ndarray:
+    """(models, secrets) :func:`sampled_exposure` of every secret in every model, each model with its own m samples.
+
+    ``secret_log_likelihoods`` (models, secrets) and ``sampled_log_likelihoods`` (models, m), finite.
+    """
+    secrets = check.finite_array("secret_log_likelihoods", secret_log_likelihoods, ndim=2)
+    sampled = check.finite_array("sampled_log_likelihoods", sampled_log_likelihoods, ndim=2)
+    if sampled.shape[1] == 0:
         raise check.InvalidArgument("sampled_log_likelihoods is empty: draw at least one candidate from R")
-    return float(-np.log2((1 + np.count_nonzero(sampled >= secret)) / (sampled.size + 1)))
+    if len(sampled) != len(secrets):
+        raise check.InvalidArgument(
+            f"{len(secrets)} models' secrets but {len(sampled)} models' samples: give each model's samples"
+        )
+    ordered = np.sort(sampled, axis=1)
+    at_least = sampled.shape[1] - np.stack([np.searchsorted(row, s, side="left") for row, s in zip(ordered, secrets)])
+    return -np.log2((1 + at_least) / (sampled.shape[1] + 1))

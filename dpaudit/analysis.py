@@ -131,7 +131,8 @@ def log_probabilities(task: str, outputs: np.ndarray, labels: np.ndarray) -> np.
 def _lira_statistic(task: str, outputs: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """LiRA's per-model statistic: the logit-scaled confidence φ = log p - log(1 - p) of the label.
 
-    A sequence's probability p is tiny (e^-20 for 9 random digits), where φ = log p + O(p): its log-likelihood.
+    A sequence's probability p is tiny (below e^-100 for a 64-byte window), where φ = log p + O(p): its
+    log-likelihood.
     """
     if task == "next-token":
         return log_probabilities(task, outputs, labels)
@@ -203,7 +204,7 @@ class SecretExposure:
     """Exposure of the secret canaries (Carlini et al. 2019, Def. 4), estimated from m sampled candidates (Sec. 4.2).
 
     Each model ranks each secret among m candidates drawn uniformly from the secrets' format
-    (:func:`attacks.exposure.sampled_exposure`): ``inserted`` are the exposures of secrets in the models that
+    (:func:`attacks.exposure.sampled_exposures`): ``inserted`` are the exposures of secrets in the models that
     trained on them, ``held_out`` in those that did not (the baseline: docs/theory.md §3.2.1). The
     estimate cannot exceed log2(m + 1) (``ceiling``).
     """
@@ -229,12 +230,7 @@ def secret_exposure(
     secret_log_likelihoods: np.ndarray, membership: np.ndarray, candidate_log_likelihoods: np.ndarray
 ) -> SecretExposure:
     """:class:`SecretExposure` of (models, secrets) log-likelihoods against each model's (models, m) candidates."""
-    exposures = np.array(
-        [
-            [exposure_lib.sampled_exposure(value, candidates) for value in row]
-            for row, candidates in zip(secret_log_likelihoods, candidate_log_likelihoods)
-        ]
-    ).reshape(membership.shape)
+    exposures = exposure_lib.sampled_exposures(secret_log_likelihoods, candidate_log_likelihoods)
     return SecretExposure(exposures[membership], exposures[~membership], candidate_log_likelihoods.shape[1])
 
 

@@ -348,19 +348,21 @@ def prepare(config: CampaignConfig, store: RunStore, device: torch.device, input
         # A null campaign keeps the design's groups but trains no model on any canary.
         inserted = design_membership & (not config.null)
         count = design_membership.shape[1]
-        if config.canary == "input" and next_token:
-            # Secrets (Carlini et al. 2019), and the candidates of their format that their exposure is ranked in.
-            length = dataset.input_shape[0]
-            windows = text.secret_windows(count, campaign_rng(config.seed, "canary"), length)
-            x_q, labels = windows[:, :-1], windows[:, 1:]
-            candidates = text.secret_windows(_EXPOSURE_CANDIDATES, campaign_rng(config.seed, "exposure"), length)
-        elif config.canary == "input":
-            x_q = input_canary.draw_canary_input((count, *dataset.input_shape), campaign_rng(config.seed, "canary"))
-            x_q = x_q.astype(np.float32)
-            labels = (
-                _canary_labels(config, dataset, base, mechanism, x_q, device) if plan is None else plan.target_labels
-            )
         if config.canary == "input":
+            if next_token:
+                # Secrets (Carlini et al. 2019), and the candidates of their format their exposure is ranked in.
+                length = dataset.input_shape[0]
+                windows = text.secret_windows(count, campaign_rng(config.seed, "canary"), length)
+                x_q, labels = windows[:, :-1], windows[:, 1:]
+                candidates = text.secret_windows(_EXPOSURE_CANDIDATES, campaign_rng(config.seed, "exposure"), length)
+            else:
+                shape = (count, *dataset.input_shape)
+                x_q = input_canary.draw_canary_input(shape, campaign_rng(config.seed, "canary")).astype(np.float32)
+                labels = (
+                    _canary_labels(config, dataset, base, mechanism, x_q, device)
+                    if plan is None
+                    else plan.target_labels
+                )
             pool_x = np.concatenate([dataset.private.x, x_q])
             pool_y = np.concatenate([dataset.private.y, labels])
             pool_membership = np.ones((config.models, len(pool_y)), dtype=bool)
@@ -570,12 +572,8 @@ def train_chunk(
         canary_observations=None if observations is None else observations.cpu().numpy(),
         candidate_log_likelihoods=candidates,
     )
-    finite = np.isfinite(outputs.target_outputs).all(axis=(1, 2)) & np.isfinite(outputs.population_outputs).all(
-        axis=(1, 2)
-    )
-    for extra in (outputs.canary_observations, candidates):
-        if extra is not None:
-            finite &= np.isfinite(extra.reshape(len(extra), -1)).all(axis=1)
+    produced = (outputs.target_outputs, outputs.population_outputs, outputs.canary_observations, candidates)
+    finite = np.logical_and.reduce([np.isfinite(a.reshape(len(a), -1)).all(axis=1) for a in produced if a is not None])
     if not finite.all():
         raise Diverged(tuple(int(i) for i in outputs.indices[~finite]))
     return outputs
