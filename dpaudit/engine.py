@@ -315,6 +315,9 @@ class DenseExampleGradients:
         return self.tensors
 
 
+_POSITION_SAFE_ROWS = 8  # row counts whose batched GEMMs do not depend on a model's position (see _per_model_products)
+
+
 @dataclass(frozen=True)
 class LinearExampleGradients:
     """Per-example gradients of Linear weights in factored form: ``g_i = δ_i x_iᵀ`` (Goodfellow 2015).
@@ -386,22 +389,17 @@ class LinearExampleGradients:
     def _per_model_products(matrices: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
         """``M_k v`` for each vector v (K, b, [T,] d) of model k and its matrix M_k (K, p, d): (K, b, [T,] p).
 
-        Broadcast multiplications and sums, not batched GEMMs: a GEMM kernel's rounding can depend on where a
-        model's matrix sits in memory (its position in the chunk), and these norms must not. The (p × d × vectors)
-        products run along the longer of d and the vectors, where their loops vectorise: for LoRA's r-wide vectors
-        (d = r = 8, 50 examples) along the examples, 3x faster than along d; for wide layers along d.
+        One batched GEMM in its wide orientation, ``M_k Vᵀ`` (p × vectors): 3-10x faster than ``V M_kᵀ`` and than
+        broadcast products (K = 64, 50 examples, d = 128, p = 8: 0.14 vs 0.22 and 0.61 ms). A model's products
+        must not depend on its position in the chunk (its memory offset): MKL's were found to for p not a multiple
+        of 4 (p = 1, 2, 3, 5), never for multiples of 4 (tested up to d = 257, misaligned starts included), so
+        M_k gets zero rows up to a multiple of 8, which are dropped.
         """
-        if vectors.shape[-1] >= vectors.shape[1:-1].numel():
-            per_model = (slice(None), *(None,) * (vectors.ndim - 2))  # M_k broadcast over model k's vectors
-            products = vectors.new_empty((*vectors.shape[:-1], matrices.shape[-2]))
-            # A few models at a time: their (..., p, d) products stay in cache (d = 128, K = 64: 0.7 instead of 1 ms)
-            group = max(1, 2**19 // (vectors.shape[1:].numel() * matrices.shape[-2]))
-            for part, part_matrices, out in zip(vectors.split(group), matrices.split(group), products.split(group)):
-                torch.sum(part.unsqueeze(-2) * part_matrices[per_model], -1, out=out)
-            return products
-        columns = vectors.flatten(1, -2).mT.contiguous()  # (K, d, vectors)
-        products = (columns.unsqueeze(2) * matrices.mT.unsqueeze(-1)).sum(1)  # (K, p, vectors)
-        return products.mT.reshape(*vectors.shape[:-1], matrices.shape[-2])
+        rows = matrices.shape[-2]
+        if rows % _POSITION_SAFE_ROWS:
+            matrices = torch.nn.functional.pad(matrices, (0, 0, 0, -rows % _POSITION_SAFE_ROWS))
+        products = torch.bmm(matrices, vectors.flatten(1, -2).mT)[:, :rows]  # (K, p, vectors)
+        return products.mT.reshape(*vectors.shape[:-1], rows)
 
     def materialise(self) -> dict[str, torch.Tensor]:
         return {

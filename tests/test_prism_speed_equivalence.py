@@ -121,16 +121,22 @@ def test_factored_products_equal_the_materialised_gradients(d_out, d_in, positio
     assert (got - want).abs().max() < 1e-12 * want.abs().max() and got.is_contiguous()
 
 
-def test_factored_norms_do_not_depend_on_the_models_position_in_the_chunk():
-    """Each model's norms are bit for bit those it has alone.
-
-    64 models of 50 examples, d = 128: the wide products run in groups of models.
-    """
-    factored = _factored(64, 50, 128, 8)
-    left, right = _normal(64, 8, 128, seed=9), _normal(64, 8, 8, seed=10)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(
+    "examples, d_out, rows", [(50, 128, 8), (50, 10, 3), (7, 257, 5), (7, 10, 1)]
+)  # rows not a multiple of 4 and odd sizes put models at misaligned offsets (MKL's GEMMs then differ unpadded)
+def test_factored_norms_do_not_depend_on_the_models_position_in_the_chunk(dtype, examples, d_out, rows):
+    """Each model's norms are bit for bit those it has alone, at every position of a chunk of 64."""
+    factored = _factored(64, examples, d_out, 8)
+    factored = engine.LinearExampleGradients(
+        {"w": factored.inputs["w"].to(dtype)}, {"w": factored.output_gradients["w"].to(dtype)}
+    )
+    left, right = _normal(64, rows, d_out, seed=9).to(dtype), _normal(64, 8, rows, seed=10).to(dtype)
     together = factored.transformed_squared_norms("w", left, right)
-    for k in (0, 17, 63):
+    for k in range(64):
         alone = engine.LinearExampleGradients(
             {"w": factored.inputs["w"][k : k + 1].clone()}, {"w": factored.output_gradients["w"][k : k + 1].clone()}
         )
-        assert torch.equal(alone.transformed_squared_norms("w", left[k : k + 1], right[k : k + 1]), together[k : k + 1])
+        assert torch.equal(
+            alone.transformed_squared_norms("w", left[k : k + 1].clone(), right[k : k + 1].clone()), together[k : k + 1]
+        )

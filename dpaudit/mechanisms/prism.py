@@ -96,6 +96,7 @@ class PrismTrainingState:
     ranks: tuple[int, ...]
     adaptive: tuple[PrismAdaptiveState, ...] | None = None
     geometries: tuple = ()  # the last step's new factors' geometry (PrismStepResult.geometries), reused if unchanged
+    written: dict = field(default_factory=dict)  # name → (tensor, version) of each LoRA tensor after the last write
     noise_ahead: Future | None = None  # the next step's PrismMechanism._drawn_noise, made on the background thread
 
 
@@ -192,7 +193,10 @@ class PrismMechanism(Mechanism):
         modules = list(zip(state.modules, state.ranks))
         factors = [adapter.to_prism(*self._read(params, a, b, rank)) for (a, b), rank in modules]
         known = state.geometries or (None,) * len(factors)
-        geometries = [cached if _describes(cached, pair) else _geometry(pair) for pair, cached in zip(factors, known)]
+        geometries = [
+            cached if cached is not None and _unchanged(params, state.written, names) else _geometry(pair)
+            for pair, cached, names in zip(factors, known, state.modules)
+        ]
 
         def factor_sq_norm(a_name: str, b_name: str, rank: int) -> FactorSqNorm:
             # The engine's gradients have peft's r components; zero-padding the r_ℓ-sized side of the transforms
@@ -231,6 +235,7 @@ class PrismMechanism(Mechanism):
         state.adaptive, state.geometries = result.states, result.geometries
         for (a, b), new in zip(state.modules, result.factors):
             self._write(params, a, b, adapter.to_peft(new))
+        state.written = {name: (params[name], params[name]._version) for pair in state.modules for name in pair}
         if step.followed:
             state.noise_ahead = background.thread().submit(
                 self._drawn_noise, list(result.factors), result.geometries, state.generators
@@ -272,13 +277,18 @@ class PrismMechanism(Mechanism):
         return SubsampledGaussian(self.noise_multiplier, training.sample_rate, training.steps, theorem)
 
 
-def _describes(geometry, factors: LoraFactors) -> bool:
-    """Whether a previous step's geometry (A's, B's) is that of ``factors`` (the engine wrote them unchanged)."""
-    return (
-        geometry is not None
-        and torch.equal(geometry[0].factor, factors.A)
-        and torch.equal(geometry[1].factor, factors.B)
-    )
+def _unchanged(params: dict[str, Tensor], written: dict, names: tuple[str, str]) -> bool:
+    """Whether the tensors ``names`` are those the last update wrote, not modified since (same tensor, same version).
+
+    Then the factors are that update's new factors and their geometry, which it returned, is reused. Every in-place
+    write bumps a tensor's version counter (views share it), so any other writer forces a fresh geometry.
+    """
+
+    def same(name: str) -> bool:
+        tensor, version = written.get(name, (None, -1))
+        return tensor is params[name] and version == tensor._version
+
+    return all(same(name) for name in names)
 
 
 def _zero_pad(matrix: Tensor, count: int, dim: int) -> Tensor:

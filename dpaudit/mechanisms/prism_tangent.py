@@ -325,11 +325,10 @@ def _tangent_sq_norms(factor_sq_norm: FactorSqNorm, geometry_A: _ColumnGeometry,
     ``factor_sq_norm(factor, left, right)`` returns ``‖left · g_{factor,i} · right‖_F²`` per example (``factor``
     "A" or "B"; left None = I).
     """
-    # Q_Aᵀ contiguous: the engine multiplies its rows into every example's output gradient (3× faster than strided).
     return (
         factor_sq_norm("B", None, geometry_A.gram_inverse_sqrt)
         + factor_sq_norm("A", None, geometry_B.gram_inverse_sqrt)
-        - factor_sq_norm("A", geometry_A.basis.mT.contiguous(), geometry_B.gram_inverse_sqrt)
+        - factor_sq_norm("A", geometry_A.basis.mT, geometry_B.gram_inverse_sqrt)
     )
 
 
