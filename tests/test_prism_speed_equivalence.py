@@ -98,6 +98,28 @@ def test_noise_made_ahead_equals_noise_made_in_the_step(move_factors):
         assert torch.equal(runs[0][name], runs[1][name])
 
 
+@pytest.mark.parametrize("move_factors", [False, True])
+def test_a_steps_geometry_is_reused_only_for_the_factors_it_wrote(move_factors):
+    """The next step reuses the geometry a step returned only while the LoRA tensors are those it wrote.
+
+    A tensor changed in place since (by another writer) gets its geometry recomputed: the numbers of steps that
+    never reuse a geometry (float64 rounding apart: the reused geometry comes from the retraction, not a QR).
+    """
+    runs = []
+    for reuse in (True, False):
+        mechanism, state, params = _mechanism_setting(seed=4)
+        for index in range(3):
+            if move_factors and index == 2:
+                name = state.modules[0][0]
+                params[name].add_(0.01 * _normal(*params[name].shape, seed=8))
+            if not reuse:
+                state.geometries = ()
+            mechanism.update(params, _step(params, index, followed=False), state, learning_rate=0.05)
+        runs.append(params)
+    for name in runs[0]:
+        torch.testing.assert_close(runs[0][name], runs[1][name], rtol=0, atol=1e-12)
+
+
 def _factored(models_: int, examples: int, d_out: int, d_in: int, positions: int = 0):
     shape = (models_, examples, *((positions,) if positions else ()))
     return engine.LinearExampleGradients(
