@@ -154,11 +154,12 @@ def test_factored_norms_do_not_depend_on_the_models_position_in_the_chunk(dtype,
         {"w": factored.inputs["w"].to(dtype)}, {"w": factored.output_gradients["w"].to(dtype)}
     )
     left, right = _normal(64, rows, d_out, seed=9).to(dtype), _normal(64, 8, rows, seed=10).to(dtype)
-    together = factored.transformed_squared_norms("w", left, right)
-    for k in range(64):
-        alone = engine.LinearExampleGradients(
-            {"w": factored.inputs["w"][k : k + 1].clone()}, {"w": factored.output_gradients["w"][k : k + 1].clone()}
-        )
-        assert torch.equal(
-            alone.transformed_squared_norms("w", left[k : k + 1].clone(), right[k : k + 1].clone()), together[k : k + 1]
-        )
+    for left_, right_ in ((left, right), (None, right), (left, None)):
+        together = factored.transformed_squared_norms("w", left_, right_)
+        for k in range(64):
+            alone = engine.LinearExampleGradients(
+                {"w": factored.inputs["w"][k : k + 1].clone()},
+                {"w": factored.output_gradients["w"][k : k + 1].clone()},
+            )
+            alone_left, alone_right = (None if m is None else m[k : k + 1].clone() for m in (left_, right_))
+            assert torch.equal(alone.transformed_squared_norms("w", alone_left, alone_right), together[k : k + 1])

@@ -302,9 +302,10 @@ def relift(update: TangentLift, factors: LoraFactors) -> TangentLift:
     return _relift(update, *_geometry(factors))
 
 
-def _inverse_sqrt_spd(matrix: Tensor) -> Tensor:
+def _inverse_sqrt_spd(matrix: Tensor, scale: float = 1.0) -> Tensor:
+    """``scale · matrix^{-1/2}`` of symmetric positive definite matrices (..., r, r), from their eigendecomposition."""
     eigenvalues, eigenvectors = torch.linalg.eigh(matrix)
-    return (eigenvectors * eigenvalues.rsqrt().unsqueeze(-2)) @ eigenvectors.mT
+    return (eigenvectors * (scale * eigenvalues.rsqrt()).unsqueeze(-2)) @ eigenvectors.mT
 
 
 def _adaptive_direction(
@@ -328,17 +329,12 @@ def _adaptive_direction(
     if config.bias_correction:
         first_scale = 1.0 / (1.0 - config.beta1**new_state.steps)
         second_scale = 1.0 / (1.0 - config.beta2**new_state.steps)
-    floor_A, floor_B = _floors(geometry_A, geometry_B, noise_std, config.floor_scale)
-    identity = torch.eye(dA.shape[-1], dtype=dA.dtype, device=dA.device)
-    precondition_A = _inverse_sqrt_spd(
-        second_scale * new_state.second_A + (floor_A + config.eps)[..., None, None] * identity
-    )
-    precondition_B = _inverse_sqrt_spd(
-        second_scale * new_state.second_B + (floor_B + config.eps)[..., None, None] * identity
-    )
-    direction = TangentLift(
-        _times(new_state.first_A, first_scale * precondition_A), _times(new_state.first_B, first_scale * precondition_B)
-    )
+    floors = torch.stack(torch.broadcast_tensors(*_floors(geometry_A, geometry_B, noise_std, config.floor_scale)))
+    # Both sides' r×r matrices in one eigendecomposition call; the floors added to their diagonals in place.
+    seconds = second_scale * torch.stack(torch.broadcast_tensors(new_state.second_A, new_state.second_B))
+    torch.diagonal(seconds, dim1=-2, dim2=-1).add_((floors + config.eps).unsqueeze(-1))
+    precondition_A, precondition_B = _inverse_sqrt_spd(seconds, first_scale)
+    direction = TangentLift(_times(new_state.first_A, precondition_A), _times(new_state.first_B, precondition_B))
     return direction, new_state
 
 
