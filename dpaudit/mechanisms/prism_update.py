@@ -48,6 +48,7 @@ from dpaudit.mechanisms.prism_tangent import (
     Generators,
     LoraFactors,
     TangentLift,
+    _add_product,
     _as_pair,
     _batch_shape,
     _check_factors,
@@ -61,7 +62,6 @@ from dpaudit.mechanisms.prism_tangent import (
     _per_example_factor_sq_norm,
     _tangent_noise,
     _tangent_sq_norms,
-    _add_product,
     _times,
 )
 
@@ -428,7 +428,7 @@ def _procrustes_rotation(matrix: Tensor) -> Tensor:
 
 
 def _extended_basis(geometry: _ColumnGeometry, direction: Tensor) -> tuple[tuple[Tensor, Tensor], Tensor]:
-    """``(Q, Q_2)`` with ``[Q, Q_2]`` orthonormal (m×2r) and ``T`` (2r×2r) with ``[Q, Q_2] T = [X, U]``, from X's basis Q.
+    """``(Q, Q_2)``, ``[Q, Q_2]`` orthonormal (m×2r), and ``T`` (2r×2r) with ``[Q, Q_2] T = [X, U]``, from X's basis Q.
 
     Q_2 is the QR basis of U's part outside col(X), projected out twice (classical Gram-Schmidt loses
     orthogonality to Q in proportion to ‖U‖/‖(I − Π_X) U‖ once; twice is enough): a QR of m×r instead of m×2r.
