@@ -231,6 +231,7 @@ class PrismMechanism(Mechanism):
             PrismStepConfig(privacy, learning_rate, self.adaptive),
             self._noise(factors, geometries, state),
             state.adaptive,
+            noisy_updates_wanted=False,
         )
         state.adaptive, state.geometries = result.states, result.geometries
         for (a, b), new in zip(state.modules, result.factors):

@@ -652,11 +652,14 @@ def _step_from_clipped_means(
     config: PrismStepConfig,
     noises: Sequence[_ModuleNoise],
     states: Sequence[PrismAdaptiveState] | None,
+    noisy_updates_wanted: bool = True,
 ) -> PrismStepResult:
     """:func:`prism_step` after clipping, with the step's noise (:func:`_step_noise` for ``config.adaptive``).
 
     Per module, lift ``(1/b) Σ_i α_i w_i (g_A,i, g_B,i)`` (Eq. 14, linear, so this is the clipped mean of the
-    per-example lifts), add the noise (Eq. 17), adaptive direction, retraction, alignment.
+    per-example lifts), add the noise (Eq. 17), adaptive direction, retraction, alignment. Eq. 17's pairs, which
+    the adaptive rule reading the canonical lift does not use, are formed only if ``noisy_updates_wanted`` (the
+    engine does not read them: the result's ``noisy_updates`` is then empty).
     """
     if config.adaptive is not None and states is None:
         states = [initial_adaptive_state(module_factors) for module_factors in factors]
@@ -666,13 +669,17 @@ def _step_from_clipped_means(
     for index, (geometry_A, geometry_B) in enumerate(geometries):
         signal = _lift(clipped_means[index], geometry_A, geometry_B)
         noise, relifted = noises[index]
-        noisy = _noisy_mean(signal, config.privacy, noise)
-        noisy_updates.append(noisy)
-        direction = noisy
+        if relifted is None:  # the moments (or plain tangent SGD) read Eq. 17's pair
+            direction = _noisy_mean(signal, config.privacy, noise)
+            noisy = direction
+        else:  # they read its canonical lift
+            direction = _noisy_mean(signal, config.privacy, relifted)
+            noisy = _noisy_mean(signal, config.privacy, noise) if noisy_updates_wanted else direction
+        if noisy_updates_wanted:
+            noisy_updates.append(noisy)
         if config.adaptive is not None and states is not None:
-            moments_input = noisy if relifted is None else _noisy_mean(signal, config.privacy, relifted)
             direction, state = _adaptive_direction(
-                states[index], moments_input, geometry_A, geometry_B, config.privacy.noise_std, config.adaptive
+                states[index], direction, geometry_A, geometry_B, config.privacy.noise_std, config.adaptive
             )
             new_states.append(state)
         new_geometries.append(_retract_aligned(geometry_A, geometry_B, direction, config.learning_rate))
