@@ -77,47 +77,46 @@ def _step(params, index: int, followed: bool) -> Step:
     return Step(engine.DenseExampleGradients(examples), weights, index, 4.0, 3 if followed else index + 1, params)
 
 
-@pytest.mark.parametrize("move_factors", [False, True])
-def test_noise_made_ahead_equals_noise_made_in_the_step(move_factors):
+def _three_steps(seed: int, moved: int | None, ahead: bool, reuse: bool) -> dict[str, torch.Tensor]:
+    """Three steps of :func:`_mechanism_setting`'s models; the parameters after them.
+
+    ``moved``: before the third step another writer moves the first module's lora_A (0) or lora_B (1) in place.
+    ``ahead``: each step makes the next one's noise ahead. ``reuse`` False: every step recomputes the geometry.
+    """
+    mechanism, state, params = _mechanism_setting(seed)
+    for index in range(3):
+        if moved is not None and index == 2:
+            name = state.modules[0][moved]
+            params[name].add_(0.01 * _normal(*params[name].shape, seed=seed + 4))
+        if not reuse:
+            state.geometries = ()
+        mechanism.update(params, _step(params, index, followed=ahead), state, learning_rate=0.05)
+        assert (state.noise_ahead is not None) == (ahead and index < 2)
+    return params
+
+
+@pytest.mark.parametrize("moved", [None, 1])
+def test_noise_made_ahead_equals_noise_made_in_the_step(moved):
     """Steps with the next noise made ahead (``followed``) give the numbers of steps that make it in place.
 
     With the factors moved between steps (not by the step), the normals drawn ahead are lifted again at the
     factors' new geometry: the same as drawing them in that step.
     """
-    runs = []
-    for ahead in (True, False):
-        mechanism, state, params = _mechanism_setting(seed=3)
-        for index in range(3):
-            if move_factors and index == 2:
-                name = state.modules[0][1]
-                params[name].add_(0.01 * _normal(*params[name].shape, seed=7))
-            mechanism.update(params, _step(params, index, followed=ahead), state, learning_rate=0.05)
-            assert (state.noise_ahead is not None) == (ahead and index < 2)
-        runs.append(params)
-    for name in runs[0]:
-        assert torch.equal(runs[0][name], runs[1][name])
+    ahead, in_place = (_three_steps(3, moved, ahead=ahead, reuse=True) for ahead in (True, False))
+    for name in ahead:
+        assert torch.equal(ahead[name], in_place[name])
 
 
-@pytest.mark.parametrize("move_factors", [False, True])
-def test_a_steps_geometry_is_reused_only_for_the_factors_it_wrote(move_factors):
+@pytest.mark.parametrize("moved", [None, 0])
+def test_a_steps_geometry_is_reused_only_for_the_factors_it_wrote(moved):
     """The next step reuses the geometry a step returned only while the LoRA tensors are those it wrote.
 
     A tensor changed in place since (by another writer) gets its geometry recomputed: the numbers of steps that
     never reuse a geometry (float64 rounding apart: the reused geometry comes from the retraction, not a QR).
     """
-    runs = []
-    for reuse in (True, False):
-        mechanism, state, params = _mechanism_setting(seed=4)
-        for index in range(3):
-            if move_factors and index == 2:
-                name = state.modules[0][0]
-                params[name].add_(0.01 * _normal(*params[name].shape, seed=8))
-            if not reuse:
-                state.geometries = ()
-            mechanism.update(params, _step(params, index, followed=False), state, learning_rate=0.05)
-        runs.append(params)
-    for name in runs[0]:
-        torch.testing.assert_close(runs[0][name], runs[1][name], rtol=0, atol=1e-12)
+    reused, fresh = (_three_steps(4, moved, ahead=False, reuse=reuse) for reuse in (True, False))
+    for name in reused:
+        torch.testing.assert_close(reused[name], fresh[name], rtol=0, atol=1e-12)
 
 
 def _factored(models_: int, examples: int, d_out: int, d_in: int, positions: int = 0):
