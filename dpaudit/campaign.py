@@ -653,7 +653,9 @@ def run(config: CampaignConfig, execution: Execution, out: Path, inputs: Inputs 
     """Train every shadow model not yet in the run directory ``out``; return the store holding all outputs.
 
     Finished chunks are never retrained; a chunk killed half-way is retrained from its start. Per-model
-    randomness depends on (seed, model index) only, so chunk size, worker count and order change nothing.
+    randomness depends on (seed, model index) only, so chunk size, worker count and order change nothing (bit for bit
+    at LoRA ranks that are multiples of 4; at other ranks, MKL's GEMMs can round in the last bits with a model's
+    memory offset in its chunk).
     One process trains a run directory at a time (:meth:`RunStore.lock`). ``inputs`` None: :func:`resolve` the
     config's names; given (:func:`dpaudit.audit`), the objects the config describes.
     """
