@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from dpaudit import engine, models, seeding
-from dpaudit.mechanisms import prism, prism_update
+from dpaudit.mechanisms import prism, prism_tangent, prism_update
 from dpaudit.mechanisms.base import Step
 
 DTYPE = torch.float64
@@ -58,6 +58,21 @@ def test_a_singular_alignment_still_gives_an_optimal_rotation():
     assert torch.isfinite(rotation).all() and (rotation.mT @ rotation - identity).abs().max() < 1e-10
     nuclear = torch.linalg.svdvals(matrix).sum(-1)
     assert (torch.einsum("kij,kij->k", rotation, matrix) - nuclear).abs().max() < 1e-10
+
+
+@pytest.mark.parametrize(
+    "values, tall, small",
+    [
+        ((5, 2), (5, 3), (3, 2)),  # unbatched
+        ((2, 5, 2), (2, 5, 3), (2, 3, 2)),  # the engine's (K, d, r): baddbmm directly
+        ((2, 5, 2), (5, 3), (3, 2)),  # shared operands broadcast
+        ((4, 2, 5, 2), (2, 5, 3), (4, 1, 3, 2)),  # extra leading dims
+    ],
+)
+def test_add_product_is_values_plus_alpha_times_the_product(values, tall, small):
+    values, tall, small = (_normal(*shape, seed=i) for i, shape in enumerate((values, tall, small)))
+    got = prism_tangent._add_product(values, tall, small, -0.5)
+    assert got.shape == values.shape and (got - (values - 0.5 * tall @ small)).abs().max() < 1e-14
 
 
 def _mechanism_setting(seed: int):
