@@ -549,11 +549,14 @@ def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callab
                     "per-example output gradients need it unchanged; use out-of-place modules"
                 )
             output_gradients = torch.autograd.grad(loss, list(outputs.values()))
-        # (K, b, ..., d): positions along one axis (K, b, T, d) where there are several
+        # (K, b, ..., d): positions along one axis (K, b, T, d) where there are several. In the trained weights'
+        # dtype: under bf16 autocast the recorded activations and output gradients are bf16, and the mechanism's
+        # clipping and sums run in the weights' precision.
+        dtype = next(iter(trainable.values())).dtype
         positions = {name: value.flatten(2, -2) if value.ndim > 4 else value for name, value in inputs.items()}
         return LinearExampleGradients(
-            {name: value.detach() for name, value in positions.items()},
-            {name: g.flatten(2, -2) if g.ndim > 4 else g for name, g in zip(outputs, output_gradients)},
+            {name: value.detach().to(dtype) for name, value in positions.items()},
+            {name: (g.flatten(2, -2) if g.ndim > 4 else g).to(dtype) for name, g in zip(outputs, output_gradients)},
         )
 
     return gradients
@@ -658,22 +661,25 @@ def train(
             if len(parts) == 1
             else BlockedExampleGradients(parts, tuple(block.stop - block.start for block, _, _ in examples))
         )
-        if canaries is not None:
-            grads, weight_t = canaries.insert(grads, weight_t, mechanism.per_example)
-        current = Step(grads, weight_t, step, expected_batch_size, config.epochs * steps, params)
-        lr = optimiser.param_groups[0]["lr"]
-        direction = None
-        if mechanism.update is not None:
-            with torch.no_grad():
-                mechanism.update(params, current, state, lr)
-            optimiser.step()  # no gradients: changes nothing, keeps the schedule's bookkeeping in order
-        else:
-            direction = mechanism.transform(current, state)
-            for name, p in params.items():
-                p.grad = direction[name]
-            optimiser.step()
-        if canaries is not None:
-            canaries.record(direction, params, lr)
+        # The mechanism's arithmetic (clipping, sums, noise, PRISM's algebra) in the weights' precision: bf16
+        # autocast (--precision bf16) is for the model's forward and backward passes only.
+        with torch.autocast(device.type, enabled=False):
+            if canaries is not None:
+                grads, weight_t = canaries.insert(grads, weight_t, mechanism.per_example)
+            current = Step(grads, weight_t, step, expected_batch_size, config.epochs * steps, params)
+            lr = optimiser.param_groups[0]["lr"]
+            direction = None
+            if mechanism.update is not None:
+                with torch.no_grad():
+                    mechanism.update(params, current, state, lr)
+                optimiser.step()  # no gradients: changes nothing, keeps the schedule's bookkeeping in order
+            else:
+                direction = mechanism.transform(current, state)
+                for name, p in params.items():
+                    p.grad = direction[name].to(p.dtype)
+                optimiser.step()
+            if canaries is not None:
+                canaries.record(direction, params, lr)
         if schedule is not None:
             schedule.step()
         if on_step is not None:
