@@ -676,7 +676,7 @@ def train(
             else:
                 direction = mechanism.transform(current, state)
                 for name, p in params.items():
-                    p.grad = direction[name].to(p.dtype)
+                    p.grad = direction[name]
                 optimiser.step()
             if canaries is not None:
                 canaries.record(direction, params, lr)
