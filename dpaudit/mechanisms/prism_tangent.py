@@ -137,18 +137,13 @@ def _times(tall: Tensor, small: Tensor) -> Tensor:
 def _add_product(values: Tensor, tall: Tensor, small: Tensor, alpha: float) -> Tensor:
     """``values + alpha · tall @ small`` for values (..., d, k), factor-shaped tall (..., d, r), small (..., r, k).
 
-    The sum is made inside the GEMM (``baddbmm``, in :func:`_times`'s orientation): one pass over the d-row
-    matrices fewer than a product and a separate subtraction (K = 64, d = 128, r = 8: 34 vs 51 µs).
+    For the engine's stacked (K, d, r) factors the sum is made inside the GEMM (``baddbmm``, in :func:`_times`'s
+    orientation): one pass over the d-row matrices fewer than a product and a separate sum (K = 64, d = 128, r = 8:
+    34 vs 51 µs). Other shapes (broadcast or unbatched operands) take the plain product and sum.
     """
     if values.ndim == tall.ndim == small.ndim == 3 and values.shape[0] == tall.shape[0] == small.shape[0]:
-        return torch.baddbmm(values.mT, small.mT, tall.mT, alpha=alpha).mT  # the engine's (K, d, r) factors
-    batch = torch.broadcast_shapes(values.shape[:-2], tall.shape[:-2], small.shape[:-2])
-
-    def flat(tensor: Tensor) -> Tensor:
-        return tensor.expand(*batch, *tensor.shape[-2:]).reshape(-1, *tensor.shape[-2:]).mT
-
-    total = torch.baddbmm(flat(values), flat(small), flat(tall), alpha=alpha)
-    return total.mT.reshape(*batch, *values.shape[-2:])
+        return torch.baddbmm(values.mT, small.mT, tall.mT, alpha=alpha).mT
+    return values + alpha * _times(tall, small)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -172,9 +167,9 @@ class _ColumnGeometry:
     gram_inverse: Tensor
     gram_inverse_sqrt: Tensor
 
-    def project(self, values: Tensor, scale: float = 1.0) -> Tensor:
-        """``scale · Π_X Y = Q (scale · Qᵀ Y)`` without forming the d×d projector (the scale on the r×k block)."""
-        return _times(self.basis, scale * (self.basis.mT @ values))
+    def project(self, values: Tensor) -> Tensor:
+        """``Π_X Y = Q (Qᵀ Y)`` without forming the d×d projector."""
+        return _times(self.basis, self.basis.mT @ values)
 
     def project_out(self, values: Tensor, scale: float = 1.0) -> Tensor:
         """``Y − scale · Π_X Y``, the subtraction fused into the product (:func:`_add_product`)."""

@@ -669,14 +669,10 @@ def _step_from_clipped_means(
     for index, (geometry_A, geometry_B) in enumerate(geometries):
         signal = _lift(clipped_means[index], geometry_A, geometry_B)
         noise, relifted = noises[index]
-        if relifted is None:  # the moments (or plain tangent SGD) read Eq. 17's pair
-            direction = _noisy_mean(signal, config.privacy, noise)
-            noisy = direction
-        else:  # they read its canonical lift
-            direction = _noisy_mean(signal, config.privacy, relifted)
-            noisy = _noisy_mean(signal, config.privacy, noise) if noisy_updates_wanted else direction
+        # The moments (or plain tangent SGD) read Eq. 17's pair, or its canonical lift when there is one.
+        direction = _noisy_mean(signal, config.privacy, noise if relifted is None else relifted)
         if noisy_updates_wanted:
-            noisy_updates.append(noisy)
+            noisy_updates.append(direction if relifted is None else _noisy_mean(signal, config.privacy, noise))
         if config.adaptive is not None and states is not None:
             direction, state = _adaptive_direction(
                 states[index], direction, geometry_A, geometry_B, config.privacy.noise_std, config.adaptive
