@@ -46,9 +46,6 @@ MAX_LR = 10.0
 # joblib starts every worker process up front (each holding a few pipes): more than 1024 local processes
 # exceed the usual open-file limit (ulimit -n 1024) and the machine's memory long before they help.
 MAX_WORKERS = 1024
-# The noise std σC (σ_g for the sketch) is drawn, and the adapter's scale alpha/r applied, in float32 tensors:
-# above float32's largest value every draw (every adapted weight) would be ±inf and the models NaN.
-FLOAT32_MAX = float(np.finfo(np.float32).max)
 DESIGNS = ("canary", "all-examples", "one-run")
 # White-box audits (docs/theory.md §3.9, dpaudit.canaries): what the canary is, and what the auditor sees of a run.
 CANARIES = ("input", "gradient")
@@ -317,31 +314,6 @@ class Execution:
             raise UsageError(
                 "--backend dask needs the cluster extra: pip install -c constraints.txt 'dpaudit[cluster]'"
             )
-
-
-def check_noise_and_clip(noise, clip, denoise: bool = False) -> tuple[float, float | None]:
-    """σ and C (None: no clipping) checked and returned as floats.
-
-    σ finite and >= 0; C > 0, and C = inf (no clipping) only with σ = 0; the noise std σC (σ alone without
-    clipping: the sketch's σ_g) at most float32's largest value, the dtype it is drawn in (FLOAT32_MAX);
-    denoising only with noise.
-    """
-    noise = check.non_negative("--noise", noise)
-    if denoise and noise == 0:
-        raise UsageError("--denoise needs --noise > 0: without noise there is nothing to denoise")
-    if clip is None:
-        std = noise
-    else:
-        clip = check.real_in("--clip", clip, 0, math.inf, low_open=True)
-        if math.isinf(clip) and noise > 0:
-            raise UsageError("--clip inf (no clipping) needs --noise 0: the noise std σC would be infinite")
-        std = noise * clip if noise > 0 else 0.0
-    if std > FLOAT32_MAX:
-        raise UsageError(
-            f"the noise std {'--noise × --clip' if clip is not None else '--noise'} = {std:g} exceeds float32's "
-            f"largest value {FLOAT32_MAX:.4g}, the dtype the noise is drawn in; lower --noise"
-        )
-    return noise, clip
 
 
 def _model_spec(value) -> str:

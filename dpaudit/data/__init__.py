@@ -318,32 +318,3 @@ def _classes(path: Path, labels: list[np.ndarray]) -> np.ndarray:
             f"{path}: every label is {classes[0] if len(classes) else 'absent'}; a classifier needs 2+ classes"
         )
     return classes
-
-
-def load(spec: str) -> Dataset:
-    """Dataset from its CLI name (``CampaignConfig.dataset``).
-
-    ``digits``, ``breast-cancer``, ``synthetic``, ``cifar10:PATH``, ``npz:PATH`` (:func:`from_npz`), ``csv:PATH``
-    (:func:`from_csv`), ``text`` or ``text:PATH`` (:func:`dpaudit.text.load`).
-    """
-    if spec == "digits":
-        return digits()
-    if spec == "breast-cancer":
-        return breast_cancer()
-    if spec == "synthetic":
-        return synthetic()
-    kind, _, path = spec.partition(":")
-    if kind == "text":
-        from dpaudit import text  # text builds on this module's Dataset
-
-        return text.load(path or None)
-    if kind == "cifar10" and path:
-        return cifar10(path)
-    if kind == "npz" and path:
-        return from_npz(path)
-    if kind == "csv" and path:
-        return from_csv(path)
-    raise UsageError(
-        f"unknown dataset {spec!r}: use digits, breast-cancer, synthetic, cifar10:PATH, npz:PATH, csv:PATH, text or"
-        " text:PATH"
-    )

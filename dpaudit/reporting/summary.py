@@ -1,4 +1,4 @@
-"""Run-directory files of an audit: summary.json, scores.csv, ROC plots, its report (:mod:`dpaudit.audit_report`)."""
+"""A run's numbers (summary.json, ``dpaudit audit --json``) and its finding in one line, from an :class:`Analysis`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dpaudit import audit_report, mutants
+from dpaudit.mechanisms import catalogue
 from dpaudit.analysis import (
     CONFIDENCE,
     FPRS,
@@ -64,7 +64,7 @@ def summary(analysis: Analysis) -> dict:
     """The audit's numbers (``dpaudit audit --json``): attack metrics and the empirical ε lower bounds."""
     config, metrics = analysis.config, analysis.metrics
     numbers = {
-        "planted_bug": mutants.planted_bug(config),  # first: a run with a planted bug says so before anything
+        "planted_bug": catalogue.planted_bug(config.mutant, config.mechanism),  # first: a run with a planted bug says so before anything
         "mechanism": config.mechanism,
         "rank": config.rank,
         "dataset": config.dataset,
@@ -168,33 +168,3 @@ def finding(numbers: dict) -> str:
     return line
 
 
-def _roc_png(analysis: Analysis, numbers: dict, title: str, loglog: bool) -> bytes:
-    return audit_report.figure_png(
-        lambda ax: audit_report.draw_roc(ax, analysis, numbers, title, loglog), size=(4.5, 4.5), dpi=120
-    )
-
-
-def write_run(analysis: Analysis, out: Path) -> dict:
-    """Write the analysis files of the run directory ``out`` and return the summary."""
-    numbers = summary(analysis)
-    models, targets = np.indices(analysis.scores.shape)
-    columns = {
-        "model_id": models.ravel(),
-        "target": targets.ravel(),
-        "membership": np.where(analysis.membership.ravel(), "IN", "OUT"),
-        "score": analysis.scores.ravel(),
-    }
-    if analysis.scores.shape[1] == 1:  # canary design: one row per model, with its test accuracy
-        del columns["target"]
-        columns["test_accuracy"] = analysis.test_accuracy
-    table = pd.DataFrame(columns)
-    write_file(out, "scores.csv", table.to_csv(index=False).encode())
-    write_file(out, "summary.json", json_text(numbers).encode())
-    title = (
-        f"{numbers['mechanism']} r={numbers['rank']} on {numbers['dataset']}, {numbers['attack']}: "
-        f"AUC {numbers['auc']:.3f}"
-    )
-    write_file(out, "roc.png", _roc_png(analysis, numbers, title, loglog=False))
-    write_file(out, "roc_loglog.png", _roc_png(analysis, numbers, title, loglog=True))
-    audit_report.write_entries([audit_report.RunEntry(out, numbers, analysis)], out)
-    return numbers

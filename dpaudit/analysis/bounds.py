@@ -3,7 +3,8 @@
 A mechanism describes its guarantee as a privacy event (:meth:`dpaudit.mechanisms.base.Mechanism.privacy`,
 :mod:`dpaudit.mechanisms.privacy`); :func:`event_bound` picks the accountant by the event's type (``_BOUNDS``, as
 dp_accounting maps a ``DpEvent`` to a ``PrivacyAccountant``), or gives ``epsilon = None`` with the reason no bound
-exists. :func:`analytic_bound` does both for a :class:`CampaignConfig`:
+exists. A campaign writes its mechanism's event to the run directory when it is planned (privacy.json,
+:func:`dpaudit.campaign.plan.claimed_privacy`), and the analysis bounds that record: torch-free, no mechanism rebuilt.
 
 =======================================  =====================================  ===================================
 mechanism                                event                                  bound
@@ -23,7 +24,7 @@ none, lora-fa, any σ = 0                 ``NotDp``                             
 =======================================  =====================================  ===================================
 
 Sampling facts (Poisson rate q = b/N and T = epochs·⌈N/b⌉ steps) come from
-:class:`dpaudit.engine.PoissonLayout`, the object the engine samples with, so bound and training agree.
+:class:`dpaudit.training.sampling.PoissonLayout`, the object the engine samples with, so bound and training agree.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from dpaudit.config import CampaignConfig
-from dpaudit.mechanisms import registry
 from dpaudit.mechanisms.privacy import (
     GaussianSketch,
     LayerShape,
@@ -41,7 +41,6 @@ from dpaudit.mechanisms.privacy import (
     NotDp,
     PrivacyEvent,
     SubsampledGaussian,
-    Training,
     Unknown,
 )
 
@@ -64,40 +63,10 @@ class AnalyticBound:
         return {"analytic_epsilon": self.epsilon, "analytic_bound": self.source, "analytic_reason": self.reason}
 
 
-def prism_rank(rank: int, d_out: int, d_in: int) -> int:
-    """The rank PRISM adapts a d_out×d_in layer at: the LoRA rank r, capped at min(d_out, d_in).
-
-    A rank-r factorisation needs r ≤ min(d_out, d_in) ([P] Thm 3.1: both factors of full column rank); at the cap
-    the tangent space is the whole d_out×d_in space (:class:`dpaudit.mechanisms.prism.PrismMechanism`).
-    """
-    return min(rank, d_out, d_in)
-
-
 def _from_accountant(bound, source: str) -> AnalyticBound:
     if not bound.valid:
         return AnalyticBound(None, source, bound.reason)
     return AnalyticBound(bound.epsilon, source)
-
-
-def campaign_training(config: CampaignConfig, members: int, layers: Sequence[LayerShape]) -> Training:
-    """The run facts of ``config``'s campaign: the engine's Poisson layout for N = ``members``, and ``layers``.
-
-    ``members`` is N, the campaign's largest member count (it fixes q and T); ``layers`` the adapted layers.
-    """
-    from dpaudit.engine import PoissonLayout
-
-    poisson = PoissonLayout.for_members(members, config.batch_size)
-    return Training(poisson.sample_rate, config.epochs * poisson.steps, tuple(layers))
-
-
-def analytic_bound(config: CampaignConfig, members: int, layers: Sequence[LayerShape]) -> AnalyticBound:
-    """The analytic ε of ``config``'s mechanism at ``config.delta`` (module table): its event's bound.
-
-    ``members`` and ``layers`` as :func:`campaign_training`. Neighbouring: add/remove one example, as DP-SGD's
-    accountants.
-    """
-    mechanism = registry.build(config)
-    return event_bound(mechanism.privacy(campaign_training(config, members, layers)), config.delta)
 
 
 def event_bound(event: PrivacyEvent, delta: float) -> AnalyticBound:
@@ -214,9 +183,6 @@ def _subsampled_gaussian_profile(event: SubsampledGaussian, epsilons) -> tuple[A
 _PROFILES: dict[type, Callable[[Any, Any], tuple[Any, str]]] = {SubsampledGaussian: _subsampled_gaussian_profile}
 
 
-SKETCH_CLAIM_MECHANISMS = registry.applying("sketch-claim")  # LoRA-FA, noise-free or noisy: [S] Lemma 7.2 claims both
-
-
 @dataclass(frozen=True)
 class SketchClaim:
     """[S] Lemma 7.2's ε for a LoRA-FA campaign at its measured λ̄, C, β (docs/theory.md §2.8).
@@ -246,7 +212,7 @@ def sketch_claim(config: CampaignConfig, layers: Sequence[LayerShape], measured:
     from accountants import sketch
 
     assert config.rank is not None, "CampaignConfig sets the rank of every LoRA mechanism"
-    sigma_g = float(config.noise or 0.0) if config.mechanism == "sketch" else 0.0
+    sigma_g = float(config.noise or 0.0)  # noise-free LoRA-FA has none; the sketch's --noise is σ_g
     lr, steps, batch_size = float(measured["lr"]), int(measured["steps"]), int(measured["batch_size"])
     smoothness, grad_bound = float(measured["smoothness"]), float(measured["grad_bound"])
     gram_minimum = float(measured["gram_minimum"])
@@ -266,16 +232,3 @@ def sketch_claim(config: CampaignConfig, layers: Sequence[LayerShape], measured:
         f" T = {steps}, r = {config.rank}, L = {len(layers)}, τ = n = {tau}; replace-one"
     )
     return SketchClaim(bound.epsilon, gamma, tuple(failing), source, dict(measured))
-
-
-def layer_shapes(module) -> list[LayerShape]:
-    """:class:`LayerShape` of every adapted Linear/Conv2d layer of ``module`` (:mod:`dpaudit.models`)."""
-    from torch import nn
-
-    from dpaudit import models
-
-    shapes = []
-    for layer in models.adapted_layers(module).values():
-        d_out, d_in = layer.weight.shape[0], models.projection_dim(layer)
-        shapes.append(LayerShape(d_out, d_in, 1 if isinstance(layer, nn.Linear) else min(d_out, d_in)))
-    return shapes

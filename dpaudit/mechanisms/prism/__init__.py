@@ -17,7 +17,6 @@ from torch import Tensor
 
 from accountants import validation as check
 from dpaudit import background
-from dpaudit.bounds import prism_rank
 from dpaudit.mechanisms.base import Mechanism, Step
 from dpaudit.mechanisms.prism_tangent import (
     FactorGradients,
@@ -40,6 +39,15 @@ from dpaudit.mechanisms.prism_update import (
     global_intrinsic_norm,
 )
 from dpaudit.mechanisms.privacy import ZERO_NOISE, PrivacyEvent, SubsampledGaussian, Training
+
+
+def prism_rank(rank: int, d_out: int, d_in: int) -> int:
+    """The rank PRISM adapts a d_out×d_in layer at: the LoRA rank r, capped at min(d_out, d_in).
+
+    A rank-r factorisation needs r ≤ min(d_out, d_in) ([P] Thm 3.1: both factors of full column rank); at the cap
+    the tangent space is the whole d_out×d_in space (:class:`PrismMechanism`).
+    """
+    return min(rank, d_out, d_in)
 
 
 @dataclass(frozen=True)
@@ -87,7 +95,7 @@ class PrismTrainingState:
     """PRISM's state for one campaign chunk.
 
     One noise generator per model, the (lora_A, lora_B) tensor names of each LoRA module, the rank PRISM adapts
-    each module at (:func:`dpaudit.bounds.prism_rank`), and the adaptive moments of every module (None before the
+    each module at (:func:`prism_rank`), and the adaptive moments of every module (None before the
     first step).
     """
 
@@ -116,7 +124,7 @@ class PrismMechanism(Mechanism):
     reads ΔZ_dp's canonical lift (:attr:`PrismAdaptiveConfig.canonical_lift`), so the rest is post-processing.
 
     A layer with fewer outputs (or inputs) than the LoRA rank r, such as a 10-class head at r = 16, is adapted at
-    rank ``r_ℓ = min(r, d_out, d_in)`` (:func:`dpaudit.bounds.prism_rank`): a rank-r factorisation of a d_out×d_in
+    rank ``r_ℓ = min(r, d_out, d_in)`` (:func:`prism_rank`): a rank-r factorisation of a d_out×d_in
     matrix needs r ≤ both, and at ``r_ℓ = min(d_out, d_in)`` the tangent space is every d_out×d_in matrix, so
     the layer gets the full, isotropic Gaussian noise. peft's other ``r − r_ℓ`` components stay exactly zero
     (zero rows of lora_A, zero columns of lora_B: no contribution to ΔW and zero gradients). Clipping and noise

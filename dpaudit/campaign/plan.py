@@ -1,0 +1,337 @@
+"""A campaign's plan, made once and saved before any shadow model trains.
+
+:func:`prepare` turns a checked config and its resolved inputs (:mod:`dpaudit.campaign.resolve`) into the
+:class:`dpaudit.campaign.shadow.Setup` every worker trains from: the pretrained base, the targets (input canaries,
+secrets, gradient canaries or every private example), the membership of every model, the batch layout, and the
+privacy event the mechanism claims at this run's facts (privacy.json), all written to the run directory so that a
+resumed campaign continues with exactly what its finished chunks were trained with.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import io
+from collections.abc import Sequence
+from dataclasses import astuple
+
+import numpy as np
+import torch
+from torch import nn
+
+from attacks import canary as input_canary
+from attacks import designs
+from dpaudit import data as data_lib
+from dpaudit import models
+from dpaudit.campaign import resolve
+from dpaudit.campaign.shadow import (
+    Setup,
+    lora_spec,
+    one_thread_precision,
+    outputs_of,
+    train_models,
+    training_settings,
+)
+from dpaudit.campaign.store import Plan, RunStore, checksum
+from dpaudit.config import CampaignConfig
+from dpaudit.data import text
+from dpaudit.errors import UsageError
+from dpaudit.mechanisms import catalogue, privacy
+from dpaudit.mechanisms.base import Mechanism
+from dpaudit.mechanisms.privacy import LayerShape, Training
+from dpaudit.seeding import ModelRandomness, campaign_rng
+from dpaudit.training import canaries as canary_lib
+from dpaudit.training import engine, sampling
+
+_EXPOSURE_CANDIDATES = 1000  # candidates of the secrets' format each model scores: exposure up to log2(1001) ≈ 10
+
+
+def campaign_training(config: CampaignConfig, members: int, layers: Sequence[LayerShape]) -> Training:
+    """The run facts of ``config``'s campaign: the engine's Poisson layout for N = ``members``, and ``layers``.
+
+    ``members`` is N, the campaign's largest member count (it fixes q and T); ``layers`` the adapted layers.
+    """
+    poisson = sampling.PoissonLayout.for_members(members, config.batch_size)
+    return Training(poisson.sample_rate, config.epochs * poisson.steps, tuple(layers))
+
+
+def layer_shapes(module: nn.Module) -> list[LayerShape]:
+    """:class:`LayerShape` of every adapted Linear/Conv2d layer of ``module`` (:mod:`dpaudit.models`)."""
+    shapes = []
+    for layer in models.adapted_layers(module).values():
+        d_out, d_in = layer.weight.shape[0], models.projection_dim(layer)
+        shapes.append(LayerShape(d_out, d_in, 1 if isinstance(layer, nn.Linear) else min(d_out, d_in)))
+    return shapes
+
+
+def claimed_privacy(
+    mechanism: Mechanism, config: CampaignConfig, members: int, layers: Sequence[LayerShape]
+) -> privacy.PrivacyEvent:
+    """The privacy event ``mechanism`` claims in ``config``'s campaign (:meth:`Mechanism.privacy` at its facts).
+
+    ``members`` and ``layers`` as :func:`campaign_training`. Neighbouring: add/remove one example, as DP-SGD's
+    accountants. The analysis bounds this event (:func:`dpaudit.analysis.bounds.event_bound`).
+    """
+    return mechanism.privacy(campaign_training(config, members, layers))
+
+
+def _canary_labels(
+    config: CampaignConfig,
+    dataset: data_lib.Dataset,
+    base: nn.Module,
+    mechanism: Mechanism,
+    x_q: np.ndarray,
+    device: torch.device,
+) -> np.ndarray:
+    """y_q = argmin of a reference model's logits on each canary x_q, that model trained on D by the same procedure."""
+    reference = Setup(
+        config.seed,
+        training_settings(config),
+        lora_spec(config),
+        config.precision,
+        str(config.observe),
+        dataset,
+        base,
+        mechanism,
+        dataset.private.x,
+        dataset.private.y,
+        np.ones((1, len(dataset.private)), dtype=bool),
+        np.zeros(0, dtype=np.int64),
+        sampling.BatchLayout.for_members(len(dataset.private), config.batch_size),
+    )
+    randomness = [ModelRandomness(config.seed, 0, role="reference")]
+    shadow = train_models(reference, randomness, reference.pool_membership, device)
+    logits = engine.logits(shadow, x_q)[0].cpu().numpy()
+    return np.array([input_canary.least_likely_label(row) for row in logits], dtype=np.int64)
+
+
+def _reference_start(config: CampaignConfig, base: nn.Module, mechanism: Mechanism) -> engine.ShadowModels:
+    """The attacker's reference model at its starting point (the canaries' directions are chosen there)."""
+    randomness = [ModelRandomness(config.seed, 0, role="reference")]
+    return engine.build(base, mechanism.parameterization, lora_spec(config), randomness, torch.device("cpu"))
+
+
+def _gradient_canaries(
+    config: CampaignConfig, dataset: data_lib.Dataset, base: nn.Module, mechanism: Mechanism
+) -> canary_lib.GradientCanaries:
+    """The campaign's gradient canaries: Dirac coordinates or a random direction (:mod:`dpaudit.canaries`)."""
+    reference = _reference_start(config, base, mechanism)
+    norm, direction = config.canary_norm, config.canary_direction
+    assert norm is not None and direction is not None, "CampaignConfig fills a gradient canary's norm and direction"
+    adapter = getattr(mechanism, "adapter", None)  # PRISM: canaries in the adapted weights (docs/theory.md §3.9)
+    with one_thread_precision(config.precision, torch.device("cpu")):  # one thread: the same ranking on every machine
+        return canary_lib.choose(
+            reference,
+            dataset.public.x,
+            dataset.public.y,
+            direction,
+            config.canaries or 1,
+            norm,
+            campaign_rng(config.seed, "canary"),
+            None if adapter is None else adapter.scale,
+        )
+
+
+def _one_run_membership(config: CampaignConfig) -> np.ndarray:
+    """(models, M) bool: each canary IN with probability ½, independently in every model (Steinke et al. 2023)."""
+    assert config.canaries is not None, "CampaignConfig requires --canaries with --design one-run"
+    return campaign_rng(config.seed, "membership").random((config.models, config.canaries)) < 0.5
+
+
+def _base_checksum(base: nn.Module) -> str:
+    return checksum({name: tensor.cpu().numpy() for name, tensor in base.state_dict().items()})
+
+
+def _stored_base(store: RunStore, architecture: nn.Module, plan: Plan | None) -> nn.Module | None:
+    """base.pt loaded into ``architecture``, or None if it must be pretrained again (deterministic given the seed).
+
+    None: absent, unreadable (a crash or a full disk while it was written) or not the base the plan was made with.
+    """
+    data = store.read_base()
+    if data is None:
+        return None
+    try:
+        architecture.load_state_dict(torch.load(io.BytesIO(data), weights_only=True))
+    except Exception:  # noqa: BLE001 - truncated, garbage or foreign: torch raises many types; all mean "remake"
+        return None
+    base = architecture.eval().requires_grad_(False)
+    if plan is not None and _base_checksum(base) != str(plan.base_checksum):
+        return None
+    return base
+
+
+def check_inputs(config: CampaignConfig, inputs: resolve.Inputs) -> resolve.Inputs:
+    """``inputs`` checked against the config before anything is written.
+
+    The checks that need them: the model learns the data's task, it has layers to adapt, the rank fits every
+    adapted layer, ``target_modules`` name layers of a LoRA adapter, the gradient canaries fit the trained tensors.
+    """
+    dataset, architecture, mechanism = inputs.dataset, inputs.architecture, inputs.mechanism
+    if models.task_of(architecture) != dataset.task:
+        raise UsageError(
+            f"--dataset {config.dataset} is {dataset.task} data, but the model ({type(architecture).__name__}) learns"
+            f" {models.task_of(architecture)} (its `task` attribute): give a model of the data's task, e.g."
+            " dpaudit.transformer.CausalTransformer for text"
+        )
+    if not models.adapted_layers(architecture):
+        raise UsageError(
+            f"the model ({type(architecture).__name__}) has no nn.Linear or nn.Conv2d layer for the mechanism to"
+            " train: build it from such layers"
+        )
+    if config.target_modules is not None and (
+        mechanism.parameterization == "full" or config.mechanism in catalogue.applying("sketch-claim")
+    ):
+        raise UsageError(
+            f"--target-modules chooses the layers of a LoRA adapter, and mechanism {config.mechanism!r} trains or"
+            " measures every layer: leave --target-modules out, or use dp-lora, dp-lora-fa or prism"
+        )
+    if config.rank is not None:  # LoRA or m1/m2's projection: r <= d_in
+        models.check_rank(architecture, config.rank, config.target_modules)
+    if config.canary == "gradient" and config.canaries is not None:
+        trained = _reference_start(config, architecture, mechanism).trainable
+        coordinates = sum(t[0].numel() for t in trained.values())
+        if config.canaries > coordinates:
+            raise UsageError(
+                f"--canaries {config.canaries} exceeds the {coordinates} coordinates of the trained tensors: orthogonal"
+                f" Dirac canaries need one coordinate each; use --canaries <= {coordinates}"
+            )
+    return inputs
+
+
+def fingerprints(config: CampaignConfig, inputs: resolve.Inputs) -> dict[str, str]:
+    """The model's and the mechanism's fingerprints, recorded in campaign.json so that resume refuses a change.
+
+    The model: its architecture and the weights it starts from (pretraining first re-draws them from the seed);
+    the mechanism: its class and every parameter, as its ``repr`` shows them (a dataclass's fields).
+    """
+    start = inputs.architecture
+    if config.pretrain:
+        start = copy.deepcopy(start)
+        models.initialise(start, config.seed)
+    mechanism = type(inputs.mechanism)
+    described = f"{mechanism.__module__}.{mechanism.__qualname__}:{inputs.mechanism!r}"
+    return {
+        "model_fingerprint": models.fingerprint(start),
+        "mechanism_fingerprint": hashlib.sha256(described.encode()).hexdigest(),
+    }
+
+
+def prepare(config: CampaignConfig, store: RunStore, device: torch.device, inputs: resolve.Inputs | None = None) -> Setup:
+    """The campaign's setup: created (and saved to ``store``) on first use, loaded from it on resume.
+
+    Pretraining and the canary's label are computed once and stored, so a resumed campaign continues with
+    exactly the base and canary its finished chunks were trained with. base.pt is written before plan.npz, whose
+    presence marks a complete setup; either, missing or damaged, is made again (both are deterministic), and a
+    re-pretrained base must match the checksum the plan recorded. ``inputs``: checked ones (:func:`check_inputs`);
+    None: :func:`dpaudit.campaign.resolve.resolve` the config's names.
+    """
+    inputs = check_inputs(config, resolve.resolve(config)) if inputs is None else inputs
+    dataset, architecture, mechanism = inputs.dataset, inputs.architecture, inputs.mechanism
+    resumed = store.create_or_check(config, dataset.fingerprint(), fingerprints(config, inputs))
+    plan = store.saved_plan() if resumed else None
+    base = _stored_base(store, architecture, plan) if resumed else None
+    if base is None:
+        # pretrain() re-initialises every parameter from the seed, so a half-loaded architecture changes nothing.
+        base = (
+            models.pretrain(architecture, dataset.public.x, dataset.public.y, seed=config.seed)
+            if config.pretrain
+            else architecture.eval().requires_grad_(False)
+        )
+        if plan is not None and _base_checksum(base) != str(plan.base_checksum):
+            raise UsageError(
+                f"{store.root / 'base.pt'} was damaged, and pretraining again gives another base than the one its"
+                " models were trained with (another machine or torch version?): re-run the campaign into a new"
+                " directory"
+            )
+        buffer = io.BytesIO()
+        torch.save(base.state_dict(), buffer)
+        store.write_base(buffer.getvalue())
+    gradient_canaries = canary_membership = candidates = None
+    next_token = dataset.task == "next-token"
+    if config.design != "all-examples":
+        design_membership = (
+            designs.single_canary_design(config.models, config.seed)[:, None]
+            if config.design == "canary"
+            else _one_run_membership(config)
+        )
+        # A null campaign keeps the design's groups but trains no model on any canary.
+        inserted = design_membership & (not config.null)
+        count = design_membership.shape[1]
+        if config.canary == "input":
+            if next_token:
+                # Secrets (Carlini et al. 2019), and the candidates of their format their exposure is ranked in.
+                length = dataset.input_shape[0]
+                windows = text.secret_windows(count, campaign_rng(config.seed, "canary"), length)
+                x_q, labels = windows[:, :-1], windows[:, 1:]
+                candidates = text.secret_windows(_EXPOSURE_CANDIDATES, campaign_rng(config.seed, "exposure"), length)
+            else:
+                shape = (count, *dataset.input_shape)
+                x_q = input_canary.draw_canary_input(shape, campaign_rng(config.seed, "canary")).astype(np.float32)
+                labels = (
+                    _canary_labels(config, dataset, base, mechanism, x_q, device)
+                    if plan is None
+                    else plan.target_labels
+                )
+            pool_x = np.concatenate([dataset.private.x, x_q])
+            pool_y = np.concatenate([dataset.private.y, labels])
+            pool_membership = np.ones((config.models, len(pool_y)), dtype=bool)
+            pool_membership[:, -count:] = inserted
+            target_index = np.arange(len(dataset.private), len(pool_y))
+        else:
+            pool_x, pool_y = dataset.private.x, dataset.private.y
+            pool_membership = np.ones((config.models, len(pool_y)), dtype=bool)
+            target_index = np.zeros(0, dtype=np.int64)
+            gradient_canaries = _gradient_canaries(config, dataset, base, mechanism)
+            canary_membership = inserted
+    else:
+        pool_x, pool_y = dataset.private.x, dataset.private.y
+        pool_membership = designs.all_examples_design(config.models, len(pool_y), config.seed)
+        target_index = np.arange(len(pool_y))
+        design_membership = pool_membership
+    members = int(pool_membership.sum(axis=1).max())  # N: with the batch size it fixes the bound's q and T
+    layout = sampling.BatchLayout.for_members(members, config.batch_size)
+    setup = Setup(
+        config.seed,
+        training_settings(config),
+        lora_spec(config),
+        config.precision,
+        str(config.observe),
+        dataset,
+        base,
+        mechanism,
+        pool_x,
+        pool_y,
+        pool_membership,
+        target_index,
+        layout,
+        gradient_canaries,
+        canary_membership,
+        candidates,
+    )
+    adapted = models.lora_layers(base, config.target_modules) if config.target_modules else None
+    layers = [
+        shape
+        for name, shape in zip(models.adapted_layers(base), layer_shapes(base))
+        if adapted is None or name in adapted
+    ]
+    if store.privacy_event() is None:
+        # The claim the analysis judges the audit against, saved before any model trains: the analysis reads it
+        # and never rebuilds the mechanism (a user's object has no name that would rebuild it).
+        store.write_privacy_event(privacy.to_record(claimed_privacy(mechanism, config, members, layers)))
+    if plan is None:
+        with torch.no_grad():
+            reference_outputs = outputs_of(setup, lambda x: base(torch.from_numpy(x)), setup.targets_x, setup.targets_y)
+        shapes = np.array([astuple(shape) for shape in layers], dtype=np.int64)
+        store.save_plan(
+            Plan(
+                np.array(dataset.task),
+                pool_y[target_index],
+                design_membership,
+                reference_outputs,
+                dataset.test.y,
+                np.array(layout.members),
+                shapes,
+                np.array(_base_checksum(base)),
+            )
+        )
+    return setup

@@ -1,0 +1,186 @@
+"""A membership-inference campaign: plan, shadow training in chunks on workers, outputs streamed to the store.
+
+Data flow (docs/architecture.md §1): config → :class:`Setup` (pretrained base, targets, membership plan; saved to the
+run directory before any shadow model trains) → chunks of shadow models trained by the engine in worker
+processes (joblib: loky locally, dask across machines) → per-chunk outputs written atomically by the driver →
+:mod:`dpaudit.analysis` turns them into scores and statistics.
+
+Designs: ``canary`` ([W] App. F.1: a static-poison canary, IN for half of the models), ``all-examples``
+(every private example a target, IN for exactly half of the models; Carlini et al. 2022) and ``one-run`` (M
+canaries, each IN with probability ½ independently in every model; Steinke et al. 2023). The canary is an input
+(``--canary input``) or a crafted gradient the engine inserts (``--canary gradient``, :mod:`dpaudit.canaries`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dpaudit import models
+from dpaudit.campaign import plan, resolve, sketch_inputs
+from dpaudit.campaign.shadow import Diverged, Setup, train_chunk
+from dpaudit.campaign.store import ChunkOutputs, RunStore
+from dpaudit.config import CampaignConfig, Execution
+from dpaudit.errors import UsageError
+from dpaudit.mechanisms import catalogue
+
+_CPU_CHUNK_RANGE = (16, 128)  # models per chunk: small enough to balance workers, large enough to batch well
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda asked for, but torch sees no CUDA device; use --device cpu")
+    return torch.device(name)
+
+
+def _auto_chunk_size(setup: Setup, device: torch.device, workers: int) -> int:
+    """CPU: enough chunks to keep every worker busy. CUDA: as many models as half the free memory holds."""
+    n = setup.models
+    if device.type != "cuda":
+        return int(np.clip(math.ceil(n / (4 * workers)), *_CPU_CHUNK_RANGE))
+    free, _ = torch.cuda.mem_get_info(device)
+    per_model_params = sum(p.numel() for p in setup.base.parameters()) * 4 * 4  # weights, grads, momentum, copy
+    activations = setup.layout.width * sum(m.weight.shape[0] for m in models.adapted_layers(setup.base).values())
+    per_model = per_model_params + activations * 4 * 8 * int(np.prod(setup.dataset.input_shape[1:]) or 1)
+    return int(max(1, min(n, free // 2 // per_model)))
+
+
+@functools.cache
+def _exit_with_parent() -> None:
+    """Make this worker process exit when its parent dies (kill -9 of the driver), instead of training on."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="dpaudit-parent-watch", daemon=True).start()
+
+
+def _chunk_task(setup: Setup, indices: np.ndarray, device_name: str) -> ChunkOutputs:
+    """A worker's job: train one chunk on its device; only the outputs travel back."""
+    _exit_with_parent()
+    return train_chunk(setup, indices, torch.device(device_name))
+
+
+@contextmanager
+def _dask_backend(execution: Execution, workers: int) -> Iterator[None]:
+    """Joblib's dask backend on the given scheduler, or on a local cluster of ``workers`` one-thread processes."""
+    import joblib
+    from dask.distributed import Client, LocalCluster
+
+    if execution.scheduler:
+        client = Client(execution.scheduler)
+        cluster = None
+    else:
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+        client = Client(cluster)
+    try:
+        with joblib.parallel_config(backend="dask"):
+            yield
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def run(config: CampaignConfig, execution: Execution, out: Path, inputs: resolve.Inputs | None = None) -> RunStore:
+    """Train every shadow model not yet in the run directory ``out``; return the store holding all outputs.
+
+    Finished chunks are never retrained; a chunk killed half-way is retrained from its start. Per-model
+    randomness depends on (seed, model index) only, so chunk size, worker count and order change nothing (bit for bit
+    at LoRA ranks that are multiples of 4; at other ranks, MKL's GEMMs can round in the last bits with a model's
+    memory offset in its chunk).
+    One process trains a run directory at a time (:meth:`RunStore.lock`). ``inputs`` None: :func:`resolve` the
+    config's names (:func:`dpaudit.campaign.resolve.resolve`); given (:func:`dpaudit.audit`), the objects the config describes.
+    """
+    store = RunStore(out)
+    # A refused campaign leaves no directory: the lock below creates it.
+    inputs = plan.check_inputs(config, resolve.resolve(config) if inputs is None else inputs)
+    with store.lock():
+        try:
+            _run_locked(config, execution, store, inputs)
+        except Diverged as diverged:
+            raise _divergence_error(config, store, diverged.args[0]) from None
+    return store
+
+
+def _divergence_error(config: CampaignConfig, store: RunStore, models: tuple[int, ...]) -> UsageError:
+    shown = ", ".join(map(str, models[:10])) + (", …" if len(models) > 10 else "")
+    finished = int(store.finished().sum())
+    again = (
+        f"run `dpaudit audit` with the new values and --out {store.root} (no model has finished, so the directory"
+        " starts over)"
+        if finished == 0
+        else f"run the campaign with the new values into a new --out ({finished} finished models in {store.root}"
+        " belong to this configuration)"
+    )
+    return UsageError(
+        f"shadow model(s) {shown} diverged (non-finite outputs) with --lr {config.lr:g} and --batch-size"
+        f" {config.batch_size}; nothing of theirs was stored: lower --lr or raise --batch-size, then {again}"
+    )
+
+
+def _run_locked(config: CampaignConfig, execution: Execution, store: RunStore, inputs: resolve.Inputs) -> None:
+    import joblib
+    from tqdm.auto import tqdm
+
+    start = time.perf_counter()
+    device = resolve_device(execution.device)
+    setup = plan.prepare(config, store, device, inputs)
+    store.make_chunks_directory()
+    gpus = torch.cuda.device_count() if device.type == "cuda" else 0
+    workers = execution.workers or gpus or os.cpu_count() or 1
+    todo = np.flatnonzero(~store.finished())
+    chunk_size = execution.chunk_size or _auto_chunk_size(setup, device, workers)
+    chunks = [todo[i : i + chunk_size] for i in range(0, len(todo), chunk_size)]
+    devices = [f"cuda:{i % gpus}" if gpus else str(device) for i in range(len(chunks))]
+    bar = tqdm(
+        total=config.models,
+        initial=config.models - len(todo),
+        unit="model",
+        disable=not execution.progress,
+        desc=config.mechanism if config.rank is None else f"{config.mechanism} r={config.rank}",
+        bar_format="{l_bar}{bar}| {n:.0f}/{total} [{elapsed}<{remaining}, {rate_fmt}]",
+    )
+    with bar:
+        if workers == 1 or len(chunks) <= 1:
+            for chunk, device_name in zip(chunks, devices):
+                per_step = len(chunk) / (config.epochs * setup.layout.steps)
+                store.write_chunk(
+                    train_chunk(setup, chunk, torch.device(device_name), functools.partial(_advance, bar, per_step))
+                )
+        else:
+            backend = (
+                _dask_backend(execution, workers)
+                if execution.backend == "dask"
+                else joblib.parallel_config(backend="loky")
+            )
+            with backend:
+                jobs = (joblib.delayed(_chunk_task)(setup, chunk, d) for chunk, d in zip(chunks, devices))
+                for outputs in joblib.Parallel(n_jobs=workers, return_as="generator_unordered")(jobs):
+                    store.write_chunk(outputs)
+                    bar.update(len(outputs.indices))
+    # [S] Lemma 7.2's inputs are measured on LoRA-FA retrained as full-weight training of every layer: where LoRA
+    # leaves layers out (the transformer's head), that is another training, so nothing is measured.
+    every_layer = set(models.lora_layers(setup.base)) == set(models.adapted_layers(setup.base))
+    if config.mechanism in catalogue.applying("sketch-claim") and every_layer and store.measurements() is None:
+        store.write_measurements(sketch_inputs.measure_sketch_inputs(setup))
+    store.record_seconds(time.perf_counter() - start)
+
+
+def _advance(bar, amount: float, _step: int) -> None:
+    """A chunk's ``on_step``: one step of ``amount`` models' training on the progress bar."""
+    bar.update(amount)

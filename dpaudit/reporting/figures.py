@@ -1,0 +1,83 @@
+"""The figures every report draws: one axes rendered to PNG, and a run's ROC against what its analytic bound allows.
+
+The ROC is drawn with the region the analytic (ε, δ) allows shaded (docs/theory.md §3.6); the colours are fixed so
+that a screenshot of a report can be checked.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+from attacks import tradeoff
+from dpaudit.analysis import Analysis
+
+
+def figure_png(draw, size: tuple[float, float] = (4.8, 4.0), dpi: int = 110) -> bytes:
+    """A PNG of one axes drawn by ``draw(ax)``; text is shown as given (a run named ``$x$`` is no formula)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib import ticker
+
+    with matplotlib.rc_context({"text.parse_math": False}):
+        fig, ax = plt.subplots(figsize=size)
+        try:
+            draw(ax)
+            for axis in (ax.xaxis, ax.yaxis):
+                if axis.get_scale() == "log":  # log ticks are formulas (10^{-1}) by default, shown raw here
+                    axis.set_major_formatter(ticker.FuncFormatter(lambda value, _: f"{value:g}"))
+                    axis.set_minor_formatter(ticker.NullFormatter())
+            fig.tight_layout()
+            buffer = io.BytesIO()
+            fig.savefig(buffer, format="png", dpi=dpi)
+        finally:
+            plt.close(fig)
+    return buffer.getvalue()
+
+
+ALLOWED_COLOUR = "tab:green"  # the region the analytic (ε, δ) allows
+ROC_COLOUR = "tab:purple"  # the attack's ROC (a colour no other figure uses, so a screenshot can be checked)
+VIOLATION_COLOUR = "tab:red"  # above the diagonal of the ε-vs-ε figure
+# The ε-vs-ε figure's markers: (summary key, label, colour, marker); the one-run keys only where a summary has them.
+EPSILON_SERIES = (
+    ("epsilon_lower_bound", "Clopper-Pearson", "tab:cyan", "o"),
+    ("epsilon_lower_bound_gdp", "GDP", "tab:pink", "s"),
+    ("epsilon_lower_bound_one_run", "one-run (Steinke et al.)", "tab:brown", "^"),
+    ("epsilon_lower_bound_one_run_fdp", "one-run (f-DP)", "tab:olive", "v"),
+)
+
+
+def draw_roc(ax, analysis: Analysis, summary: dict, title: str, loglog: bool) -> None:
+    """An attack's ROC over the region its analytic (ε, δ) allows, shaded (docs/theory.md §3.6).
+
+    The region is TPR ≤ min(e^ε FPR + δ, 1 - e^{-ε}(1 - δ - FPR)) (:func:`attacks.tradeoff.max_tpr_at_fpr`): a
+    curve that leaves it shows a violation. Without a finite analytic ε there is nothing to shade, and the legend
+    says why. On log axes a rate of 0 is drawn at half the smallest non-zero rate.
+    """
+    roc = metrics_lib.roc_curve(analysis.in_scores, analysis.out_scores)
+    floor = 0.5 / max(roc.n_in, roc.n_out) if loglog else 0.0
+    grid = np.logspace(np.log10(floor), 0, 400) if loglog else np.linspace(0, 1, 401)
+    epsilon, delta = summary.get("analytic_epsilon"), summary["delta"]
+    if epsilon is not None and np.isfinite(epsilon):
+        allowed = tradeoff.max_tpr_at_fpr(grid, (epsilon, delta))
+        label = f"allowed by analytic ε={epsilon:.3g}, δ={delta:g}"
+        ax.fill_between(grid, floor, np.maximum(allowed, floor), color=ALLOWED_COLOUR, alpha=0.2, lw=0, label=label)
+    else:
+        why = "not DP at any ε" if analysis.analytic.not_dp else (summary.get("analytic_reason") or "none computed")
+        ax.plot([], [], " ", label="\n".join(textwrap.wrap(f"no analytic ε to shade: {why}", 42)))
+    ax.plot(
+        np.maximum(roc.fpr, floor),
+        np.maximum(roc.tpr, floor),
+        drawstyle="steps-post",
+        color=ROC_COLOUR,
+        lw=1.5,
+        label=f"{summary['attack']} (AUC {summary['auc']:.3f})",
+    )
+    ax.plot(grid, grid, ":", color="grey", label="chance")
+    scale = "log" if loglog else "linear"
+    ax.set(xscale=scale, yscale=scale, xlabel="false positive rate", ylabel="true positive rate", title=title)
+    ax.title.set_fontsize(9)
+    ax.legend(loc="lower right", fontsize=7)

@@ -1,0 +1,46 @@
+"""Run-directory files of an audit: summary.json, scores.csv, ROC plots and its report (:mod:`.audit_report`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dpaudit.analysis import Analysis
+from dpaudit.campaign.store import json_text, write_file
+from dpaudit.reporting import audit_report
+from dpaudit.reporting.figures import draw_roc, figure_png
+from dpaudit.reporting.summary import summary
+
+
+def _roc_png(analysis: Analysis, numbers: dict, title: str, loglog: bool) -> bytes:
+    return figure_png(
+        lambda ax: draw_roc(ax, analysis, numbers, title, loglog), size=(4.5, 4.5), dpi=120
+    )
+
+
+def write_run(analysis: Analysis, out: Path) -> dict:
+    """Write the analysis files of the run directory ``out`` and return the summary."""
+    numbers = summary(analysis)
+    models, targets = np.indices(analysis.scores.shape)
+    columns = {
+        "model_id": models.ravel(),
+        "target": targets.ravel(),
+        "membership": np.where(analysis.membership.ravel(), "IN", "OUT"),
+        "score": analysis.scores.ravel(),
+    }
+    if analysis.scores.shape[1] == 1:  # canary design: one row per model, with its test accuracy
+        del columns["target"]
+        columns["test_accuracy"] = analysis.test_accuracy
+    table = pd.DataFrame(columns)
+    write_file(out, "scores.csv", table.to_csv(index=False).encode())
+    write_file(out, "summary.json", json_text(numbers).encode())
+    title = (
+        f"{numbers['mechanism']} r={numbers['rank']} on {numbers['dataset']}, {numbers['attack']}: "
+        f"AUC {numbers['auc']:.3f}"
+    )
+    write_file(out, "roc.png", _roc_png(analysis, numbers, title, loglog=False))
+    write_file(out, "roc_loglog.png", _roc_png(analysis, numbers, title, loglog=True))
+    audit_report.write_entries([audit_report.RunEntry(out, numbers, analysis)], out)
+    return numbers

@@ -1,0 +1,343 @@
+"""Batched shadow-model training: K models at once on stacked parameters (torch.func).
+
+Each model is the same module evaluated with its own tensors through ``functional_call``; ``vmap`` runs all K
+in one pass. The frozen pretrained base is one tensor seen by every model through a stride-0 view, never copied
+K times. Every model has its own membership row, data order and mechanism randomness (:mod:`dpaudit.seeding`),
+so a model's result does not depend on which other models it is trained with.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+from dpaudit import background
+from dpaudit import models as model_lib
+from dpaudit.errors import UsageError
+from dpaudit.mechanisms.base import Mechanism, PerExampleGradients, Step
+from dpaudit.seeding import ModelRandomness
+from dpaudit.training.gradients import example_gradient_function, gradient_function
+from dpaudit.training.sampling import BatchLayout, PoissonLayout, TrainingConfig, poisson_batches, shuffled_batches
+
+
+class StepObserver(Protocol):
+    """Examples the engine adds to every step without a data row, and what it observes of them.
+
+    The engine calls ``start`` before the first step, ``insert`` on each step's gradients (returning them and the
+    example weights with the observer's examples appended), ``record`` after each update and ``finish`` after the
+    last step, whose result it leaves in ``ShadowModels.canary_observations``. Gradient canaries
+    (:class:`dpaudit.training.canaries.CanaryRun`) are the one implementation; the engine knows nothing else of them.
+    """
+
+    def start(
+        self,
+        params: dict[str, torch.Tensor],
+        randomness: Sequence[ModelRandomness],
+        sample_rate: float | None,
+        steps_per_epoch: int,
+        epochs: int,
+    ) -> None: ...
+
+    def insert(self, gradients, weights: torch.Tensor, per_example: bool) -> tuple: ...
+
+    def record(self, direction: dict[str, torch.Tensor] | None, params: dict[str, torch.Tensor], lr: float) -> None: ...
+
+    def finish(self, params: dict[str, torch.Tensor]) -> torch.Tensor: ...
+
+
+@dataclass
+class ShadowModels:
+    """K models of one architecture: ``module`` evaluated with ``frozen[k]`` ∪ ``trainable[k]``.
+
+    Both are stacked with a leading model dimension K. ``frozen`` holds the pretrained base (one tensor, seen by
+    every model through a stride-0 view) and per-model frozen tensors (e.g. LoRA-FA's ``lora_A``).
+    ``canary_observations``: what :func:`train` observed of its gradient canaries (:mod:`dpaudit.canaries`), if any.
+    """
+
+    module: nn.Module
+    frozen: dict[str, torch.Tensor]
+    trainable: dict[str, torch.Tensor]
+    canary_observations: torch.Tensor | None = None
+
+    @property
+    def n_models(self) -> int:
+        return next(iter(self.trainable.values())).shape[0]
+
+
+def build(
+    base: nn.Module,
+    parameterization: str,
+    lora: model_lib.LoraSpec | None,
+    randomness: Sequence[ModelRandomness],
+    device: torch.device,
+) -> ShadowModels:
+    """K = len(randomness) copies of the pretrained ``base`` ready to fine-tune with ``parameterization``.
+
+    LoRA factors start as in [W] App. E: ``lora_A`` i.i.d. N(0, 1/r) from each model's "init" stream (frozen
+    under ``lora-fa``, trained under ``lora``), ``lora_B = 0`` so every model starts at the base function.
+    """
+    if parameterization not in model_lib.PARAMETERIZATIONS:
+        raise UsageError(
+            f"unknown parameterization {parameterization!r}: use one of {', '.join(model_lib.PARAMETERIZATIONS)}"
+        )
+    k = len(randomness)
+    if parameterization == "full":
+        module = base
+        weights = {f"{name}.weight" for name in model_lib.adapted_layers(base)}
+        tensors = {name: p.detach().to(device) for name, p in base.named_parameters()}
+        trainable = {name: t.expand(k, *t.shape).clone() for name, t in tensors.items() if name in weights}
+        base_views = {name: _per_model_view(t, k) for name, t in tensors.items() if name not in weights}
+        return ShadowModels(module, base_views, trainable)
+    if lora is None:
+        raise UsageError(f"parameterization {parameterization!r} needs a LoRA rank")
+    module = model_lib.attach_lora(base, lora)
+    tensors = {name: p.detach() for name, p in module.named_parameters()}
+    a_names = [name for name in tensors if ".lora_A." in name]
+    generators = [model.torch("init") for model in randomness]
+    lora_a = {
+        name: torch.stack([model_lib.draw_lora_a(tuple(tensors[name].shape), lora.rank, g) for g in generators]).to(
+            device, tensors[name].dtype
+        )
+        for name in a_names
+    }
+    # Each model's stream yields its factors in layer order, as in WishartProjection.setup: both realisations of
+    # LoRA-FA (docs/theory.md §1.2) share A.
+    lora_b = {
+        name: torch.zeros(k, *t.shape, device=device, dtype=t.dtype)
+        for name, t in tensors.items()
+        if ".lora_B." in name
+    }
+    base_views = {name: _per_model_view(t.to(device), k) for name, t in tensors.items() if ".lora_" not in name}
+    if parameterization == "lora-fa":
+        return ShadowModels(module, {**base_views, **lora_a}, lora_b)
+    return ShadowModels(module, base_views, {**lora_a, **lora_b})
+
+
+def _per_model_view(tensor: torch.Tensor, k: int) -> torch.Tensor:
+    """The frozen base as a (K, ...) stride-0 view: every model gets it without a copy.
+
+    Passing it per model (in_dims=0) rather than once (in_dims=None) costs ~4% speed and keeps each model's
+    arithmetic independent of K: with in_dims=None, vmap fuses the K models' rows into one large GEMM whose
+    blocking, and so rounding, changes with K (seen: a model's canary logits changed in the last bits with the
+    chunk size).
+    """
+    return tensor.expand(k, *tensor.shape)
+
+
+def _gathered(
+    batches: Iterator[tuple[np.ndarray, np.ndarray]],
+    x: np.ndarray,
+    y: np.ndarray,
+    blocks: Callable[[int], list[slice]],
+    device: torch.device,
+):
+    """Per step of ``batches``: the example weights as a tensor and, per block, its slots, inputs and labels.
+
+    The example weights are (K, w); per block of the step come its slots and the
+    gathered inputs (K, width, ...) and labels (K, width), each block contiguous.
+
+    Gathered with numpy: the engine runs this on its background thread, where a torch op could start an OpenMP
+    team that competes with the engine's own (:mod:`dpaudit.background`).
+    """
+    for index, weight in batches:
+        yield (
+            torch.from_numpy(weight).to(device),
+            [
+                (
+                    block,
+                    torch.from_numpy(x[index[:, block]]).to(device),
+                    torch.from_numpy(y[index[:, block]]).to(device),
+                )
+                for block in blocks(index.shape[1])
+            ],
+        )
+
+
+def train(
+    shadow: ShadowModels,
+    mechanism: Mechanism,
+    x: np.ndarray,
+    y: np.ndarray,
+    membership: np.ndarray,
+    randomness: Sequence[ModelRandomness],
+    config: TrainingConfig,
+    layout: BatchLayout | None = None,
+    on_step: Callable[[int], None] | None = None,
+    canaries: StepObserver | None = None,
+) -> ShadowModels:
+    """Fine-tune the K models of ``shadow`` in place on their members of the pool (x, y) with ``mechanism``.
+
+    ``membership`` is a (K, n_pool) boolean matrix; ``layout`` defaults to the one these K models need alone
+    (a campaign passes its own so that chunking does not matter). Batches are shuffled, or Poisson-sampled with
+    expected size ``config.batch_size`` for a mechanism with ``sampling = "poisson"`` (:class:`PoissonLayout`).
+    The optimiser is torch's SGD with momentum over the stacked tensors (elementwise, so stacking does not change
+    any model's arithmetic), unless the mechanism owns its update; the hooks ``initialise``, ``update`` and
+    ``finish`` (no-ops by default) are documented in :class:`dpaudit.mechanisms.base.Mechanism`. ``canaries``:
+    gradient canaries appended to the steps' examples and observed (a :class:`StepObserver`, e.g. :class:`dpaudit.training.canaries.CanaryRun`); their
+    observations are left in ``shadow.canary_observations``.
+    """
+    if membership.shape != (shadow.n_models, len(y)):
+        raise ValueError(f"membership has shape {membership.shape}, expected ({shadow.n_models}, {len(y)})")
+    device = next(iter(shadow.trainable.values())).device
+    params = {name: t.clone() for name, t in shadow.trainable.items()}
+    optimiser = torch.optim.SGD(
+        list(params.values()), lr=config.lr, momentum=config.momentum, fused=True
+    )  # one pass over the weights per step instead of three
+    layout = layout or BatchLayout.for_members(int(membership.sum(axis=1).max()), config.batch_size)
+    if mechanism.sampling == "poisson":
+        if not mechanism.per_example:
+            raise ValueError(
+                f"mechanism {mechanism.name!r} samples Poisson batches, which the engine computes "
+                f"per example only (clipped sums divided by the expected batch size)"
+            )
+        poisson = PoissonLayout.for_batch_layout(layout, config.batch_size)
+        steps, expected_batch_size, blocks = poisson.steps, poisson.expected_batch_size, poisson.blocks
+        sample_rate: float | None = poisson.sample_rate
+        batches = poisson_batches(membership, randomness, poisson, config.epochs)
+    else:
+        steps, expected_batch_size, sample_rate = layout.steps, None, None
+        blocks = lambda largest_batch: [slice(0, largest_batch)]  # noqa: E731 (a shuffled step is one block)
+        batches = shuffled_batches(membership, randomness, layout, config.epochs)
+    schedule = (
+        torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=config.epochs * steps, eta_min=config.min_lr)
+        if config.schedule == "cosine"
+        else None
+    )
+    state = mechanism.setup({name: t.shape[1:] for name, t in params.items()}, randomness)
+    with torch.no_grad():
+        mechanism.initialise(params, state)
+    if canaries is not None:
+        canaries.start(params, randomness, sample_rate, steps, config.epochs)
+    gradients = (
+        example_gradient_function(shadow.module, list(params))
+        if mechanism.per_example
+        else gradient_function(shadow.module, per_example=False)
+    )
+    for step, (weight_t, examples) in enumerate(background.ahead(_gathered(batches, x, y, blocks, device))):
+        parts = tuple(
+            gradients(params, shadow.frozen, block_x, block_y, weight_t[:, block])
+            for block, block_x, block_y in examples
+        )
+        grads = (
+            parts[0]
+            if len(parts) == 1
+            else BlockedExampleGradients(parts, tuple(block.stop - block.start for block, _, _ in examples))
+        )
+        # The mechanism's arithmetic (clipping, sums, noise, PRISM's algebra) in the weights' precision: bf16
+        # autocast (--precision bf16) is for the model's forward and backward passes only.
+        with torch.autocast(device.type, enabled=False):
+            if canaries is not None:
+                grads, weight_t = canaries.insert(grads, weight_t, mechanism.per_example)
+            current = Step(grads, weight_t, step, expected_batch_size, config.epochs * steps, params)
+            lr = optimiser.param_groups[0]["lr"]
+            direction = None
+            if mechanism.update is not None:
+                with torch.no_grad():
+                    mechanism.update(params, current, state, lr)
+                optimiser.step()  # no gradients: changes nothing, keeps the schedule's bookkeeping in order
+            else:
+                direction = mechanism.transform(current, state)
+                for name, p in params.items():
+                    p.grad = direction[name]
+                optimiser.step()
+            if canaries is not None:
+                canaries.record(direction, params, lr)
+        if schedule is not None:
+            schedule.step()
+        if on_step is not None:
+            on_step(step)
+    with torch.no_grad():
+        mechanism.finish(params, state, config.lr)
+    if canaries is not None:
+        shadow.canary_observations = canaries.finish(params)
+    shadow.trainable = {name: p.detach() for name, p in params.items()}
+    return shadow
+
+
+@torch.no_grad()
+def logits(shadow: ShadowModels, x: np.ndarray, batch_size: int = 4096) -> torch.Tensor:
+    """(K, n, classes) logits of every model on the same inputs ``x`` (n, ...)."""
+    forward = vmap(
+        lambda trainable, frozen, inputs: functional_call(shadow.module, {**frozen, **trainable}, (inputs,)),
+        in_dims=(0, 0, 0),
+    )
+    device = next(iter(shadow.trainable.values())).device
+    inputs = torch.from_numpy(x).to(device)
+    # Inputs per model too (a view), so that no GEMM spans several models (see _per_model_view). No inputs (a
+    # gradient canary has none) still run one empty batch, which gives the (K, 0, classes) result.
+    parts = [
+        forward(shadow.trainable, shadow.frozen, _per_model_view(inputs[i : i + batch_size], shadow.n_models))
+        for i in range(0, max(len(inputs), 1), batch_size)
+    ]
+    return torch.cat(parts, dim=1)
+
+
+def train_sequentially(
+    shadow: ShadowModels,
+    mechanism: Mechanism,
+    x: np.ndarray,
+    y: np.ndarray,
+    membership: np.ndarray,
+    randomness: Sequence[ModelRandomness],
+    config: TrainingConfig,
+    layout: BatchLayout | None = None,
+) -> ShadowModels:
+    """The plain per-model loop the batched engine is checked and benchmarked against.
+
+    Each model is a real ``nn.Module`` (a deep copy loaded with its tensors) trained with autograd and its own
+    ``torch.optim.SGD``, on the same batches and mechanism randomness as :func:`train`.
+    """
+    if mechanism.per_example:
+        raise ValueError("the per-model reference loop covers batch-gradient mechanisms only")
+    layout = layout or BatchLayout.for_members(int(membership.sum(axis=1).max()), config.batch_size)
+    inputs, labels = torch.from_numpy(x), torch.from_numpy(y)
+    task = model_lib.task_of(shadow.module)
+    trained: dict[str, list[torch.Tensor]] = {name: [] for name in shadow.trainable}
+    for k in range(shadow.n_models):
+        module = copy.deepcopy(shadow.module)
+        values = {n: t[k] for n, t in {**shadow.frozen, **shadow.trainable}.items()}
+        params = dict(module.named_parameters())
+        with torch.no_grad():
+            for name, value in values.items():
+                params[name].copy_(value)
+        for name, p in params.items():
+            p.requires_grad_(name in shadow.trainable)
+        optimiser = torch.optim.SGD([params[n] for n in shadow.trainable], lr=config.lr, momentum=config.momentum)
+        schedule = (
+            torch.optim.lr_scheduler.CosineAnnealingLR(
+                optimiser, T_max=config.epochs * layout.steps, eta_min=config.min_lr
+            )
+            if config.schedule == "cosine"
+            else None
+        )
+        state = mechanism.setup({n: t.shape[1:] for n, t in shadow.trainable.items()}, randomness[k : k + 1])
+        batches = shuffled_batches(membership[k : k + 1], randomness[k : k + 1], layout, config.epochs)
+        for step, (index, weight) in enumerate(batches):
+            batch = torch.from_numpy(index[0][weight[0] > 0])
+            optimiser.zero_grad()
+            model_lib.mean_loss(task, module(inputs[batch]), labels[batch]).backward()
+            grads = {n: _gradient(params[n]).unsqueeze(0) for n in shadow.trainable}
+            update = mechanism.transform(Step(grads, torch.from_numpy(weight), step), state)
+            for n in shadow.trainable:
+                params[n].grad = update[n][0]
+            optimiser.step()
+            if schedule is not None:
+                schedule.step()
+        for name in trained:
+            trained[name].append(params[name].detach().clone())
+    shadow.trainable = {name: torch.stack(stack) for name, stack in trained.items()}
+    return shadow
+
+
+def _gradient(parameter: torch.Tensor) -> torch.Tensor:
+    """``parameter.grad`` after a backward pass that reached it."""
+    if parameter.grad is None:
+        raise RuntimeError("a trained tensor has no gradient: the loss does not depend on it")
+    return parameter.grad

@@ -1,0 +1,325 @@
+"""Per-example gradients of K models at once, materialised or factored (exact either way).
+
+Mechanisms see them only through :class:`dpaudit.mechanisms.base.PerExampleGradients`' operations (squared norms,
+weighted sums, transformed norms), so clipping is exact whether they are materialised (``vmap(grad)``,
+:class:`DenseExampleGradients`) or, when only Linear weights train, kept as each layer's inputs and output
+gradients (:class:`LinearExampleGradients`; :class:`BlockedExampleGradients` joins the blocks of a Poisson step).
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+from dpaudit import models as model_lib
+from dpaudit.mechanisms.base import PerExampleGradients
+
+
+def _loss_functions(module: nn.Module):
+    """Weighted batch-mean and single-example losses as functions of (trainable, frozen, data).
+
+    The loss is the module's task's (:func:`dpaudit.models.task_of`).
+    """
+    task = model_lib.task_of(module)
+
+    def batch_loss(trainable, frozen, x, y, w):
+        logits = functional_call(module, {**frozen, **trainable}, (x,))
+        losses = model_lib.example_losses(task, logits, y)
+        return (w * losses).sum() / w.sum().clamp(min=1.0)
+
+    def example_loss(trainable, frozen, x, y):
+        logits = functional_call(module, {**frozen, **trainable}, (x.unsqueeze(0),))
+        return model_lib.mean_loss(task, logits, y.unsqueeze(0))
+
+    return batch_loss, example_loss
+
+
+def gradient_function(module: nn.Module, per_example: bool) -> Callable:
+    """(trainable, frozen, x, y, w) → gradients for K models: (K, ...) or per example (K, b, ...)."""
+    batch_loss, example_loss = _loss_functions(module)
+    if not per_example:
+        return vmap(grad(batch_loss), in_dims=(0, 0, 0, 0, 0))
+    per_model = vmap(grad(example_loss), in_dims=(None, None, 0, 0))
+    models = vmap(per_model, in_dims=(0, 0, 0, 0))
+    return lambda trainable, frozen, x, y, w: models(trainable, frozen, x, y)
+
+
+@dataclass(frozen=True)
+class DenseExampleGradients:
+    """Materialised per-example gradients: each trained tensor's name → (K, b, ...) (``vmap(grad)``)."""
+
+    tensors: dict[str, torch.Tensor]
+
+    def squared_norms(self) -> torch.Tensor:
+        return functools.reduce(operator.add, (g.flatten(2).square().sum(-1) for g in self.tensors.values()))
+
+    def weighted_sum(self, coefficients: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {name: torch.einsum("kb,kb...->k...", coefficients, g) for name, g in self.tensors.items()}
+
+    def add_weighted_sum(self, totals, coefficients, scale) -> None:
+        for name, value in self.weighted_sum(coefficients).items():
+            totals[name].add_(value, alpha=scale)
+
+    def transformed_squared_norms(self, name, left, right) -> torch.Tensor:
+        matrices = self.tensors[name].flatten(3)
+        if left is not None:
+            matrices = left.unsqueeze(1) @ matrices
+        if right is not None:
+            matrices = matrices @ right.unsqueeze(1)
+        return matrices.square().sum((-2, -1))
+
+    def materialise(self) -> dict[str, torch.Tensor]:
+        return self.tensors
+
+
+_POSITION_SAFE_ROWS = 8  # row counts whose batched GEMMs do not depend on a model's position (see _per_model_products)
+
+
+@dataclass(frozen=True)
+class LinearExampleGradients:
+    """Per-example gradients of Linear weights in factored form: ``g_i = δ_i x_iᵀ`` (Goodfellow 2015).
+
+    ``inputs[name]`` (K, b, d_in) are the layer's inputs and ``output_gradients[name]`` (K, b, d_out) the
+    gradients of the per-example loss with respect to its outputs, so ``‖g_i‖² = ‖δ_i‖² ‖x_i‖²`` and
+    ``Σ_i c_i g_i = (c δ)ᵀ x`` are exact without forming any (K, b, d_out, d_in) tensor. A layer that sees a
+    sequence per example has (K, b, T, d_in) inputs and (K, b, T, d_out) output gradients, and
+    ``g_i = Σ_t δ_{i,t} x_{i,t}ᵀ``: sums run over positions as over examples, and norms need the positions'
+    Gram matrices or ``g_i`` itself (:func:`_summed_outer_squared_norms`).
+    """
+
+    inputs: dict[str, torch.Tensor]
+    output_gradients: dict[str, torch.Tensor]
+
+    def squared_norms(self) -> torch.Tensor:
+        return functools.reduce(
+            operator.add,
+            (
+                (
+                    torch.linalg.vector_norm(self.output_gradients[name], dim=-1) * torch.linalg.vector_norm(x, dim=-1)
+                ).square()
+                if x.ndim == 3
+                else _summed_outer_squared_norms(self.output_gradients[name], x)
+                for name, x in self.inputs.items()
+            ),
+        )
+
+    def weighted_sum(self, coefficients: torch.Tensor) -> dict[str, torch.Tensor]:
+        sums = {}
+        for name in self.inputs:
+            left, right = self._sum_factors(name, coefficients)
+            # MKL forms K wide products 3-4x faster than K tall ones (K = 64: 8×128 from 50 examples in 0.13 ms,
+            # 128×8 in 0.55 ms): a tall sum (LoRA's B) is formed transposed, then laid out as usual.
+            tall = left.shape[-2] > right.shape[-1]
+            sums[name] = torch.bmm(right.mT, left.mT).mT.contiguous() if tall else torch.bmm(left, right)
+        return sums
+
+    def add_weighted_sum(self, totals, coefficients, scale) -> None:
+        for name in self.inputs:
+            totals[name].baddbmm_(*self._sum_factors(name, coefficients), alpha=scale)  # the sum in the GEMM
+
+    def _sum_factors(self, name: str, coefficients: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(L, R) with ``L @ R = (c δ)ᵀ x``.
+
+        The coefficients scale the narrower factor (e.g. the inputs of LoRA's
+        B, which have r features).
+        """
+        output_gradients, inputs = self.output_gradients[name], self.inputs[name]
+        if inputs.ndim == 4:  # g_i = Σ_t δ_{i,t} x_{i,t}ᵀ: a sum over positions as over examples, each weighted c_i
+            coefficients = coefficients.unsqueeze(-1).expand(inputs.shape[:3]).flatten(1, 2)
+            output_gradients, inputs = output_gradients.flatten(1, 2), inputs.flatten(1, 2)
+        if output_gradients.shape[-1] <= inputs.shape[-1]:
+            return (coefficients.unsqueeze(-1) * output_gradients).mT, inputs
+        return output_gradients.mT, coefficients.unsqueeze(-1) * inputs
+
+    def transformed_squared_norms(self, name, left, right) -> torch.Tensor:
+        """``‖L δ_i x_iᵀ R‖² = ‖L δ_i‖² ‖Rᵀ x_i‖²``: O(b (d_out p + d_in q)) per model."""
+        output_gradients, inputs = self.output_gradients[name], self.inputs[name]
+        if left is not None:
+            output_gradients = self._per_model_products(left, output_gradients)
+        if right is not None:
+            inputs = self._per_model_products(right.mT, inputs)
+        if inputs.ndim == 4:  # L (Σ_t δ_t x_tᵀ) R = Σ_t (L δ_t)(Rᵀ x_t)ᵀ
+            return _summed_outer_squared_norms(output_gradients, inputs)
+        return _squared_row_norms(output_gradients) * _squared_row_norms(inputs)
+
+    @staticmethod
+    def _per_model_products(matrices: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
+        """``M_k v`` for each vector v (K, b, [T,] d) of model k and its matrix M_k (K, p, d): (K, b, [T,] p).
+
+        One batched GEMM in its wide orientation, ``M_k Vᵀ`` (p × vectors): 3-10x faster than ``V M_kᵀ`` and than
+        broadcast products (K = 64, 50 examples, d = 128, p = 8: 0.14 vs 0.22 and 0.61 ms). A model's products
+        must not depend on its position in the chunk (its memory offset): MKL's were found to for p not a multiple
+        of 4 (p = 1, 2, 3, 5), never for multiples of 4 (tested up to d = 257, misaligned starts included), so
+        M_k gets zero rows up to a multiple of 8, which are dropped.
+        """
+        rows = matrices.shape[-2]
+        if rows % _POSITION_SAFE_ROWS:
+            matrices = torch.nn.functional.pad(matrices, (0, 0, 0, -rows % _POSITION_SAFE_ROWS))
+        products = torch.bmm(matrices, vectors.flatten(1, -2).mT)[:, :rows]  # (K, p, vectors)
+        return products.mT.reshape(*vectors.shape[:-1], rows)
+
+    def materialise(self) -> dict[str, torch.Tensor]:
+        return {
+            name: self.output_gradients[name].mT @ x
+            if x.ndim == 4
+            else torch.einsum("kbo,kbi->kboi", self.output_gradients[name], x)
+            for name, x in self.inputs.items()
+        }
+
+
+def _squared_row_norms(vectors: torch.Tensor) -> torch.Tensor:
+    """``‖v‖²`` of every vector along the last dim, by the faster reduction for the layout.
+
+    Row-major vectors (the engine's activations and output gradients): ``vector_norm``, one pass (2x faster than
+    ``square().sum()``); transposed ones (:meth:`LinearExampleGradients._per_model_products`): ``square().sum()``,
+    whose reduction then runs along memory.
+    """
+    if vectors.stride(-1) == 1:
+        return torch.linalg.vector_norm(vectors, dim=-1).square()
+    return vectors.square().sum(-1)
+
+
+def _summed_outer_squared_norms(output_gradients: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
+    """(K, b): ``‖Σ_t δ_t x_tᵀ‖_F²`` for δ (K, b, T, d_out) and x (K, b, T, d_in), exactly, by the cheaper route.
+
+    Either the Gram matrices, ``Σ_{t,s} (δ_t·δ_s)(x_t·x_s)`` at O(T² (d_out + d_in)) per example, or the
+    gradient itself at O(T d_out d_in): the Gram route wins when T (d_out + d_in) < d_out d_in.
+    """
+    positions, d_out, d_in = inputs.shape[-2], output_gradients.shape[-1], inputs.shape[-1]
+    if positions * (d_out + d_in) < d_out * d_in:
+        return ((output_gradients @ output_gradients.mT) * (inputs @ inputs.mT)).sum((-2, -1))
+    return (output_gradients.mT @ inputs).square().sum((-2, -1))
+
+
+@dataclass(frozen=True)
+class BlockedExampleGradients:
+    """Per-example gradients of a Poisson step computed block by block (:meth:`PoissonLayout.blocks`).
+
+    Per-example quantities are the blocks' concatenated along the example axis; sums are accumulated block by
+    block in order, so a block that holds only padding for a model adds exact zeros to that model's sum.
+    """
+
+    blocks: tuple[PerExampleGradients, ...]
+    widths: tuple[int, ...]
+
+    def squared_norms(self) -> torch.Tensor:
+        return torch.cat([block.squared_norms() for block in self.blocks], dim=1)
+
+    def transformed_squared_norms(self, name, left, right) -> torch.Tensor:
+        return torch.cat([block.transformed_squared_norms(name, left, right) for block in self.blocks], dim=1)
+
+    def weighted_sum(self, coefficients: torch.Tensor) -> dict[str, torch.Tensor]:
+        (first, head), *rest = zip(self.blocks, coefficients.split(self.widths, dim=1))
+        totals = first.weighted_sum(head)
+        for block, block_coefficients in rest:
+            block.add_weighted_sum(totals, block_coefficients, 1.0)
+        return totals
+
+    def add_weighted_sum(self, totals, coefficients, scale) -> None:
+        for block, block_coefficients in zip(self.blocks, coefficients.split(self.widths, dim=1)):
+            block.add_weighted_sum(totals, block_coefficients, scale)
+
+    def materialise(self) -> dict[str, torch.Tensor]:
+        parts = [block.materialise() for block in self.blocks]
+        return {name: torch.cat([part[name] for part in parts], dim=1) for name in parts[0]}
+
+
+def _trained_linear_layers(module: nn.Module, names: Sequence[str]) -> dict[str, nn.Linear] | None:
+    """Name → layer when every trained tensor is the weight of an ``nn.Linear`` (peft's lora_A/lora_B are)."""
+    layers = {}
+    for name in names:
+        layer = module.get_submodule(name.removesuffix(".weight")) if name.endswith(".weight") else None
+        if not isinstance(layer, nn.Linear):
+            return None
+        layers[name] = layer
+    return layers
+
+
+def _summed_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """``Σ_k Σ_i ℓ(logits[k, i], labels[k, i])`` for (K, b, C) logits: cross-entropy summed over all examples.
+
+    Spelled out for speed on CPU, where the batched loss was ~10% of a DP-SGD step: torch's log-softmax over a
+    last dimension of C = 10 reduces row by row (~5x slower than over a middle dimension, where it vectorises
+    across the b examples), and ``nll_loss``, batched, decomposes into indexing ops. So classes are laid along
+    dim -2 of a contiguous (K, C, b) copy. Same value as ``cross_entropy(reduction="sum")`` up to float rounding
+    (the C terms are summed in another order); each example's arithmetic still depends on nothing but its logits.
+    """
+    by_class = logits.mT.contiguous()
+    return -by_class.log_softmax(-2).gather(-2, labels.unsqueeze(-2)).sum()
+
+
+def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callable:
+    """(trainable, frozen, x, y, w) → :class:`PerExampleGradients` of K models, exact per example.
+
+    If every trained tensor ``names`` is a Linear weight, one batched backward pass records each layer's inputs
+    and output gradients (:class:`LinearExampleGradients`). A layer that sees several vectors per example (a
+    sequence's T positions; any further axes are flattened into them) has ``g_i = Σ_t δ_{i,t} x_{i,t}ᵀ``, still
+    exact. Otherwise nested ``vmap(grad)`` materialises them (:class:`DenseExampleGradients`). The loss is the
+    module's task's (:func:`dpaudit.models.task_of`).
+    """
+    task = model_lib.task_of(module)
+    layers = _trained_linear_layers(module, names)
+    if layers is None:
+        dense = gradient_function(module, per_example=True)
+        return lambda *args: DenseExampleGradients(dense(*args))
+
+    def forward(trainable, frozen, x):
+        inputs, outputs = {}, {}
+
+        def recorder(name):
+            def hook(layer, args, output):
+                if name in inputs:
+                    raise ValueError(
+                        f"layer {name!r} is called twice in one forward pass: factored per-example gradients "
+                        "record one input per layer; give each use its own layer"
+                    )
+                inputs[name], outputs[name] = args[0], output
+
+            return hook
+
+        handles = [layer.register_forward_hook(recorder(name)) for name, layer in layers.items()]
+        try:
+            return functional_call(module, {**frozen, **trainable}, (x,)), inputs, outputs
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    per_model = vmap(forward, in_dims=(0, 0, 0))
+
+    def gradients(trainable, frozen, x, y, w):
+        # vmap runs the K forward passes on (K, ...) tensors that plain autograd records, so one backward pass
+        # through all of them gives each layer's output gradient δ (∂(Σ_i ℓ_i)/∂output_i; the models do not
+        # interact). Weights only need to require grad for the pass to be recorded: their gradients are not asked
+        # for, so none is computed.
+        with torch.enable_grad():
+            recorded = {name: t.detach().requires_grad_() for name, t in trainable.items()}
+            logits, inputs, outputs = per_model(recorded, frozen, x)
+            versions = {name: output._version for name, output in outputs.items()}
+            loss = (
+                _summed_cross_entropy(logits, y)
+                if task == "classification"
+                else model_lib.example_losses(task, logits.flatten(0, 1), y.flatten(0, 1)).sum()
+            )
+            if any(output._version != versions[name] for name, output in outputs.items()):
+                raise ValueError(
+                    "a trained layer's output was modified in place (e.g. ReLU(inplace=True)): "
+                    "per-example output gradients need it unchanged; use out-of-place modules"
+                )
+            output_gradients = torch.autograd.grad(loss, list(outputs.values()))
+        # (K, b, ..., d): positions along one axis (K, b, T, d) where there are several. In the trained weights'
+        # dtype: under bf16 autocast the recorded activations and output gradients are bf16, and the mechanism's
+        # clipping and sums run in the weights' precision.
+        dtype = next(iter(trainable.values())).dtype
+        positions = {name: value.flatten(2, -2) if value.ndim > 4 else value for name, value in inputs.items()}
+        return LinearExampleGradients(
+            {name: value.detach().to(dtype) for name, value in positions.items()},
+            {name: (g.flatten(2, -2) if g.ndim > 4 else g).to(dtype) for name, g in zip(outputs, output_gradients)},
+        )
+
+    return gradients
