@@ -10,7 +10,7 @@ Ties count against the secret (its rank is the number of candidates at least as 
 model that assigns every candidate the same likelihood shows exposure 0, never a leak it does not have.
 
 :func:`exposure` needs the log-likelihood of every candidate (small spaces, or the candidates of
-:func:`dpaudit.text.candidates`); :func:`sampled_exposure` (:func:`sampled_exposures`: many models and secrets at
+:func:`dpaudit.data.text.candidates`); :func:`sampled_exposure` (:func:`sampled_exposures`: many models and secrets at
 once) estimates it from candidates drawn uniformly from R (Sec. 4.2's sampling estimate, for spaces too large to
 enumerate).
 """

@@ -32,9 +32,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from dpaudit import data, engine, models, seeding
+from dpaudit import data, models, seeding
 from dpaudit.mechanisms.dpsgd import dp_sgd
 from dpaudit.mechanisms.prism import PrismMechanism
+from dpaudit.training import engine, sampling
 
 OPACUS_MODES = ("hooks", "ew", "ghost")
 
@@ -45,8 +46,8 @@ def opacus_loop(
     y: np.ndarray,
     membership: np.ndarray,
     randomness: list,
-    layout: engine.PoissonLayout,
-    config: engine.TrainingConfig,
+    layout: sampling.PoissonLayout,
+    config: sampling.TrainingConfig,
     noise: float,
     clip: float,
     mode: str,
@@ -81,7 +82,7 @@ def opacus_loop(
         criterion = nn.CrossEntropyLoss()
         if mode == "ghost":
             criterion = DPLossFastGradientClipping(sampled, optimiser, criterion, "mean")
-        for index, weight in engine.poisson_batches(
+        for index, weight in sampling.poisson_batches(
             membership[k : k + 1], randomness[k : k + 1], layout, config.epochs
         ):
             batch = torch.from_numpy(index[0][weight[0] > 0])
@@ -128,8 +129,8 @@ def main() -> None:
     x, y = dataset.private.x, dataset.private.y
     membership = np.ones((args.models, len(y)), dtype=bool)
     randomness = seeding.shadow_randomness(0, range(args.models))
-    config = engine.TrainingConfig(epochs=args.epochs, schedule="constant")
-    layout = engine.PoissonLayout.for_members(len(y), config.batch_size)
+    config = sampling.TrainingConfig(epochs=args.epochs, schedule="constant")
+    layout = sampling.PoissonLayout.for_members(len(y), config.batch_size)
     setting = (
         f"{args.models} models, {args.epochs} epoch(s) of {layout.steps} Poisson steps, b = "
         f"{layout.expected_batch_size}, σ = {args.noise}, C = {args.clip}"

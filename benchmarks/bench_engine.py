@@ -23,8 +23,9 @@ import torch
 from bench_gpu import cifar_shaped, frozen_seed_cnn  # the benchmarks folder is on sys.path when run as a script
 from torch.utils.flop_counter import FlopCounterMode
 
-from dpaudit import data, engine, models, seeding
+from dpaudit import data, models, seeding
 from dpaudit.mechanisms.nonprivate import NonPrivate
+from dpaudit.training import engine, sampling
 
 
 def matmul_peak_gflops(size: int = 1024, repeats: int = 10) -> float:
@@ -86,7 +87,7 @@ def main() -> None:
     lines = []
     for label, (base, x, y, count, epochs) in settings.items():
         randomness = seeding.shadow_randomness(0, range(count))
-        config = engine.TrainingConfig(epochs=epochs)
+        config = sampling.TrainingConfig(epochs=epochs)
         build = functools.partial(engine.build, base, args.parameterization, spec, randomness, torch.device("cpu"))
         rates, results = {}, {}
         for name, trainer in (("batched", engine.train), ("per-model loop", engine.train_sequentially)):

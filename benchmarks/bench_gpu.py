@@ -8,7 +8,7 @@ drawn in memory; the seed CNN of [W] App. F.1 (:func:`dpaudit.models.seed_cnn`) 
 not pretrained (the arithmetic does not depend on the weights). Each model trains on a random half of the pool
 (membership as in a campaign), batch size 32, for ``--epochs``. Settings: noise-free LoRA-FA and DP-LoRA-FA
 (σ = 1, C = 1, Poisson batches), each in fp32 (TF32 matmuls and convolutions allowed: stated in the output) and
-bf16 autocast. Baselines: noise-free LoRA-FA against :func:`dpaudit.engine.train_sequentially` (one ``nn.Module``
+bf16 autocast. Baselines: noise-free LoRA-FA against :func:`engine.train_sequentially` (one ``nn.Module``
 per model, autograd, ``torch.optim.SGD``); DP-LoRA-FA, which that loop does not cover, against the batched engine
 run on one model at a time. The loops train ``--loop-models`` models (their rate is per model, so fewer suffice).
 Prints models/s, peak GPU memory, the projected time for 1000 and for 20 000 models (chunks of ``--models``) and
@@ -26,9 +26,10 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from dpaudit import engine, models, seeding
+from dpaudit import models, seeding
 from dpaudit.mechanisms.dpsgd import dp_sgd
 from dpaudit.mechanisms.nonprivate import NonPrivate
+from dpaudit.training import engine, sampling
 
 PROJECTED_MODELS = (1000, 20_000)
 
@@ -87,19 +88,19 @@ def main() -> None:
     count = max(args.models, args.loop_models)
     membership = np.random.default_rng(1).random((count, args.private)) < 0.5
     randomness = seeding.shadow_randomness(0, range(count))
-    config = engine.TrainingConfig(epochs=args.epochs, batch_size=32, lr=0.05)
-    warm_up = engine.TrainingConfig(epochs=1, batch_size=32, lr=0.05)
+    config = sampling.TrainingConfig(epochs=args.epochs, batch_size=32, lr=0.05)
+    warm_up = sampling.TrainingConfig(epochs=1, batch_size=32, lr=0.05)
     spec = models.LoraSpec(args.rank)
     mechanisms = {
         "LoRA-FA (noise-free)": NonPrivate(parameterization="lora-fa"),
         "DP-LoRA-FA": dp_sgd("dp-lora-fa", 1.0, 1.0),
     }
 
-    def batched(mechanism, rows: range, training: engine.TrainingConfig) -> None:
+    def batched(mechanism, rows: range, training: sampling.TrainingConfig) -> None:
         shadow = engine.build(base, "lora-fa", spec, [randomness[i] for i in rows], device)
         engine.train(shadow, mechanism, x, y, membership[rows], [randomness[i] for i in rows], training)
 
-    def loop(mechanism, rows: range, training: engine.TrainingConfig) -> None:
+    def loop(mechanism, rows: range, training: sampling.TrainingConfig) -> None:
         if mechanism.per_example:  # the plain loop covers batch-gradient mechanisms: the engine, one model at a time
             for row in rows:
                 batched(mechanism, range(row, row + 1), training)

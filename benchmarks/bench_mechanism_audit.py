@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from dpaudit.mechanism_audit import audit
-from dpaudit.mechanisms import releases
+from dpaudit.release_audit import releases
+from dpaudit.release_audit.audit import audit
 
 
 def main() -> None:

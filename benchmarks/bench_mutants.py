@@ -1,4 +1,4 @@
-"""Does the white-box audit catch planted DP bugs (dpaudit.mutants)? Verdict, ε lower bounds, analytic ε, time.
+"""Does the white-box audit catch planted DP bugs (catalogue.MUTANTS)? Verdict, ε lower bounds, analytic ε, time.
 
 Each setting is a canary campaign of dp-sgd on digits (C = 1, δ = 1e-5) with a Dirac gradient canary observed at
 every step (--canary gradient --observe steps, the per-step likelihood-ratio score): one for the mutant, one for the
@@ -11,7 +11,7 @@ step projections (its std over steps; the reused noise cancels in it), is scored
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_mutants.py [--models 4000] [--only half-noise ...]
 
-The settings and the audit are dpaudit.mutant_audit's (experiments/mutants.py runs the same ones).
+The settings and the audit are dpaudit.studies.mutant_audit's (experiments/mutants.py runs the same ones).
 
 Measured (2-core CPU shared with other jobs; mutant | correct at the same settings; verdict against the claimed
 privacy profile over three white-box statistics, Bonferroni, docs/theory.md §3.7; CP, GDP: ε lower bounds, 95%):
@@ -47,7 +47,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from dpaudit.mutant_audit import SETTINGS, audit
+from dpaudit.studies.mutant_audit import SETTINGS, audit
 
 
 def main() -> None:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dpaudit import analysis, campaign
+from dpaudit import analysis
+from dpaudit.campaign import runner
 from dpaudit.config import CampaignConfig, Execution
 
 
@@ -27,7 +28,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as root:
         for precision in ("fp32", "bf16"):
             config = CampaignConfig(models=args.models, epochs=args.epochs, precision=precision)
-            store = campaign.run(config, Execution(device=args.device, progress=False), Path(root) / precision)
+            store = runner.run(config, Execution(device=args.device, progress=False), Path(root) / precision)
             results[precision] = analysis.analyse(store)
             print(f"{precision}: AUC {results[precision].metrics.auc:.4f}")
     fp32, bf16 = results["fp32"].scores[:, 0], results["bf16"].scores[:, 0]

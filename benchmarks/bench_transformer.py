@@ -17,9 +17,11 @@ import numpy as np
 import torch
 from bench_dpsgd import best_seconds  # the benchmarks folder is on sys.path when run as a script
 
-from dpaudit import engine, models, seeding, text
+from dpaudit import models, seeding
+from dpaudit.data import text
 from dpaudit.mechanisms.nonprivate import NonPrivate
-from dpaudit.transformer import CausalTransformer
+from dpaudit.models.transformer import CausalTransformer
+from dpaudit.training import engine, sampling
 
 
 def main() -> None:
@@ -45,7 +47,7 @@ def main() -> None:
     membership = np.ones((args.models, len(y)), dtype=bool)
     randomness = seeding.shadow_randomness(0, range(args.models))
     mechanism = NonPrivate(parameterization=args.parameterization)
-    config = engine.TrainingConfig(epochs=args.epochs, batch_size=args.batch_size, lr=0.05)
+    config = sampling.TrainingConfig(epochs=args.epochs, batch_size=args.batch_size, lr=0.05)
     spec = models.LoraSpec(args.rank)
     setting = (
         f"{args.models} models, {args.epochs} epoch(s), {len(y)} sequences of {args.length}, d_model {args.d_model}, "

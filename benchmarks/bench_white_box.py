@@ -29,8 +29,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from dpaudit import analysis, campaign, report
+from dpaudit import analysis
+from dpaudit.campaign import runner
 from dpaudit.config import CampaignConfig, Execution
+from dpaudit.reporting import run_report
 
 _FULL_BATCH = 718  # digits' private split
 
@@ -38,8 +40,8 @@ _FULL_BATCH = 718  # digits' private split
 def _audit(root: Path, name: str, workers: int, **options) -> tuple[dict, float]:
     config = CampaignConfig(mechanism="dp-sgd", canary="gradient", observe="steps", clip=1.0, lr=0.05, **options)
     start = time.perf_counter()
-    store = campaign.run(config, Execution(device="cpu", workers=workers, progress=False), root / name)
-    numbers = report.write_run(analysis.analyse(store), store.root)
+    store = runner.run(config, Execution(device="cpu", workers=workers, progress=False), root / name)
+    numbers = run_report.write_run(analysis.analyse(store), store.root)
     return numbers, time.perf_counter() - start
 
 

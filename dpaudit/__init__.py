@@ -4,7 +4,9 @@ Importing this package is cheap (no torch): the training stack lives in submodul
 import torch themselves, so ``dpaudit bounds`` starts fast.
 """
 
-__version__ = "0.1.0"
+from dpaudit.version import __version__
+
+__all__ = ["__version__", "audit"]
 
 
 def __getattr__(name: str):

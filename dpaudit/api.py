@@ -1,7 +1,7 @@
 """``dpaudit.audit``: a membership-inference audit of your own model, data and mechanism objects from Python.
 
 The command line names what it audits (``--model MODULE:FACTORY``, ``--dataset npz:PATH``, ``--mechanism dp-lora``)
-and :func:`dpaudit.campaign.resolve` turns the names into objects; here the objects are given, and the run
+and :mod:`dpaudit.campaign.resolve` turns the names into objects; here the objects are given, and the run
 directory records their fingerprints (campaign.json: data, model architecture and starting weights, mechanism
 parameters, dpaudit version) so that continuing it with other objects is refused, naming what differs.
 """
@@ -14,22 +14,17 @@ from pathlib import Path
 import numpy as np
 from torch import nn
 
-from dpaudit import analysis, campaign, report
+from dpaudit import analysis
 from dpaudit import data as data_lib
+from dpaudit.campaign import resolve as resolver
+from dpaudit.campaign import runner
 from dpaudit.config import PYTHON_OBJECT, TRAINING_MECHANISMS, CampaignConfig, Execution
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms import registry
 from dpaudit.mechanisms.base import Mechanism
+from dpaudit.reporting import run_report
 
-# The config option each registered mechanism keeps in which attribute (dpaudit.mechanisms.registry builds them).
-_MECHANISM_OPTIONS = {
-    "noise": ("noise_multiplier", "noise_std"),
-    "clip": ("clip_norm",),
-    "denoise": ("denoise",),
-    "resample_projection": ("resample",),
-}
 # Options the objects decide, so not settings of audit().
-_FROM_OBJECTS = ("mechanism", "dataset", "model", *_MECHANISM_OPTIONS)
+_FROM_OBJECTS = ("mechanism", "dataset", "model", *resolver.MECHANISM_OPTIONS)
 
 
 def audit(
@@ -81,7 +76,7 @@ def audit(
         mechanism=mechanism.name if registered else _object_name(mechanism),
         dataset=f"{PYTHON_OBJECT}{dataset.name}",
         model=_object_name(model),
-        **(_mechanism_options(mechanism) if registered else {}),
+        **(resolver.mechanism_options(mechanism) if registered else {}),
         **settings,
     )
     if registered:
@@ -91,10 +86,10 @@ def audit(
             f"mechanism {mechanism.name!r} trains parameterization {mechanism.parameterization!r}: give rank=r for a"
             " LoRA one (lora, lora-fa), none for full fine-tuning"
         )
-    inputs = campaign.Inputs(dataset, copy.deepcopy(model), mechanism)
-    store = campaign.run(config, execution or Execution(progress=False), Path(out), inputs)
+    inputs = resolver.Inputs(dataset, copy.deepcopy(model), mechanism)
+    store = runner.run(config, execution or Execution(progress=False), Path(out), inputs)
     result = analysis.analyse(store, attack)
-    report.write_run(result, store.root)
+    run_report.write_run(result, store.root)
     return result
 
 
@@ -109,19 +104,9 @@ def _object_name(thing: object) -> str:
     return f"{PYTHON_OBJECT}{type(thing).__module__}.{type(thing).__qualname__}"
 
 
-def _mechanism_options(mechanism: Mechanism) -> dict:
-    """The config options ``mechanism`` holds (σ, C, denoising, resampling), those it has."""
-    options = {}
-    for option, attributes in _MECHANISM_OPTIONS.items():
-        for attribute in attributes:
-            if hasattr(mechanism, attribute):
-                options[option] = getattr(mechanism, attribute)
-    return options
-
-
 def _check_registered(config: CampaignConfig, mechanism: Mechanism) -> None:
     """The analysis bounds the mechanism the config names: refuse an object that is another one."""
-    described = registry.build(config)
+    described = resolver.mechanism(config)
     if repr(described) != repr(mechanism) or type(described) is not type(mechanism):
         raise UsageError(
             f"mechanism {mechanism!r} differs from {described!r}, the {config.mechanism} mechanism its settings"

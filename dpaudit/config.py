@@ -10,26 +10,25 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from accountants import validation as check
-from dpaudit import mutants
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms import registry
+from dpaudit.mechanisms import catalogue
+from dpaudit.mechanisms.catalogue import FLOAT32_MAX, check_noise_and_clip
+from dpaudit.training.sampling import SCHEDULES
 
 # Mechanism names and which options apply to which (docs/theory.md §1): the one table is
-# dpaudit.mechanisms.registry.MECHANISMS (torch-free), whose module docstring says what each option means.
-TRAINING_MECHANISMS = tuple(registry.MECHANISMS)
-NOISY_MECHANISMS = registry.applying("noise")  # --noise: σ, or σ_g
-CLIPPED_MECHANISMS = registry.applying("clip")  # --clip C, Poisson sampling
-FINITE_CLIP_MECHANISMS = registry.applying("finite-clip")  # no --clip inf
-DENOISABLE_MECHANISMS = registry.applying("denoise")  # --denoise ([D] Alg. 1)
-PROJECTION_MECHANISMS = registry.applying("resample-projection")  # --resample-projection ([W] App. F.2)
+# dpaudit.mechanisms.catalogue.MECHANISMS (torch-free), whose module docstring says what each option means.
+TRAINING_MECHANISMS = tuple(catalogue.MECHANISMS)
+NOISY_MECHANISMS = catalogue.applying("noise")  # --noise: σ, or σ_g
+CLIPPED_MECHANISMS = catalogue.applying("clip")  # --clip C, Poisson sampling
+FINITE_CLIP_MECHANISMS = catalogue.applying("finite-clip")  # no --clip inf
+DENOISABLE_MECHANISMS = catalogue.applying("denoise")  # --denoise ([D] Alg. 1)
+PROJECTION_MECHANISMS = catalogue.applying("resample-projection")  # --resample-projection ([W] App. F.2)
 # A mechanism, model or dataset given to dpaudit.audit as a Python object is named "python:<what it is>": no name
 # rebuilds it, so only dpaudit.audit can run or continue such a campaign.
 PYTHON_OBJECT = "python:"
-RANKED_MECHANISMS = registry.applying("rank")  # --rank: the LoRA rank r, or the rank of m1/m2's projection
-SCALED_MECHANISMS = registry.applying("alpha")  # --alpha: the scale alpha/r of the adapter's product B A
+RANKED_MECHANISMS = catalogue.applying("rank")  # --rank: the LoRA rank r, or the rank of m1/m2's projection
+SCALED_MECHANISMS = catalogue.applying("alpha")  # --alpha: the scale alpha/r of the adapter's product B A
 DEFAULT_NOISE = 1.0  # σ (σ_g for the sketch) when --noise is not given
 DEFAULT_CLIP = 1.0  # C when --clip is not given
 DEFAULT_RANK = 16  # r when --rank is not given
@@ -47,7 +46,7 @@ MAX_LR = 10.0
 # exceed the usual open-file limit (ulimit -n 1024) and the machine's memory long before they help.
 MAX_WORKERS = 1024
 DESIGNS = ("canary", "all-examples", "one-run")
-# White-box audits (docs/theory.md §3.9, dpaudit.canaries): what the canary is, and what the auditor sees of a run.
+# White-box audits (docs/theory.md §3.9, training.canaries): what the canary is, and what the auditor sees of a run.
 CANARIES = ("input", "gradient")
 CANARY_DIRECTIONS = ("dirac", "random")
 OBSERVATIONS = ("outputs", "weights", "steps")
@@ -65,7 +64,6 @@ _HASHED_WHEN_CHANGED = {
     "target_modules": None,
     "schedule": "cosine",
 }
-SCHEDULES = ("cosine", "constant")  # the learning-rate schedule of the engine's SGD (dpaudit.engine.TrainingConfig)
 PRECISIONS = ("fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("loky", "dask")
@@ -112,7 +110,9 @@ class CampaignConfig:
     canary_norm: float | None = None  # gradient canaries' norm (no CLI flag); None: C, or 1 without clipping
     observe: str | None = None  # outputs | weights | steps; None: outputs (input canary), steps (gradient)
     canaries: int | None = None  # M, the canaries of the one-run design
-    mutant: str | None = None  # a planted bug (dpaudit.mutants), for tests and benchmarks: no CLI flag or TOML key
+    mutant: str | None = (
+        None  # a planted bug (dpaudit.mechanisms.catalogue), for tests and benchmarks: no CLI flag or TOML key
+    )
     model: str | None = None  # MODULE:FACTORY, FACTORY(input_shape, num_classes) the base; None: the built-in model
     pretrain: bool = True  # pretrain the base on the public split (False: the base's own weights, --no-pretrain)
     target_modules: tuple[str, ...] | None = None  # layers LoRA adapts (peft's target_modules); None: every layer
@@ -159,11 +159,11 @@ class CampaignConfig:
         return isinstance(self.mechanism, str) and self.mechanism.startswith(PYTHON_OBJECT)
 
     def _check_mutant(self) -> None:
-        """A planted bug (:mod:`dpaudit.mutants`) names a mutant and a mechanism it can be planted in."""
-        check.one_of("mutant", self.mutant, tuple(mutants.MUTANTS))
-        if self.mechanism not in mutants.MUTATED_MECHANISMS or self.denoise:
+        """A planted bug (:mod:`dpaudit.mechanisms.catalogue`) names a mutant and a mechanism it can be planted in."""
+        check.one_of("mutant", self.mutant, tuple(catalogue.MUTANTS))
+        if self.mechanism not in catalogue.MUTATED_MECHANISMS or self.denoise:
             raise UsageError(
-                f"mutant {self.mutant!r} is planted in {', '.join(mutants.MUTATED_MECHANISMS)} without --denoise,"
+                f"mutant {self.mutant!r} is planted in {', '.join(catalogue.MUTATED_MECHANISMS)} without --denoise,"
                 f" not in {self.mechanism}{' with --denoise' if self.denoise else ''}"
             )
 
@@ -207,10 +207,10 @@ class CampaignConfig:
         observe = check.one_of("--observe", "steps" if observe is None else observe, OBSERVATIONS)
         if observe == "outputs":
             raise UsageError("--canary gradient needs --observe weights or steps: a gradient canary has no input")
-        if observe == "steps" and self.mechanism == "sketch":
+        if observe == "steps" and self.mechanism in catalogue.applying("final-release"):
             raise UsageError(
-                "--observe steps does not apply to the sketch, which releases only its final weights ([S] Eq. 14):"
-                " use --observe weights"
+                f"--observe steps does not apply to {self.mechanism}, which releases only its final weights ([S]"
+                " Eq. 14): use --observe weights"
             )
         clip = self.clip if self.clip is not None and math.isfinite(self.clip) else 1.0
         norm = (
@@ -380,7 +380,7 @@ def load_toml(path) -> dict:
         raise UsageError(f"config file {path}: tables are not supported ({', '.join(nested)}); use flat keys")
     if "mutant" in table:
         raise UsageError(
-            f"config file {path}: 'mutant' plants a DP bug on purpose (dpaudit.mutants) and is for tests and"
+            f"config file {path}: 'mutant' plants a DP bug on purpose (mechanisms.catalogue) and is for tests and"
             " benchmarks only: remove the key"
         )
     return table

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 # Stable ids: changing one changes every campaign's numbers.
-# "gradient-canary": when a shadow model's batches hold its gradient canaries (dpaudit.canaries); "membership":
+# "gradient-canary": when a shadow model's batches hold its gradient canaries (dpaudit.training.canaries); "membership":
 # the one-run design's draw of which canaries each model is IN for.
 _PURPOSES = {"init": 0, "data": 1, "noise": 2, "canary": 3, "gradient-canary": 4, "membership": 5, "exposure": 6}
 _ROLES = {"shadow": 0, "reference": 1, "campaign": 2}

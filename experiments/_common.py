@@ -1,7 +1,7 @@
 """Plumbing shared by the reproduction scripts of ``experiments/`` (one script per paper table or figure).
 
 * :func:`parser`: the common flags ``--out``, ``--paper-scale``, ``--dataset``, ``--seed``, ``--workers``;
-* :func:`audit`: run one membership-inference campaign (:mod:`dpaudit.campaign`) into a fresh run directory and
+* :func:`audit`: run one membership-inference campaign (:mod:`dpaudit.campaign.runner`) into a fresh run directory and
   return its audit numbers as one flat CSV row;
 * :func:`train_utility`: fine-tune K models with a mechanism through the batched engine (no canary) and return
   their test accuracies, for the utility-only results ([W] Fig. 3, [P] accuracy tables, [D] convergence);
@@ -27,8 +27,12 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from dpaudit import analysis, campaign, data, engine, models, report, seeding  # noqa: E402
+from dpaudit import analysis, data, models, seeding  # noqa: E402
+from dpaudit.campaign import resolve, runner  # noqa: E402
 from dpaudit.config import CampaignConfig, Execution  # noqa: E402
+from dpaudit.reporting import summary as run_summary  # noqa: E402
+from dpaudit.training import engine  # noqa: E402
+from dpaudit.training.sampling import PoissonLayout, TrainingConfig  # noqa: E402
 
 DEFAULT_OUT = Path("experiments/results")
 
@@ -74,7 +78,7 @@ def audit(config: CampaignConfig, out: Path, tag: str, workers: int, attacks: Se
     """
     run_dir = out / "runs" / tag
     shutil.rmtree(run_dir, ignore_errors=True)  # always a fresh campaign: timings and numbers of this run
-    store = campaign.run(config, Execution(workers=workers, progress=False), run_dir)
+    store = runner.run(config, Execution(workers=workers, progress=False), run_dir)
     row = {
         "models": config.models,
         "epochs": config.epochs,
@@ -84,7 +88,7 @@ def audit(config: CampaignConfig, out: Path, tag: str, workers: int, attacks: Se
         "delta": config.delta,
     }
     for attack in attacks:
-        numbers = report.summary(analysis.analyse(store, attack))
+        numbers = run_summary.summary(analysis.analyse(store, attack))
         prefix = f"{attack}_" if len(attacks) > 1 else ""
         row.update(
             {
@@ -154,7 +158,7 @@ def allowed_ranks(dataset: str, ranks: Sequence[int]) -> list[int]:
     That is r ≤ every LoRA-adapted layer's input dimension (:func:`dpaudit.models.check_rank`): every layer of the
     MLP and the CNN, the attention and MLP projections of the text transformer (its output head is not adapted).
     """
-    loaded = data.load(dataset)
+    loaded = resolve.load_dataset(dataset)
     model = models.for_input(loaded.input_shape, loaded.num_classes, loaded.task)
     largest = min(models.projection_dim(layer) for layer in models.lora_layers(model).values())
     return [r for r in ranks if r <= largest]
@@ -162,12 +166,12 @@ def allowed_ranks(dataset: str, ranks: Sequence[int]) -> list[int]:
 
 def sampling(task: Task, batch_size: int, epochs: int) -> tuple[float, int]:
     """Poisson rate q and step count T the engine uses for a DP mechanism on ``task`` (what accountants need)."""
-    layout = engine.PoissonLayout.for_members(len(task.train), batch_size)
+    layout = PoissonLayout.for_members(len(task.train), batch_size)
     return layout.sample_rate, epochs * layout.steps
 
 
 def train_utility(
-    task: Task, mechanism, rank: int, models_count: int, training: engine.TrainingConfig, seed: int
+    task: Task, mechanism, rank: int, models_count: int, training: TrainingConfig, seed: int
 ) -> np.ndarray:
     """(models,) test accuracies of ``models_count`` models fine-tuned on the whole pool with ``mechanism``."""
     randomness = seeding.shadow_randomness(seed, range(models_count))

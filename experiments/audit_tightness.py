@@ -3,7 +3,7 @@
 Every cell is one campaign on digits' MLP at the same privacy parameters: full batch (b = N = 718, q = 1; with the
 input canary N = 719, q = 718/719 and half the epochs), σ = 2, C = 1, ``--epochs`` steps (T = 4 by default), δ =
 1e-5, so DP-SGD's analytic ε is the μ-GDP one at μ = √T/σ = 1 (4.38); each mechanism's analytic ε is its own
-accountant's (``dpaudit.bounds``: DP-SGD's PLD for dp-sgd, dp-lora, dp-lora-fa and prism ([P] Thm 3.4), [W] Thm 5 +
+accountant's (``analysis.bounds``: DP-SGD's PLD for dp-sgd, dp-lora, dp-lora-fa and prism ([P] Thm 3.4), [W] Thm 5 +
 App. F.2 for m2 with its projection resampled every step). Mechanisms: dp-sgd (full weights), dp-lora and dp-lora-fa
 (rank 8), m2 (rank 8, ``--resample-projection``), prism (rank 8, the campaign's PRISM: adaptive, [P] Eq. 24). Threat
 models (docs/theory.md §3.9):
@@ -31,9 +31,11 @@ from pathlib import Path
 
 import _common
 
-from dpaudit import analysis, campaign, report
+from dpaudit import analysis
+from dpaudit.campaign import runner
 from dpaudit.config import CampaignConfig, Execution
 from dpaudit.errors import UsageError
+from dpaudit.reporting import summary as run_summary
 
 NAME = "audit_tightness"
 FULL_BATCH = 718  # digits' private split: b = N, q = 1
@@ -86,8 +88,8 @@ def cell(mechanism: str, threat: str, args, root: Path) -> dict:
     run_dir = root / "runs" / f"{NAME}-{mechanism}-{threat}"
     shutil.rmtree(run_dir, ignore_errors=True)
     start = time.perf_counter()
-    store = campaign.run(config, Execution(device="cpu", workers=args.workers, progress=False), run_dir)
-    numbers = report.summary(analysis.analyse(store))
+    store = runner.run(config, Execution(device="cpu", workers=args.workers, progress=False), run_dir)
+    numbers = run_summary.summary(analysis.analyse(store))
     analytic = numbers["analytic_epsilon"]
     row.update(
         {

@@ -17,8 +17,8 @@ from __future__ import annotations
 import _common
 
 from accountants import dpsgd
-from dpaudit import engine
 from dpaudit.mechanisms.dpsgd import dp_sgd
+from dpaudit.training import sampling
 
 NAME = "d_denoise_convergence"
 DELTA = 1e-5
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     task = _common.digits_task(args.seed, pretrain_epochs=1)
     rows = []
     for epochs in epoch_grid:
-        training = engine.TrainingConfig(epochs=epochs, batch_size=256, lr=args.lr, schedule="constant")
+        training = sampling.TrainingConfig(epochs=epochs, batch_size=256, lr=args.lr, schedule="constant")
         q, steps = _common.sampling(task, training.batch_size, epochs)
         epsilon = dpsgd.epsilon(args.noise, q, steps, DELTA).epsilon
         for denoise in (False, True):

@@ -28,8 +28,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from dpaudit import data, engine, models, seeding  # noqa: E402
-from dpaudit.mechanisms.dpsgd import DenoiseCosineRecorder, dp_sgd  # noqa: E402
+from dpaudit import data, models, seeding  # noqa: E402
+from dpaudit.mechanisms.dpsgd import dp_sgd  # noqa: E402
+from dpaudit.studies.denoise_cosine import DenoiseCosineRecorder  # noqa: E402
+from dpaudit.training import engine, sampling  # noqa: E402
 
 # The run's setting, repeated on every CSV row (the step's mean and std over the models follow).
 SETTINGS = ("mechanism", "models", "epochs", "batch_size", "noise", "clip", "rank", "lr", "pretrain_epochs")
@@ -67,7 +69,7 @@ def cosine_trace(args: argparse.Namespace) -> np.ndarray:
     recorder = DenoiseCosineRecorder(dp_sgd(args.mechanism, args.noise, args.clip, args.follow == "denoised"))
     shadow = engine.build(base, recorder.parameterization, models.LoraSpec(args.rank), randomness, torch.device("cpu"))
     membership = np.ones((args.models, len(dataset.private)), dtype=bool)
-    config = engine.TrainingConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr)
+    config = sampling.TrainingConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr)
     engine.train(shadow, recorder, dataset.private.x, dataset.private.y, membership, randomness, config)
     return torch.stack(recorder.improvements).numpy()
 

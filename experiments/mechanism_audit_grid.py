@@ -1,7 +1,7 @@
 """Theorems vs exact profiles vs direct mechanism audits over a grid of (d, r, sigma, rho), side by side.
 
 For every grid point the mechanism's release is sampled under a neighbouring pair and audited
-(:func:`dpaudit.mechanism_audit.audit`); one CSV row per point holds every analytic epsilon that applies
+(:func:`dpaudit.release_audit.audit.audit`); one CSV row per point holds every analytic epsilon that applies
 ([W] Thm 1, Thm 3 in both calibrations, Thm 5, the M2 mixture bound, the Gaussian baseline, [S] Lemma 7.1 as
 stated and in its one-column form, [S]'s claim for noise-free LoRA-FA), the exact profile's epsilon where one
 exists, and the audited epsilon by both routes: (b) the estimated profile with its band (exact likelihood ratios)
@@ -33,8 +33,8 @@ import _common  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from dpaudit.mechanism_audit import audit  # noqa: E402
 from dpaudit.mechanisms import releases  # noqa: E402
+from dpaudit.release_audit.audit import audit
 
 # Bound source (prefix) -> CSV column, in the order the columns appear.
 BOUND_COLUMNS = (

@@ -1,6 +1,6 @@
-"""The planted DP bugs (dpaudit.mutants) and the white-box audit's verdict on each, beside the correct mechanism.
+"""The planted DP bugs (mechanisms.catalogue) and the white-box audit's verdict on each, beside the correct mechanism.
 
-For each setting of :data:`dpaudit.mutant_audit.SETTINGS` (dp-sgd on digits, C = 1, δ = 1e-5, a Dirac gradient
+For each setting of :data:`dpaudit.studies.mutant_audit.SETTINGS` (dp-sgd on digits, C = 1, δ = 1e-5, a Dirac gradient
 canary observed at every step), one campaign with the mutant planted and one of the correct mechanism at the same
 settings, ``--models`` models each (half IN): the verdict (dpaudit.analysis.verdict) and its reason, the
 Clopper-Pearson and GDP ε lower bounds (95%), the analytic ε the correct mechanism claims, the GDP route's μ lower
@@ -16,7 +16,7 @@ import shutil
 
 import _common
 
-from dpaudit.mutant_audit import SETTINGS, audit
+from dpaudit.studies.mutant_audit import SETTINGS, audit
 
 NAME = "mutants"
 

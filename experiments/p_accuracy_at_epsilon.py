@@ -19,9 +19,9 @@ import _common
 import numpy as np
 
 from accountants import dpsgd
-from dpaudit import engine
 from dpaudit.mechanisms.dpsgd import dp_sgd
 from dpaudit.mechanisms.prism import PrismMechanism
+from dpaudit.training import sampling
 
 NAME = "p_accuracy_at_epsilon"
 DELTA = 1e-5
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     parsed.add_argument("--pretrain-epochs", type=int, default=1)
     args = parsed.parse_args(argv)
     models, epochs = _common.scale(args, cpu=(3, 4), paper=(16, 30))
-    training = engine.TrainingConfig(epochs=epochs, batch_size=64, lr=args.lr)
+    training = sampling.TrainingConfig(epochs=epochs, batch_size=64, lr=args.lr)
     task = _common.digits_task(args.seed, args.pretrain_epochs)
     q, steps = _common.sampling(task, training.batch_size, training.epochs)
     base_accuracy = task.base_accuracy()

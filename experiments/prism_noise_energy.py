@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from dpaudit.mechanisms.prism_noise_energy import gauge_sweep_noise_energy, linear_fit  # noqa: E402
+from dpaudit.studies.prism_noise_energy import gauge_sweep_noise_energy, linear_fit
 
 SETTINGS = ("m", "n", "rank", "noise_std", "draws")
 COLUMNS = (

@@ -37,6 +37,7 @@ from torch.func import functional_call, grad, vmap
 
 from accountants import sketch
 from dpaudit import data, models
+from dpaudit.campaign import resolve as resolver
 from dpaudit.config import CampaignConfig
 
 NAME = "s_table1_lora_variants"
@@ -246,7 +247,7 @@ def main(argv: list[str] | None = None) -> None:
         seed=args.seed,
     )
     audited = _common.audit(config, out, f"lemma_audit_r{args.lemma_rank}", args.workers)
-    dataset = data.load(args.dataset)
+    dataset = resolver.load_dataset(args.dataset)
     base = models.pretrain(
         models.for_input(dataset.input_shape, dataset.num_classes), dataset.public.x, dataset.public.y, seed=args.seed
     )

@@ -1,9 +1,9 @@
 """[S] Table 1 analogue on the byte-level transformer: MIA on full fine-tuning vs LoRA vs LoRA-FA of text.
 
 Part 1 of ``s_table1_lora_variants.py`` (:func:`s_table1_lora_variants.part1`, the same variants, attacks and
-design) on ``--dataset text``: the byte-level causal transformer of :mod:`dpaudit.transformer` (2 pre-LayerNorm
+design) on ``--dataset text``: the byte-level causal transformer of :mod:`dpaudit.models.transformer` (2 pre-LayerNorm
 blocks, d_model 64, LoRA on q/k/v/out/fc1/fc2), pretrained on the public split of the embedded corpus
-(:mod:`dpaudit.text`: Python's ``pydoc_data.topics``, 64-byte windows), fine-tuned on its private split. Every
+(:mod:`dpaudit.data.text`: Python's ``pydoc_data.topics``, 64-byte windows), fine-tuned on its private split. Every
 private window is a target, IN for half of ``--models`` models (all-examples design); each model scores a window
 by its log-likelihood, the score of [S] Eq. 16's reference attack (θ_ref = the pretrained base) and of LiRA online.
 Non-private fine-tuning through the DP-SGD family with σ = 0 and C = ∞: full fine-tuning (``dp-sgd``: the
@@ -24,14 +24,16 @@ import _common
 import s_table1_lora_variants
 import torch
 
-from dpaudit import data, models, transformer
+from dpaudit import models
+from dpaudit.campaign import resolve as resolver
+from dpaudit.models import transformer
 
 NAME = "s_table1_transformer"
 
 
 def description(dataset: str) -> dict:
     """Columns describing the setting: the corpus bytes cut into windows, the window length and the model's size."""
-    loaded = data.load(dataset)
+    loaded = resolver.load_dataset(dataset)
     model = models.for_input(loaded.input_shape, loaded.num_classes, loaded.task)
     assert isinstance(model, transformer.CausalTransformer)
     windows = sum(len(split) for split in (loaded.public, loaded.private, loaded.test))

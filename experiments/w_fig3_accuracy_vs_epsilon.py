@@ -26,9 +26,9 @@ import _common
 import numpy as np
 
 from accountants import dpsgd, wishart
-from dpaudit import engine
 from dpaudit.mechanisms.dpsgd import dp_sgd
 from dpaudit.mechanisms.wishart import NoisyProjection
+from dpaudit.training import sampling
 
 NAME = "w_fig3_accuracy_vs_epsilon"
 DELTA = 1e-5
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     parsed.add_argument("--lora-rank", type=int, default=8, help="rank of DP-LoRA-FA")
     args = parsed.parse_args(argv)
     models, epochs = _common.scale(args, cpu=(8, 10), paper=(32, 30))
-    training = engine.TrainingConfig(epochs=epochs, batch_size=64, lr=0.5, schedule="constant")
+    training = sampling.TrainingConfig(epochs=epochs, batch_size=64, lr=0.5, schedule="constant")
     clip = 1.0
     task = _common.frozen_feature_head(args.seed)
     d = task.train.x.shape[1]

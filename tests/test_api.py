@@ -20,11 +20,11 @@ import torch
 
 import dpaudit
 from dpaudit import analysis
+from dpaudit.campaign.store import RunStore
 from dpaudit.cli import main
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms.dpsgd import dp_sgd
 from dpaudit.mechanisms.nonprivate import lora_fa
-from dpaudit.store import RunStore
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -136,7 +136,7 @@ def test_resuming_with_another_model_mechanism_or_schedule_is_refused_naming_it(
 
 
 def test_resuming_under_another_dpaudit_version_is_refused(finished_run, monkeypatch):
-    monkeypatch.setattr("dpaudit.store.__version__", "99.0")
+    monkeypatch.setattr("dpaudit.campaign.store.__version__", "99.0")
     with pytest.raises(UsageError, match=re.escape("dpaudit_version: '0.1.0' → '99.0'")):
         _resumed(finished_run)
 

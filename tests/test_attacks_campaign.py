@@ -2,19 +2,23 @@
 
 import pytest
 
-from dpaudit import analysis, campaign, report
+from dpaudit import analysis
+from dpaudit.campaign import runner
 from dpaudit.config import CampaignConfig, Execution
+from dpaudit.reporting import summary as run_summary
 
 
 @pytest.fixture(scope="module")
 def all_examples_run(tmp_path_factory):
     """64 non-private MLPs on digits, each trained to 100% accuracy on its half of the private pool."""
     config = CampaignConfig(mechanism="none", design="all-examples", models=64, epochs=40, seed=0)
-    return campaign.run(config, Execution(progress=False), tmp_path_factory.mktemp("all-examples"))
+    return runner.run(config, Execution(progress=False), tmp_path_factory.mktemp("all-examples"))
 
 
 def test_every_attack_reports_auc_and_tpr_and_online_lira_beats_the_loss_attack(all_examples_run):
-    rows = {attack: report.summary(analysis.analyse(all_examples_run, attack)) for attack in analysis.OUTPUT_ATTACKS}
+    rows = {
+        attack: run_summary.summary(analysis.analyse(all_examples_run, attack)) for attack in analysis.OUTPUT_ATTACKS
+    }
     assert rows["canary-loss"]["member_accuracy"] == 1.0  # trained to 100% train accuracy
     for numbers in rows.values():
         assert 0.5 <= numbers["auc"] <= 1 and 0 <= numbers["tpr_at_fpr"]["0.001"] <= 1

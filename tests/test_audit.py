@@ -5,7 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from dpaudit import analysis, campaign
+from dpaudit import analysis
+from dpaudit.campaign import runner
 from dpaudit.cli import main
 from dpaudit.config import CampaignConfig, Execution
 
@@ -33,7 +34,7 @@ def test_null_campaign_bound_is_zero_for_19_of_20_seeds(tmp_path):
     zero = 0
     for seed in range(20):
         config = CampaignConfig(models=32, epochs=1, seed=seed, null=True)
-        store = campaign.run(config, Execution(workers=1, progress=False), tmp_path / str(seed))
+        store = runner.run(config, Execution(workers=1, progress=False), tmp_path / str(seed))
         zero += analysis.analyse(store).bound.epsilon == 0
     assert zero >= 19
 
@@ -41,7 +42,7 @@ def test_null_campaign_bound_is_zero_for_19_of_20_seeds(tmp_path):
 def test_same_config_and_seed_give_the_same_scores(tmp_path):
     config = CampaignConfig(models=8, epochs=1)
     first, second = (
-        analysis.analyse(campaign.run(config, Execution(chunk_size=3, workers=1, progress=False), tmp_path / name))
+        analysis.analyse(runner.run(config, Execution(chunk_size=3, workers=1, progress=False), tmp_path / name))
         for name in ("first", "second")
     )
     assert np.array_equal(first.scores, second.scores)

@@ -16,8 +16,8 @@ import torch
 
 from dpaudit import config as config_lib
 from dpaudit import models
+from dpaudit.campaign.store import RunStore
 from dpaudit.cli import main
-from dpaudit.store import RunStore
 
 _FACTORIES = """
 import torch

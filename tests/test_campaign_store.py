@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpaudit import campaign
+from dpaudit.campaign import runner
+from dpaudit.campaign.store import RunStore
 from dpaudit.cli import main
 from dpaudit.config import CampaignConfig, Execution
-from dpaudit.store import RunStore
 
 SMALL = CampaignConfig(models=24, epochs=1, batch_size=64, seed=3)
 
@@ -25,7 +25,7 @@ def _logits(store: RunStore) -> np.ndarray:
 @pytest.fixture(scope="module")
 def reference_run(tmp_path_factory) -> RunStore:
     """One uninterrupted in-process run: chunks of 4, one worker."""
-    return campaign.run(SMALL, Execution(chunk_size=4, workers=1, progress=False), tmp_path_factory.mktemp("reference"))
+    return runner.run(SMALL, Execution(chunk_size=4, workers=1, progress=False), tmp_path_factory.mktemp("reference"))
 
 
 def _chunk_files(root: Path) -> dict[str, tuple[int, int]]:
@@ -76,21 +76,19 @@ def test_kill_9_then_resume_is_bit_identical_and_trains_no_chunk_twice(reference
 
 
 def test_chunk_size_and_worker_count_leave_scores_bit_identical(reference_run, tmp_path):
-    two_workers = campaign.run(SMALL, Execution(chunk_size=7, workers=2, progress=False), tmp_path / "loky")
+    two_workers = runner.run(SMALL, Execution(chunk_size=7, workers=2, progress=False), tmp_path / "loky")
     assert np.array_equal(_logits(two_workers), _logits(reference_run))
 
 
 def test_dask_local_cluster_backend_gives_the_same_scores(reference_run, tmp_path):
     pytest.importorskip("distributed")
-    on_dask = campaign.run(
-        SMALL, Execution(chunk_size=12, workers=2, backend="dask", progress=False), tmp_path / "dask"
-    )
+    on_dask = runner.run(SMALL, Execution(chunk_size=12, workers=2, backend="dask", progress=False), tmp_path / "dask")
     assert np.array_equal(_logits(on_dask), _logits(reference_run))
 
 
 def test_truncated_and_corrupted_chunks_are_detected_and_recomputed(reference_run, tmp_path):
     out = tmp_path / "corrupt"
-    store = campaign.run(SMALL, Execution(chunk_size=8, workers=1, progress=False), out)
+    store = runner.run(SMALL, Execution(chunk_size=8, workers=1, progress=False), out)
     files = sorted((out / "chunks").glob("models-*.npz"))
     truncated, flipped = files[0], files[1]
     truncated.write_bytes(truncated.read_bytes()[:200])
@@ -99,7 +97,7 @@ def test_truncated_and_corrupted_chunks_are_detected_and_recomputed(reference_ru
     flipped.write_bytes(bytes(data))
     assert store.finished().sum() == 8
     untouched = _chunk_files(out)[files[2].name]
-    campaign.run(SMALL, Execution(chunk_size=8, workers=1, progress=False), out)
+    runner.run(SMALL, Execution(chunk_size=8, workers=1, progress=False), out)
     assert store.finished().all()
     assert _chunk_files(out)[files[2].name] == untouched
     assert np.array_equal(_logits(store), _logits(reference_run))

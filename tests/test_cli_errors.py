@@ -321,8 +321,8 @@ def test_a_run_directory_below_a_file_is_a_usage_error_naming_it(command, tmp_pa
 def test_the_run_store_writer_and_lock_name_the_path_they_cannot_use(tmp_path, monkeypatch):
     import os
 
+    from dpaudit.campaign.store import RunStore, make_directory, write_file
     from dpaudit.errors import UsageError
-    from dpaudit.store import RunStore, make_directory, write_file
 
     (tmp_path / "file").write_text("not a directory")
     blocked = tmp_path / "file" / "run"

@@ -70,7 +70,7 @@ _TOGETHER = {("bounds", "wishart-m2"): ["--sample-rate", "0.01", "--steps", "1"]
 # that no child pays for it (scikit-learn alone takes about a second).
 _HANDLER_IMPORTS = (
     *("accountants.dpsgd", "accountants.prism", "accountants.sketch", "accountants.wishart"),
-    *("dpaudit.mechanism_audit", "dp_accounting.rdp.rdp_privacy_accountant", "sklearn.ensemble"),
+    *("dpaudit.release_audit.audit", "dp_accounting.rdp.rdp_privacy_accountant", "sklearn.ensemble"),
 )
 _EPSILON_QUERY = ("gaussian", "dpsgd", "wishart-vector", "wishart-m2", "prism")
 

@@ -7,6 +7,7 @@ import pytest
 from accountants.validation import InvalidArgument
 from dpaudit import config
 from dpaudit.config import CampaignConfig, Execution
+from dpaudit.mechanisms import catalogue
 
 
 @pytest.mark.parametrize(
@@ -72,13 +73,13 @@ def test_values_are_stored_in_their_canonical_types():
 
 
 def test_noise_std_limit_is_float32s_largest_value():
-    largest = config.FLOAT32_MAX
-    assert config.check_noise_and_clip(largest, 1.0) == (largest, 1.0)
-    assert config.check_noise_and_clip(0.0, math.inf) == (0.0, math.inf)  # σC = 0: no noise, no clipping
+    largest = catalogue.FLOAT32_MAX
+    assert catalogue.check_noise_and_clip(largest, 1.0) == (largest, 1.0)
+    assert catalogue.check_noise_and_clip(0.0, math.inf) == (0.0, math.inf)  # σC = 0: no noise, no clipping
     with pytest.raises(InvalidArgument, match="exceeds float32's largest value"):
-        config.check_noise_and_clip(largest, 1.0000001)
+        catalogue.check_noise_and_clip(largest, 1.0000001)
     with pytest.raises(InvalidArgument, match="exceeds float32's largest value"):
-        config.check_noise_and_clip(math.nextafter(largest, math.inf), None)  # the sketch's absolute σ_g
+        catalogue.check_noise_and_clip(math.nextafter(largest, math.inf), None)  # the sketch's absolute σ_g
 
 
 def test_toml_with_a_byte_order_mark_is_read(tmp_path):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from dpaudit import data
+from dpaudit.campaign import resolve as resolver
 from dpaudit.cli import main
 
 
@@ -102,7 +103,7 @@ def test_defective_csv_is_refused_in_one_line(text, expected, tmp_path):
 
 def test_x_and_y_are_split_40_40_20_standardised_by_the_public_part_and_labels_renumbered(tmp_path):
     x, y = _features(100)
-    dataset = data.load(_npz(tmp_path / "data.npz", x=x, y=np.array([-4, 3, 10])[y]))  # labels {-4, 3, 10}
+    dataset = resolver.load_dataset(_npz(tmp_path / "data.npz", x=x, y=np.array([-4, 3, 10])[y]))  # labels {-4, 3, 10}
     public, private, test = data.split_indices(100)
     assert [len(public), len(private), len(test)] == [40, 40, 20]
     assert sorted(np.concatenate([public, private, test]).tolist()) == list(range(100))
@@ -114,7 +115,7 @@ def test_x_and_y_are_split_40_40_20_standardised_by_the_public_part_and_labels_r
 
 
 def test_explicit_splits_keep_their_rows(tmp_path):
-    dataset = data.load(_npz(tmp_path / "data.npz", **_SPLITS))
+    dataset = resolver.load_dataset(_npz(tmp_path / "data.npz", **_SPLITS))
     mean, std = _SPLITS["x_public"].mean(0), _SPLITS["x_public"].std(0)
     for part, name in zip((dataset.public, dataset.private, dataset.test), ("public", "private", "test")):
         np.testing.assert_allclose(part.x, (_SPLITS[f"x_{name}"] - mean) / std, rtol=1e-6, atol=1e-6)
@@ -125,7 +126,10 @@ def test_csv_gives_the_same_arrays_as_the_npz_of_its_columns(tmp_path):
     x, y = _features(60, dim=3)
     lines = ["f1,label,f2,f3"] + [f"{a},{c},{b},{d}" for (a, b, d), c in zip(x.tolist(), y)]
     (tmp_path / "data.csv").write_text("\n".join(lines) + "\n")
-    from_csv, from_npz = data.load(f"csv:{tmp_path / 'data.csv'}"), data.load(_npz(tmp_path / "d.npz", x=x, y=y))
+    from_csv, from_npz = (
+        resolver.load_dataset(f"csv:{tmp_path / 'data.csv'}"),
+        resolver.load_dataset(_npz(tmp_path / "d.npz", x=x, y=y)),
+    )
     for a, b in zip(
         (from_csv.public, from_csv.private, from_csv.test), (from_npz.public, from_npz.private, from_npz.test)
     ):
@@ -135,11 +139,11 @@ def test_csv_gives_the_same_arrays_as_the_npz_of_its_columns(tmp_path):
 def test_fingerprint_covers_the_arrays(tmp_path):
     x, y = _features(50)
     spec = _npz(tmp_path / "data.npz", x=x, y=y)
-    before = data.load(spec).fingerprint()
-    assert data.load(spec).fingerprint() == before
+    before = resolver.load_dataset(spec).fingerprint()
+    assert resolver.load_dataset(spec).fingerprint() == before
     x[49, 2] += 1e-3  # one feature of one example (any part)
     _npz(tmp_path / "data.npz", x=x, y=y)
-    assert data.load(spec).fingerprint() != before
+    assert resolver.load_dataset(spec).fingerprint() != before
 
 
 def test_a_campaign_on_an_npz_runs_and_refuses_to_resume_on_changed_contents(tmp_path, capsys):

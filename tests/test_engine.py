@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from dpaudit import data, engine, models, seeding
+from dpaudit import data, models, seeding
 from dpaudit.mechanisms.nonprivate import NonPrivate, lora_fa
 from dpaudit.mechanisms.wishart import WishartProjection
+from dpaudit.training import engine, sampling
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,7 @@ def _effective_weights(shadow: engine.ShadowModels, scale: float = 1.0) -> dict[
 def test_batched_engine_matches_per_model_loop(setting, parameterization, mechanism):
     base, x, y, membership = setting
     randomness = seeding.shadow_randomness(3, range(len(membership)))
-    config = engine.TrainingConfig(epochs=2, batch_size=16, lr=0.05)
+    config = sampling.TrainingConfig(epochs=2, batch_size=16, lr=0.05)
     spec = models.LoraSpec(8)
     batched = engine.train(
         engine.build(base, parameterization, spec, randomness, torch.device("cpu")),
@@ -67,8 +68,8 @@ def test_lora_fa_realisations_agree_after_20_sgd_steps(setting):
     base, x, y, membership = setting
     randomness = seeding.shadow_randomness(5, range(len(membership)))
     batch_size = -(-int(membership.sum(1).max()) // 10)  # 10 steps per epoch, 2 epochs
-    config = engine.TrainingConfig(epochs=2, batch_size=batch_size, lr=0.05, momentum=0.0, schedule="constant")
-    layout = engine.BatchLayout.for_members(int(membership.sum(1).max()), config.batch_size)
+    config = sampling.TrainingConfig(epochs=2, batch_size=batch_size, lr=0.05, momentum=0.0, schedule="constant")
+    layout = sampling.BatchLayout.for_members(int(membership.sum(1).max()), config.batch_size)
     assert 2 * layout.steps == 20
     spec = models.LoraSpec(8)
     factor = engine.train(
@@ -103,8 +104,8 @@ def test_models_do_not_depend_on_their_batch_companions(setting):
     """Same campaign layout: a model trained alone equals the same model trained with others, bit for bit."""
     base, x, y, membership = setting
     randomness = seeding.shadow_randomness(7, range(len(membership)))
-    config = engine.TrainingConfig(epochs=1, batch_size=16, lr=0.05)
-    layout = engine.BatchLayout.for_members(int(membership.sum(1).max()), config.batch_size)
+    config = sampling.TrainingConfig(epochs=1, batch_size=16, lr=0.05)
+    layout = sampling.BatchLayout.for_members(int(membership.sum(1).max()), config.batch_size)
     spec = models.LoraSpec(4)
     together = engine.train(
         engine.build(base, "lora-fa", spec, randomness, torch.device("cpu")),

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from accountants import dpsgd
-from dpaudit import text
+from dpaudit.data import text
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 

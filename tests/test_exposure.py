@@ -9,9 +9,11 @@ import pytest
 import torch
 
 from attacks import exposure
-from dpaudit import data, text
+from dpaudit import data
+from dpaudit.campaign import resolve as resolver
 from dpaudit.cli import main
-from dpaudit.transformer import CausalTransformer
+from dpaudit.data import text
+from dpaudit.models.transformer import CausalTransformer
 
 
 def test_the_embedded_corpus_is_cut_into_disjoint_windows_and_y_is_x_shifted_by_one():
@@ -21,7 +23,7 @@ def test_the_embedded_corpus_is_cut_into_disjoint_windows_and_y_is_x_shifted_by_
     windows = np.concatenate([x, y[:, -1:]], axis=1)  # each window: its 17 bytes
     assert windows.flatten().astype(np.uint8).tobytes() == corpus[: 17 * len(x)]
     assert np.array_equal(y[:, :-1], x[:, 1:])
-    dataset = data.load("text")
+    dataset = resolver.load_dataset("text")
     assert isinstance(dataset, text.TextDataset) and dataset.task == "next-token" and dataset.num_classes == 256
     assert dataset.sequence_length == text.SEQUENCE_LENGTH
     full_x, _ = text.sequences(corpus[: text.EMBEDDED_BYTES])
@@ -32,10 +34,10 @@ def test_the_embedded_corpus_is_cut_into_disjoint_windows_and_y_is_x_shifted_by_
 def test_a_text_file_is_read_as_utf8_bytes(tmp_path):
     words = "naïve café " * 200
     (tmp_path / "words.txt").write_text(words, encoding="utf-8")
-    dataset = data.load(f"text:{tmp_path / 'words.txt'}")
+    dataset = resolver.load_dataset(f"text:{tmp_path / 'words.txt'}")
     x, y = text.sequences(words.encode(), text.SEQUENCE_LENGTH)
     assert len(dataset.public) + len(dataset.private) + len(dataset.test) == len(x)
-    assert dataset.fingerprint() != data.load("text").fingerprint()
+    assert dataset.fingerprint() != resolver.load_dataset("text").fingerprint()
 
 
 def _refusal(spec: str, out) -> str:

@@ -1,4 +1,4 @@
-"""Direct mechanism audits (dpaudit.mechanism_audit) against the papers' bounds: the acceptance points at test scale.
+"""Direct mechanism audits (release_audit.audit) against the papers' bounds: the acceptance points at test scale.
 
 Fixed seeds throughout. Each statistical assertion states the failure probability it carries for correct code:
 a Clopper-Pearson bound exceeds the true epsilon with probability <= 5%; an estimated-profile band misses the true
@@ -15,7 +15,8 @@ import pytest
 from accountants import gaussian
 from accountants.result import REPLACE_ONE, Bound
 from dpaudit.cli import main
-from dpaudit.mechanism_audit import (
+from dpaudit.release_audit import releases
+from dpaudit.release_audit.audit import (
     SupportEvidence,
     audit,
     change_of_measure_check,
@@ -23,7 +24,6 @@ from dpaudit.mechanism_audit import (
     estimate_profile,
     log_likelihood_ratio,
 )
-from dpaudit.mechanisms import releases
 
 
 @pytest.mark.parametrize("mu", [0.5, 1.0, 2.0])
@@ -205,7 +205,7 @@ def test_cli_prints_json_and_text(capsys):
     assert main(["audit-mechanism", "gaussian", "--sensitivity", "1", "--samples", "2000", "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["mechanism"] == "gaussian" and payload["verdict"] in ("consistent", "inconclusive")
-    # the key set of `dpaudit audit --json` (dpaudit.report.summary) for the same quantities
+    # the key set of `dpaudit audit --json` (dpaudit.reporting.summary.summary) for the same quantities
     assert payload["epsilon_lower_bound"] == payload["clopper_pearson"]["epsilon"] >= 0
     assert payload["epsilon_lower_bound_gdp"] == payload["gaussian_dp"]["epsilon"]
     assert payload["epsilon_lower_bound_max_certifiable"] >= payload["epsilon_lower_bound"]

@@ -1,4 +1,4 @@
-"""Release samplers and neighbouring pairs (dpaudit.mechanisms.releases): constructions, exact reductions, seeds.
+"""Release samplers and neighbouring pairs (dpaudit.release_audit.releases): constructions, exact reductions, seeds.
 
 Statistical checks use fixed seeds; each states its false-alarm rate for correct code.
 """
@@ -11,8 +11,8 @@ import pytest
 from scipy import integrate, special, stats
 
 from accountants.validation import InvalidArgument
-from dpaudit.mechanism_audit import log_likelihood_ratio
-from dpaudit.mechanisms import releases
+from dpaudit.release_audit import releases
+from dpaudit.release_audit.audit import log_likelihood_ratio
 
 
 def test_aligned_unit_vectors_have_the_alignment():

@@ -6,14 +6,16 @@ statements about these campaigns, not about chance.
 
 import pytest
 
-from dpaudit import analysis, campaign, report
+from dpaudit import analysis
+from dpaudit.campaign import runner
 from dpaudit.config import CampaignConfig, Execution
+from dpaudit.reporting import summary as run_summary
 
 
 def _audit(tmp_path, **fields) -> dict:
     config = CampaignConfig(**{"models": 32, "seed": 0, **fields})
-    store = campaign.run(config, Execution(device="cpu", workers=1, progress=False), tmp_path)
-    return report.summary(analysis.analyse(store))
+    store = runner.run(config, Execution(device="cpu", workers=1, progress=False), tmp_path)
+    return run_summary.summary(analysis.analyse(store))
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Analytic bounds per mechanism (dpaudit.bounds), mechanism options on the CLI, and the summary's analytic fields."""
+"""Analytic bounds per mechanism (analysis.bounds), mechanism options on the CLI, and the summary's analytic fields."""
 
 import json
 import math
@@ -6,10 +6,12 @@ import math
 import pytest
 
 from accountants import dpsgd
-from dpaudit import bounds, engine
+from dpaudit.analysis import bounds
+from dpaudit.campaign import resolve as resolver
 from dpaudit.cli import main
 from dpaudit.config import CampaignConfig
-from dpaudit.mechanisms import registry
+from dpaudit.training import sampling
+from tests.claims import analytic_bound
 
 MLP = [bounds.LayerShape(128, 64, 1), bounds.LayerShape(128, 128, 1), bounds.LayerShape(10, 128, 1)]
 
@@ -19,25 +21,25 @@ def test_dp_sgd_family_and_prism_use_the_subsampled_gaussian_accountant():
     expected = dpsgd.epsilon(1.0, 32 / 719, 69, 1e-5).epsilon
     assert expected == pytest.approx(2.6957, abs=1e-3)
     for name in ("dp-sgd", "dp-lora", "dp-lora-fa", "prism"):
-        bound = bounds.analytic_bound(CampaignConfig(mechanism=name, epochs=3, noise=1.0), 719, MLP)
+        bound = analytic_bound(CampaignConfig(mechanism=name, epochs=3, noise=1.0), 719, MLP)
         assert bound.epsilon == expected and "PLD" in bound.source and bound.reason is None
-    denoised = bounds.analytic_bound(CampaignConfig(mechanism="dp-sgd", epochs=3, noise=1.0, denoise=True), 719, MLP)
+    denoised = analytic_bound(CampaignConfig(mechanism="dp-sgd", epochs=3, noise=1.0, denoise=True), 719, MLP)
     assert denoised.epsilon == expected  # post-processing
 
 
 def test_m2_resampled_uses_theorem_5_with_the_smallest_layer_and_one_direction_per_linear_layer():
     config = CampaignConfig(mechanism="m2", rank=8, epochs=3, noise=1.0, resample_projection=True)
-    bound = bounds.analytic_bound(config, 719, MLP)  # = wishart.m2_multistep_epsilon(1e-5, 1, 1, 64, 8, 3, q, 69)
+    bound = analytic_bound(config, 719, MLP)  # = wishart.m2_multistep_epsilon(1e-5, 1, 1, 64, 8, 3, q, 69)
     assert bound.epsilon == pytest.approx(1.6278, abs=1e-3)
     assert bound.epsilon < 2.6957  # DP-SGD's ε at the same σ, q, T: the projection helps at r = 8 ≪ d = 64
     assert "d = min d_in = 64, s = Σ rank(ΔV_ℓ) = 3" in bound.source
-    too_wide = bounds.analytic_bound(CampaignConfig(mechanism="m2", rank=64, resample_projection=True), 719, MLP)
+    too_wide = analytic_bound(CampaignConfig(mechanism="m2", rank=64, resample_projection=True), 719, MLP)
     assert too_wide.epsilon is None and "r <= d - 1 = 63" in too_wide.reason
 
 
 def test_mechanisms_without_a_bound_say_why():
     reasons = {
-        name: bounds.analytic_bound(CampaignConfig(mechanism=name, **extra), 719, MLP).reason
+        name: analytic_bound(CampaignConfig(mechanism=name, **extra), 719, MLP).reason
         for name, extra in (
             ("none", {}),
             ("lora-fa", {}),
@@ -51,14 +53,14 @@ def test_mechanisms_without_a_bound_say_why():
     assert "not DP" in reasons["dp-sgd"]
     assert "M1" in reasons["m1"] and "resample" in reasons["m2"] and "β" in reasons["sketch"]
     one_step = CampaignConfig(mechanism="m2", rank=8, epochs=1, batch_size=719, noise=1.0)
-    assert bounds.analytic_bound(one_step, 719, MLP).epsilon is not None  # T = 1: fixed M is fresh M
+    assert analytic_bound(one_step, 719, MLP).epsilon is not None  # T = 1: fixed M is fresh M
 
 
 def test_config_normalises_and_checks_mechanism_options():
     assert (CampaignConfig(mechanism="dp-sgd").noise, CampaignConfig(mechanism="dp-sgd").clip) == (1.0, 1.0)
     assert (CampaignConfig(mechanism="sketch").noise, CampaignConfig(mechanism="sketch").clip) == (1.0, None)
     assert CampaignConfig(mechanism="lora-fa").noise is None
-    built = registry.build(CampaignConfig(mechanism="m1", rank=4, noise=0.5, clip=2.0, resample_projection=True))
+    built = resolver.mechanism(CampaignConfig(mechanism="m1", rank=4, noise=0.5, clip=2.0, resample_projection=True))
     assert (built.name, built.rank, built.noise_multiplier, built.clip_norm, built.resample) == (
         "m1",
         4,
@@ -66,7 +68,7 @@ def test_config_normalises_and_checks_mechanism_options():
         2.0,
         True,
     )
-    assert registry.build(CampaignConfig(mechanism="dp-sgd", noise=0.0, clip=math.inf)).clip_norm == math.inf
+    assert resolver.mechanism(CampaignConfig(mechanism="dp-sgd", noise=0.0, clip=math.inf)).clip_norm == math.inf
 
 
 @pytest.mark.parametrize(
@@ -90,7 +92,7 @@ def test_bad_mechanism_options_are_one_line_with_exit_2(argv, expected, capsys, 
 
 def test_poisson_rate_above_one_is_a_usage_error():
     with pytest.raises(Exception, match="--batch-size 800 exceeds the 719 training examples"):
-        engine.PoissonLayout.for_members(719, 800)
+        sampling.PoissonLayout.for_members(719, 800)
 
 
 def test_audit_json_reports_the_analytic_bound(tmp_path, capsys):

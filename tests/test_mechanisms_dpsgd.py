@@ -9,11 +9,13 @@ import pytest
 import torch
 from torch import nn
 
-from dpaudit import data, engine, models, seeding
+from dpaudit import data, models, seeding
 from dpaudit.mechanisms.base import Step
 from dpaudit.mechanisms.dpsgd import DpSgd, GaussianNoiseStream, clip_coefficients, dp_sgd, gaussian_noise
 from dpaudit.mechanisms.prism import PrismMechanism
 from dpaudit.mechanisms.wishart import NoisyProjection
+from dpaudit.training import engine, sampling
+from dpaudit.training import gradients as example_gradients
 
 
 @pytest.fixture(scope="module")
@@ -78,10 +80,10 @@ def test_per_example_gradients_match_opacus(digits, base, architecture, paramete
     randomness = seeding.shadow_randomness(0, range(1))
     shadow = _perturbed(engine.build(module, parameterization, models.LoraSpec(4), randomness, torch.device("cpu")))
     if path == "DenseExampleGradients":
-        dense = engine.gradient_function(shadow.module, per_example=True)
-        ours = engine.DenseExampleGradients(dense(shadow.trainable, shadow.frozen, x[None], y[None], None))
+        dense = example_gradients.gradient_function(shadow.module, per_example=True)
+        ours = example_gradients.DenseExampleGradients(dense(shadow.trainable, shadow.frozen, x[None], y[None], None))
     else:
-        ours = engine.example_gradient_function(shadow.module, list(shadow.trainable))(
+        ours = example_gradients.example_gradient_function(shadow.module, list(shadow.trainable))(
             shadow.trainable, shadow.frozen, x[None], y[None], None
         )
     assert type(ours).__name__ == path
@@ -92,7 +94,7 @@ def test_per_example_gradients_match_opacus(digits, base, architecture, paramete
         assert ours.materialise()[name].dtype == torch.float64
         torch.testing.assert_close(ours.materialise()[name][0], grad_sample, atol=1e-10, rtol=1e-10)
     # the factored norms and sums agree with the materialised gradients
-    materialised = engine.DenseExampleGradients(ours.materialise())
+    materialised = example_gradients.DenseExampleGradients(ours.materialise())
     torch.testing.assert_close(ours.squared_norms(), materialised.squared_norms(), atol=1e-10, rtol=1e-10)
     coefficients = torch.linspace(0, 1, 12, dtype=x.dtype)[None]
     for name, total in ours.weighted_sum(coefficients).items():
@@ -101,7 +103,7 @@ def test_per_example_gradients_match_opacus(digits, base, architecture, paramete
 
 def test_poisson_batches_have_binomial_sizes_and_ignore_chunking():
     """Each member is drawn with rate q: batch sizes have mean Nq and variance Nq(1-q); draws are per model."""
-    layout = engine.PoissonLayout.for_members(719, 32)
+    layout = sampling.PoissonLayout.for_members(719, 32)
     assert (layout.steps, layout.expected_batch_size) == (23, 32) and layout.sample_rate == 32 / 719
     # first block: P(Binomial(719, q) > 50) = 9.0e-4 <= 1e-3 < P(> 49) = 1.5e-3;
     # overflow blocks ⌈√(Nq(1-q))⌉ = ⌈5.53⌉ wide
@@ -110,7 +112,7 @@ def test_poisson_batches_have_binomial_sizes_and_ignore_chunking():
     membership = np.ones((16, 719), dtype=bool)
     randomness = seeding.shadow_randomness(11, range(16))
     sizes, first_batches = [], []
-    for step, (index, weight) in enumerate(engine.poisson_batches(membership, randomness, layout, epochs=5)):
+    for step, (index, weight) in enumerate(sampling.poisson_batches(membership, randomness, layout, epochs=5)):
         sizes.append(weight.sum(1))
         assert index.shape[1] == layout.blocks(int(weight.sum(1).max()))[-1].stop  # padded to its last block
         if step == 0:
@@ -121,7 +123,7 @@ def test_poisson_batches_have_binomial_sizes_and_ignore_chunking():
     assert (sizes.mean(), sizes.var()) == pytest.approx((31.755, 31.353), abs=1e-3)  # these seeds' realisation
     assert abs(sizes.mean() - mean) < 4 * math.sqrt(variance / sizes.size)  # within 4 standard errors
     assert abs(sizes.var() / variance - 1) < 4 * math.sqrt(2 / sizes.size)
-    alone = next(engine.poisson_batches(membership[5:6], randomness[5:6], layout, epochs=1))
+    alone = next(sampling.poisson_batches(membership[5:6], randomness[5:6], layout, epochs=1))
     assert set(alone[0][0][alone[1][0] > 0]) == first_batches[5]
 
 
@@ -130,7 +132,7 @@ def test_clipping_is_exact_per_example_over_all_trained_tensors(digits, base):
     shadow = _perturbed(engine.build(base, "lora", models.LoraSpec(4), randomness, torch.device("cpu")))
     x = torch.from_numpy(digits.private.x[:30].reshape(3, 10, 64))
     y = torch.from_numpy(digits.private.y[:30].reshape(3, 10))
-    examples = engine.example_gradient_function(shadow.module, list(shadow.trainable))(
+    examples = example_gradients.example_gradient_function(shadow.module, list(shadow.trainable))(
         shadow.trainable, shadow.frozen, x, y, None
     )
     per_example = examples.materialise()
@@ -154,8 +156,8 @@ def test_no_noise_and_no_clipping_is_plain_sgd_on_the_poisson_batches(digits, ba
     x, y = digits.private.x[:300], digits.private.y[:300]
     membership = np.random.default_rng(0).random((3, len(y))) < 0.8
     randomness = seeding.shadow_randomness(4, range(3))
-    config = engine.TrainingConfig(epochs=2, batch_size=20, lr=0.05, schedule="constant")
-    layout = engine.BatchLayout.for_members(int(membership.sum(1).max()), config.batch_size)
+    config = sampling.TrainingConfig(epochs=2, batch_size=20, lr=0.05, schedule="constant")
+    layout = sampling.BatchLayout.for_members(int(membership.sum(1).max()), config.batch_size)
     trained = engine.train(
         engine.build(base, "full", None, randomness, torch.device("cpu")),
         DpSgd(0.0, math.inf),
@@ -166,12 +168,12 @@ def test_no_noise_and_no_clipping_is_plain_sgd_on_the_poisson_batches(digits, ba
         config,
         layout,
     )
-    poisson = engine.PoissonLayout.for_batch_layout(layout, config.batch_size)
+    poisson = sampling.PoissonLayout.for_batch_layout(layout, config.batch_size)
     for k in range(3):
         module = copy.deepcopy(base)
         weights = [module.get_parameter(n).requires_grad_(True) for n in trained.trainable]
         optimiser = torch.optim.SGD(weights, lr=config.lr, momentum=config.momentum)
-        batches = engine.poisson_batches(membership[k : k + 1], randomness[k : k + 1], poisson, config.epochs)
+        batches = sampling.poisson_batches(membership[k : k + 1], randomness[k : k + 1], poisson, config.epochs)
         for index, weight in batches:
             batch = torch.from_numpy(index[0][weight[0] > 0])
             optimiser.zero_grad()
@@ -207,13 +209,13 @@ def test_dp_models_do_not_depend_on_their_batch_companions(digits, base, name, f
     trained at position 1, 3 or 4 of a chunk of 5 (where its tensors sit at other memory offsets). With a first
     block that half of the batches overflow, most steps run in several blocks whose number depends on the chunk.
     """
-    monkeypatch.setattr(engine, "_FIRST_BLOCK_OVERFLOW", first_block_overflow)
+    monkeypatch.setattr(sampling, "_FIRST_BLOCK_OVERFLOW", first_block_overflow)
     x, y = digits.private.x[:200], digits.private.y[:200]
     membership = np.ones((5, len(y)), dtype=bool)
     membership[::2, -1] = False
     randomness = seeding.shadow_randomness(7, range(5))
-    config = engine.TrainingConfig(epochs=1, batch_size=25, lr=0.01)
-    layout = engine.BatchLayout.for_members(len(y), config.batch_size)
+    config = sampling.TrainingConfig(epochs=1, batch_size=25, lr=0.01)
+    layout = sampling.BatchLayout.for_members(len(y), config.batch_size)
     mechanism = POISSON_MECHANISMS[name]()
     spec = models.LoraSpec(rank)
 
@@ -242,10 +244,10 @@ def test_blocked_gradients_equal_one_block(digits, base):
     shadow = _perturbed(engine.build(base, "lora", models.LoraSpec(4), randomness, torch.device("cpu")))
     x = torch.from_numpy(digits.private.x[:36].reshape(3, 12, 64))
     y = torch.from_numpy(digits.private.y[:36].reshape(3, 12))
-    gradients = engine.example_gradient_function(shadow.module, list(shadow.trainable))
+    gradients = example_gradients.example_gradient_function(shadow.module, list(shadow.trainable))
     whole = gradients(shadow.trainable, shadow.frozen, x, y, None)
     widths = (7, 3, 2)
-    blocks = engine.BlockedExampleGradients(
+    blocks = example_gradients.BlockedExampleGradients(
         tuple(
             gradients(shadow.trainable, shadow.frozen, part_x, part_y, None)
             for part_x, part_y in zip(x.split(widths, 1), y.split(widths, 1))
@@ -267,7 +269,7 @@ def test_blocked_gradients_equal_one_block(digits, base):
     for tensor, value in blocks.materialise().items():
         torch.testing.assert_close(value, whole.materialise()[tensor], rtol=1e-5, atol=1e-6)
     # accumulating ``scale · Σ`` into given totals (the DP noise) equals adding the sum, in every representation
-    dense = engine.DenseExampleGradients(whole.materialise())
+    dense = example_gradients.DenseExampleGradients(whole.materialise())
     start = {
         tensor: torch.randn(t.shape, generator=torch.Generator().manual_seed(1))
         for tensor, t in shadow.trainable.items()
@@ -283,7 +285,7 @@ def test_blocked_gradients_equal_one_block(digits, base):
 
 def test_noise_has_std_sigma_c_over_b(digits, base):
     """With zero gradients the update is pure noise: per-entry std σC/b, each model its own draw."""
-    zeros = engine.DenseExampleGradients({"w": torch.zeros(2, 5, 300, 40)})
+    zeros = example_gradients.DenseExampleGradients({"w": torch.zeros(2, 5, 300, 40)})
     mechanism = DpSgd(noise_multiplier=2.0, clip_norm=3.0)
     noise = mechanism.setup({"w": torch.Size([300, 40])}, seeding.shadow_randomness(0, range(2)))
     step = Step(zeros, torch.ones(2, 5), 0, expected_batch_size=4, parameters={"w": torch.zeros(2, 300, 40)})

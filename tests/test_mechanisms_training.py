@@ -6,13 +6,16 @@ import numpy as np
 import pytest
 import torch
 
-from dpaudit import data, engine, models, seeding
+from dpaudit import data, models, seeding
 from dpaudit.mechanisms.base import Step
-from dpaudit.mechanisms.dpsgd import DenoiseCosineRecorder, DpSgd, clip_coefficients, denoise_update, dp_sgd
+from dpaudit.mechanisms.dpsgd import DpSgd, clip_coefficients, denoise_update, dp_sgd
 from dpaudit.mechanisms.nonprivate import lora_fa
 from dpaudit.mechanisms.prism import PrismMechanism
 from dpaudit.mechanisms.sketch import NoisyLoraFa
 from dpaudit.mechanisms.wishart import NoisyProjection, WishartProjection
+from dpaudit.studies.denoise_cosine import DenoiseCosineRecorder
+from dpaudit.training import engine, sampling
+from dpaudit.training import gradients as example_gradients
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +30,7 @@ def _step(setting, randomness, parameterization="full", rank=4):
     base, x, y = setting
     shadow = engine.build(base, parameterization, models.LoraSpec(rank), randomness, torch.device("cpu"))
     k = len(randomness)
-    examples = engine.example_gradient_function(shadow.module, list(shadow.trainable))(
+    examples = example_gradients.example_gradient_function(shadow.module, list(shadow.trainable))(
         shadow.trainable,
         shadow.frozen,
         torch.from_numpy(x[: 10 * k].reshape(k, 10, 64)),
@@ -89,7 +92,7 @@ def test_sketch_adds_eta_z_to_lora_b_once(setting):
     base, x, y = setting
     randomness = seeding.shadow_randomness(8, range(2))
     membership = np.ones((2, len(y)), dtype=bool)
-    config = engine.TrainingConfig(epochs=1, batch_size=50, lr=0.05)
+    config = sampling.TrainingConfig(epochs=1, batch_size=50, lr=0.05)
     trained = {}
     for label, mechanism in (("lora-fa", lora_fa()), ("0", NoisyLoraFa(0.0)), ("3", NoisyLoraFa(3.0))):
         shadow = engine.build(base, "lora-fa", models.LoraSpec(4), randomness, torch.device("cpu"))
@@ -140,7 +143,7 @@ def test_denoise_preserves_each_update_norm_inside_the_engine(setting):
     assert changed >= 1  # the shrinkage applied somewhere (above κ = 1.02 times the bulk edge)
     base, x, y = setting  # and it trains inside the engine
     membership = np.ones((3, len(y)), dtype=bool)
-    config = engine.TrainingConfig(epochs=1, batch_size=25, lr=0.05)
+    config = sampling.TrainingConfig(epochs=1, batch_size=25, lr=0.05)
     trained = engine.train(
         engine.build(base, "full", None, randomness, torch.device("cpu")),
         denoised,
@@ -159,8 +162,8 @@ def prism_runs(setting):
     membership = np.ones((4, len(y)), dtype=bool)
     membership[::2, -1] = False
     randomness = seeding.shadow_randomness(9, range(4))
-    config = engine.TrainingConfig(epochs=2, batch_size=25, lr=0.01)
-    layout = engine.BatchLayout.for_members(len(y), config.batch_size)
+    config = sampling.TrainingConfig(epochs=2, batch_size=25, lr=0.01)
+    layout = sampling.BatchLayout.for_members(len(y), config.batch_size)
     mechanism = PrismMechanism(noise_multiplier=1.0, clip_norm=1.0)
 
     def run(rows):

@@ -1,4 +1,4 @@
-"""Planted DP bugs (dpaudit.mutants): each does what it says, is recorded and reported, and the audit sees it."""
+"""Planted DP bugs (catalogue.MUTANTS): each does what it says, is recorded and reported, and the audit sees it."""
 
 from __future__ import annotations
 
@@ -8,22 +8,26 @@ import numpy as np
 import pytest
 import torch
 
-from dpaudit import bounds, engine, models, mutants
+from dpaudit import models
+from dpaudit.campaign import plan as campaign_plan
+from dpaudit.campaign import resolve as resolver
 from dpaudit.config import CampaignConfig, load_toml
-from dpaudit.engine import DenseExampleGradients
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms import registry
+from dpaudit.mechanisms import catalogue, mutants
 from dpaudit.mechanisms.base import Mechanism, Step
 from dpaudit.seeding import shadow_randomness
+from dpaudit.training import engine, sampling
+from dpaudit.training.gradients import DenseExampleGradients
+from tests.claims import analytic_bound
 
 SIGMA, CLIP, B = 2.0, 1.5, 4.0  # σ, C and the expected batch size b of the mechanism-level tests
 K, ENTRIES = 3, 20_000  # models, and entries of the one trained tensor "w"
 
 
 def _mechanism(mutant: str | None):
-    """dp-sgd (σ, C) as registry.build makes it, with ``mutant`` planted (None: the correct mechanism)."""
+    """dp-sgd (σ, C) as resolver.mechanism makes it, with ``mutant`` planted (None: the correct mechanism)."""
     config = CampaignConfig(mechanism="dp-sgd", noise=SIGMA, clip=CLIP, batch_size=int(B), mutant=mutant)
-    return registry.build(config)
+    return resolver.mechanism(config)
 
 
 def _releases(mutant: str | None, gradients: torch.Tensor, steps: int, sampled: torch.Tensor | None = None):
@@ -53,14 +57,14 @@ def test_every_mutant_wraps_the_dp_sgd_family_only_and_is_hashed():
     """Each mutant wraps dp-sgd / dp-lora / dp-lora-fa in a MutatedDpSgd, changes the hash, is refused elsewhere."""
     correct = CampaignConfig(mechanism="dp-lora")
     hashes = {correct.canonical_hash()}
-    for name in mutants.MUTANTS:
+    for name in catalogue.MUTANTS:
         config = CampaignConfig(mechanism="dp-lora", mutant=name)
-        built = registry.build(config)
-        assert isinstance(built, mutants.MutatedDpSgd) and built.mutant is mutants.MUTANTS[name]
+        built = resolver.mechanism(config)
+        assert isinstance(built, mutants.MutatedDpSgd) and built.mutant is catalogue.MUTANTS[name]
         assert (built.name, built.parameterization) == ("dp-lora", "lora")
         hashes.add(config.canonical_hash())
         assert config.differences(correct) == [f"mutant: {name!r} → None"]
-    assert len(hashes) == len(mutants.MUTANTS) + 1
+    assert len(hashes) == len(catalogue.MUTANTS) + 1
     assert CampaignConfig(mechanism="dp-lora").canonical_hash() == correct.canonical_hash()
     with pytest.raises(UsageError, match="mutant 'half-noise' is planted in dp-sgd, dp-lora, dp-lora-fa"):
         CampaignConfig(mechanism="prism", mutant="half-noise")
@@ -171,7 +175,7 @@ def _visits(mechanism, members: int, epochs: int, batch_size: int) -> list[np.nd
     base = models.mlp(members, 2, hidden=()).requires_grad_(False)
     randomness = shadow_randomness(0, [0])
     shadow = engine.build(base, "full", None, randomness, torch.device("cpu"))
-    training = engine.TrainingConfig(epochs=epochs, batch_size=batch_size, lr=0.01, schedule="constant")
+    training = sampling.TrainingConfig(epochs=epochs, batch_size=batch_size, lr=0.01, schedule="constant")
     engine.train(shadow, Recording(), x, y, np.ones((1, members), dtype=bool), randomness, training)
     return steps
 
@@ -181,23 +185,25 @@ def test_shuffle_as_poisson_visits_every_member_once_per_epoch_and_is_accounted_
     config = CampaignConfig(
         mechanism="dp-sgd", noise=SIGMA, clip=CLIP, batch_size=batch_size, epochs=epochs, mutant="shuffle-as-poisson"
     )
-    steps = _visits(registry.build(config), members, epochs, batch_size)
+    steps = _visits(resolver.mechanism(config), members, epochs, batch_size)
     per_epoch = members // batch_size
     assert len(steps) == epochs * per_epoch
     for epoch in range(epochs):
         visited = np.concatenate(steps[epoch * per_epoch : (epoch + 1) * per_epoch])
         np.testing.assert_array_equal(np.sort(visited), np.arange(members))
     # The correct mechanism's Poisson batches, same settings: members are not all visited once per epoch.
-    poisson = _visits(registry.build(CampaignConfig(mechanism="dp-sgd", batch_size=batch_size)), members, 1, batch_size)
+    poisson = _visits(
+        resolver.mechanism(CampaignConfig(mechanism="dp-sgd", batch_size=batch_size)), members, 1, batch_size
+    )
     assert sorted(np.concatenate(poisson).tolist()) != list(range(members))
     # The accountant is the correct mechanism's: Poisson rate q = b/N over T = epochs·N/b steps.
     from accountants import dpsgd
 
-    layers = bounds.layer_shapes(models.mlp(members, 2, hidden=()))
-    claimed = bounds.analytic_bound(config, members, layers)
+    layers = campaign_plan.layer_shapes(models.mlp(members, 2, hidden=()))
+    claimed = analytic_bound(config, members, layers)
     expected = dpsgd.epsilon(SIGMA, batch_size / members, epochs * per_epoch, config.delta).epsilon
     assert claimed.epsilon == expected
-    assert claimed == bounds.analytic_bound(dataclasses.replace(config, mutant=None), members, layers)
+    assert claimed == analytic_bound(dataclasses.replace(config, mutant=None), members, layers)
 
 
 def test_shuffle_as_poisson_divides_the_clipped_sum_by_b():
@@ -217,7 +223,8 @@ def test_shuffle_as_poisson_divides_the_clipped_sum_by_b():
 
 
 def _audit(tmp_path_factory, mutant: str | None, noise: float, canary_norm: float | None):
-    from dpaudit import analysis, campaign
+    from dpaudit import analysis
+    from dpaudit.campaign import runner
     from dpaudit.config import Execution
 
     config = CampaignConfig(
@@ -234,7 +241,7 @@ def _audit(tmp_path_factory, mutant: str | None, noise: float, canary_norm: floa
         mutant=mutant,
     )
     out = tmp_path_factory.mktemp(mutant or "correct") / "run"
-    store = campaign.run(config, Execution(device="cpu", workers=1, progress=False), out)
+    store = runner.run(config, Execution(device="cpu", workers=1, progress=False), out)
     return store, analysis.analyse(store)
 
 
@@ -286,15 +293,17 @@ def test_the_audit_finds_half_noise_violated_and_the_correct_mechanism_not(tmp_p
 def test_a_mutated_run_is_recorded_reported_first_and_never_resumed_as_a_correct_one(no_clipping_audits, capsys):
     import json
 
-    from dpaudit import campaign, report
+    from dpaudit.campaign import runner
     from dpaudit.cli import main
     from dpaudit.config import Execution
+    from dpaudit.reporting import run_report
+    from dpaudit.reporting import summary as run_summary
 
     store, mutated = no_clipping_audits["no-clipping"]
     recorded = json.loads((store.root / "campaign.json").read_text())
     assert recorded["config"]["mutant"] == "no-clipping"
     assert recorded["config_hash"] == mutated.config.canonical_hash()
-    numbers = report.write_run(mutated, store.root)
+    numbers = run_report.write_run(mutated, store.root)
     assert next(iter(numbers)) == "planted_bug" and numbers["planted_bug"].startswith("PLANTED BUG, on purpose")
     assert (store.root / "report.md").read_text().splitlines()[0].startswith("**run: PLANTED BUG, on purpose")
     assert '<body>\n<p class="planted-bug"><strong>run: PLANTED BUG' in (store.root / "report.html").read_text()
@@ -302,9 +311,9 @@ def test_a_mutated_run_is_recorded_reported_first_and_never_resumed_as_a_correct
     assert capsys.readouterr().out.splitlines()[0] == numbers["planted_bug"]
     correct_config = dataclasses.replace(mutated.config, mutant=None)
     with pytest.raises(UsageError, match="mutant: 'no-clipping' → None"):
-        campaign.run(correct_config, Execution(device="cpu", workers=1, progress=False), store.root)
+        runner.run(correct_config, Execution(device="cpu", workers=1, progress=False), store.root)
     _, correct = no_clipping_audits[None]
-    assert report.summary(correct)["planted_bug"] is None
+    assert run_summary.summary(correct)["planted_bug"] is None
 
 
 def test_report_of_a_mutant_run_shows_the_violation(no_clipping_audits, tmp_path):
@@ -313,7 +322,7 @@ def test_report_of_a_mutant_run_shows_the_violation(no_clipping_audits, tmp_path
     Its ROC leaves the allowed region (single-run report) and its empirical ε sits above the diagonal (multi-run
     report beside the correct run).
     """
-    from dpaudit import audit_report, report
+    from dpaudit.reporting import audit_report, run_report
     from tests.test_report_theory import (
         CLOPPER_PEARSON_RGB,
         VIOLATION_RGB,
@@ -323,12 +332,12 @@ def test_report_of_a_mutant_run_shows_the_violation(no_clipping_audits, tmp_path
     )
 
     (mutant_store, mutated), (correct_store, correct) = no_clipping_audits["no-clipping"], no_clipping_audits[None]
-    numbers = report.write_run(mutated, mutant_store.root)
+    numbers = run_report.write_run(mutated, mutant_store.root)
     assert numbers["verdict"] == "violated"
     assert (mutant_store.root / "report.html").read_text().index("planted") < 2000  # said first
     pixels = _screenshot(mutant_store.root / "report.html", tmp_path / "mutant.png", 1400)
     assert _curve_pixels_above_allowed_region(pixels) > 100
-    report.write_run(correct, correct_store.root)
+    run_report.write_run(correct, correct_store.root)
     html_path, _ = audit_report.write([mutant_store.root, correct_store.root], tmp_path / "both")
     pixels = _screenshot(html_path, tmp_path / "both.png", 3400)
     markers, shaded = _mask(pixels, CLOPPER_PEARSON_RGB), _mask(pixels, VIOLATION_RGB)

@@ -10,11 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accountants.validation import InvalidArgument
-from dpaudit import engine, models, seeding
-from dpaudit.mechanisms import prism, prism_noise_energy, prism_tangent, prism_update
+from dpaudit import models, seeding
+from dpaudit.mechanisms import prism
 from dpaudit.mechanisms.base import Step
-from dpaudit.mechanisms.prism_tangent import FactorGradients, LoraFactors, TangentLift
-from dpaudit.mechanisms.prism_update import PrismAdaptiveConfig, PrismPrivacyConfig, PrismStepConfig
+from dpaudit.mechanisms.prism import tangent as prism_tangent
+from dpaudit.mechanisms.prism import update as prism_update
+from dpaudit.mechanisms.prism.tangent import FactorGradients, LoraFactors, TangentLift
+from dpaudit.mechanisms.prism.update import PrismAdaptiveConfig, PrismPrivacyConfig, PrismStepConfig
+from dpaudit.studies import prism_noise_energy
+from dpaudit.training import engine
+from dpaudit.training import gradients as example_gradients
 
 DTYPE = torch.float64
 # Two-sample tests: family-wise level, Bonferroni-split over the statistics compared.
@@ -503,7 +508,7 @@ def _cloned(generators: list[torch.Generator]) -> list[torch.Generator]:
 
 
 def test_mechanism_adapts_a_narrow_layer_at_its_width_and_keeps_the_other_components_zero():
-    """A 3-output head at LoRA rank 4 is adapted at rank 3 = d_out (:func:`dpaudit.bounds.prism_rank`).
+    """A 3-output head at LoRA rank 4 is adapted at rank 3 = d_out (:func:`dpaudit.mechanisms.prism.prism_rank`).
 
     One engine step equals :func:`prism_update.prism_step` on the first r_ℓ components of every module, whatever
     the gradients of the other components (random here), and those components stay exactly zero.
@@ -524,7 +529,14 @@ def test_mechanism_adapts_a_narrow_layer_at_its_width_and_keeps_the_other_compon
     width = 5
     examples = {name: normal(2, width, *t.shape[1:], seed=130 + i) for i, (name, t) in enumerate(params.items())}
     weights = torch.tensor([[1.0, 1.0, 0.0, 1.0, 0.5], [1.0, 0.0, 1.0, 1.0, 1.0]], dtype=DTYPE)
-    step = Step(engine.DenseExampleGradients(examples), weights, 0, expected_batch_size=4.0, steps=1, parameters=params)
+    step = Step(
+        example_gradients.DenseExampleGradients(examples),
+        weights,
+        0,
+        expected_batch_size=4.0,
+        steps=1,
+        parameters=params,
+    )
     ranks = dict(zip(state.modules, state.ranks))
     before = {name: t.clone() for name, t in params.items()}
     reference_generators = _cloned(state.generators)

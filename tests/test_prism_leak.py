@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from dpaudit.mechanisms import prism_tangent, prism_update
-from dpaudit.mechanisms.prism_tangent import LoraFactors, TangentLift
+from dpaudit.mechanisms.prism import tangent as prism_tangent
+from dpaudit.mechanisms.prism import update as prism_update
+from dpaudit.mechanisms.prism.tangent import LoraFactors, TangentLift
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 import prism_leak  # noqa: E402

@@ -11,9 +11,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dpaudit import engine, models, seeding
-from dpaudit.mechanisms import prism, prism_tangent, prism_update
+from dpaudit import models, seeding
+from dpaudit.mechanisms import prism
 from dpaudit.mechanisms.base import Step
+from dpaudit.mechanisms.prism import tangent as prism_tangent
+from dpaudit.mechanisms.prism import update as prism_update
+from dpaudit.training import engine
+from dpaudit.training import gradients as example_gradients
 
 DTYPE = torch.float64
 
@@ -89,7 +93,9 @@ def _mechanism_setting(seed: int):
 def _step(params, index: int, followed: bool) -> Step:
     examples = {name: _normal(2, 5, *t.shape[1:], seed=100 * index + i) for i, (name, t) in enumerate(params.items())}
     weights = torch.ones(2, 5, dtype=DTYPE)
-    return Step(engine.DenseExampleGradients(examples), weights, index, 4.0, 3 if followed else index + 1, params)
+    return Step(
+        example_gradients.DenseExampleGradients(examples), weights, index, 4.0, 3 if followed else index + 1, params
+    )
 
 
 def _three_steps(seed: int, moved: int | None, ahead: bool, reuse: bool) -> dict[str, torch.Tensor]:
@@ -136,7 +142,7 @@ def test_a_steps_geometry_is_reused_only_for_the_factors_it_wrote(moved):
 
 def _factored(models_: int, examples: int, d_out: int, d_in: int, positions: int = 0):
     shape = (models_, examples, *((positions,) if positions else ()))
-    return engine.LinearExampleGradients(
+    return example_gradients.LinearExampleGradients(
         {"w": _normal(*shape, d_in, seed=d_in)}, {"w": _normal(*shape, d_out, seed=d_out + 1)}
     )
 
@@ -147,7 +153,7 @@ def _factored(models_: int, examples: int, d_out: int, d_in: int, positions: int
 )
 def test_factored_products_equal_the_materialised_gradients(d_out, d_in, positions):
     factored = _factored(3, 11, d_out, d_in, positions)
-    dense = engine.DenseExampleGradients(factored.materialise())
+    dense = example_gradients.DenseExampleGradients(factored.materialise())
     left, right = _normal(3, 4, d_out, seed=5), _normal(3, d_in, 3, seed=6)
     for l_, r_ in ((None, None), (left, None), (None, right), (left, right)):
         got, want = factored.transformed_squared_norms("w", l_, r_), dense.transformed_squared_norms("w", l_, r_)
@@ -164,14 +170,14 @@ def test_factored_products_equal_the_materialised_gradients(d_out, d_in, positio
 def test_factored_norms_do_not_depend_on_the_models_position_in_the_chunk(dtype, examples, d_out, rows):
     """Each model's norms are bit for bit those it has alone, at every position of a chunk of 64."""
     factored = _factored(64, examples, d_out, 8)
-    factored = engine.LinearExampleGradients(
+    factored = example_gradients.LinearExampleGradients(
         {"w": factored.inputs["w"].to(dtype)}, {"w": factored.output_gradients["w"].to(dtype)}
     )
     left, right = _normal(64, rows, d_out, seed=9).to(dtype), _normal(64, 8, rows, seed=10).to(dtype)
     for left_, right_ in ((left, right), (None, right), (left, None)):
         together = factored.transformed_squared_norms("w", left_, right_)
         for k in range(64):
-            alone = engine.LinearExampleGradients(
+            alone = example_gradients.LinearExampleGradients(
                 {"w": factored.inputs["w"][k : k + 1].clone()},
                 {"w": factored.output_gradients["w"][k : k + 1].clone()},
             )

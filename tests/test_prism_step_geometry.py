@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dpaudit.mechanisms import prism_tangent, prism_update
-from dpaudit.mechanisms.prism_tangent import LoraFactors, TangentLift
+from dpaudit.mechanisms.prism import tangent as prism_tangent
+from dpaudit.mechanisms.prism import update as prism_update
+from dpaudit.mechanisms.prism.tangent import LoraFactors, TangentLift
 
 DTYPE = torch.float64
 

@@ -8,9 +8,10 @@ import tempfile
 
 import pytest
 
-from dpaudit import audit_report, campaign
+from dpaudit.campaign import runner
 from dpaudit.cli import main
 from dpaudit.config import CampaignConfig, Execution
+from dpaudit.reporting import audit_report
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +20,7 @@ def runs(tmp_path_factory):
     roots = []
     for rank, name in ((4, "rank4"), (8, "<img src=x onerror=alert(1)>")):
         root = tmp_path_factory.mktemp("runs") / name
-        store = campaign.run(CampaignConfig(models=8, epochs=1, rank=rank), Execution(progress=False, workers=1), root)
+        store = runner.run(CampaignConfig(models=8, epochs=1, rank=rank), Execution(progress=False, workers=1), root)
         from dpaudit.cli.audit import finish
 
         finish(store, "canary-loss", as_json=True)

@@ -14,10 +14,18 @@ import numpy as np
 import pytest
 import torch
 
-from dpaudit import analysis, audit_report, bounds, campaign, data, engine, models, report
+from dpaudit import analysis, models
+from dpaudit.analysis import bounds
+from dpaudit.campaign import plan as campaign_plan
+from dpaudit.campaign import resolve as resolver
+from dpaudit.campaign import runner, sketch_inputs
+from dpaudit.campaign.store import ChunkOutputs, Plan, RunStore
 from dpaudit.cli.audit import finish
 from dpaudit.config import CampaignConfig, Execution
-from dpaudit.store import ChunkOutputs, Plan, RunStore
+from dpaudit.mechanisms import privacy
+from dpaudit.reporting import audit_report, figures
+from dpaudit.reporting import summary as run_summary
+from dpaudit.training import engine
 
 ALLOWED_RGB = (213, 236, 213)  # tab:green at alpha 0.2 on white
 ROC_RGB = (148, 103, 189)  # tab:purple
@@ -28,12 +36,16 @@ CLOPPER_PEARSON_RGB = (23, 190, 207)  # tab:cyan
 def written_run(root, seed: int, separation: float, models_count: int = 200) -> dict:
     """A finished DP-SGD canary campaign (σ = 20, one epoch) whose IN models' canary margin is ``separation``."""
     config = CampaignConfig(mechanism="dp-sgd", noise=20.0, clip=1.0, epochs=1, models=models_count, seed=seed)
-    dataset = data.load(config.dataset)
+    dataset = resolver.load_dataset(config.dataset)
     store = RunStore(root)
     store.create_or_check(config, dataset.fingerprint())
     architecture = models.for_input(dataset.input_shape, dataset.num_classes)
     membership = np.arange(models_count)[:, None] % 2 == 0
     classes = dataset.num_classes
+    layers = campaign_plan.layer_shapes(architecture)
+    members = len(dataset.private) + 1
+    mechanism = resolver.mechanism(config)
+    store.write_privacy_event(privacy.to_record(campaign_plan.claimed_privacy(mechanism, config, members, layers)))
     store.save_plan(
         Plan(
             task=np.array("classification"),
@@ -41,8 +53,8 @@ def written_run(root, seed: int, separation: float, models_count: int = 200) -> 
             membership=membership,
             reference_outputs=np.zeros((1, classes), dtype=np.float32),
             population_labels=dataset.test.y,
-            max_members=np.array(len(dataset.private) + 1),
-            layer_shapes=np.array([[s.d_out, s.d_in, s.example_rank] for s in bounds.layer_shapes(architecture)]),
+            max_members=np.array(members),
+            layer_shapes=np.array([[s.d_out, s.d_in, s.example_rank] for s in layers]),
             base_checksum=np.array("not trained"),
         )
     )
@@ -164,15 +176,15 @@ def test_roc_without_analytic_bound_says_so_instead_of_shading(violating):
     no_bound = analysis.Analysis(
         **{**result.__dict__, "analytic": bounds.AnalyticBound(None, None, "noise-free lora-fa: not DP", not_dp=True)}
     )
-    summary = report.summary(no_bound)
+    summary = run_summary.summary(no_bound)
     texts = []
 
     def draw(ax):
-        audit_report.draw_roc(ax, no_bound, summary, "t", loglog=True)
+        figures.draw_roc(ax, no_bound, summary, "t", loglog=True)
         texts.extend(t.get_text() for t in ax.get_legend().get_texts())
         assert not ax.collections  # no fill_between
 
-    audit_report.figure_png(draw)
+    figures.figure_png(draw)
     assert any(t.startswith("no analytic ε to shade: not DP at any ε") for t in texts)
 
 
@@ -181,7 +193,7 @@ def test_default_audit_is_not_inconclusive(tmp_path, capsys):
 
     [S] Lemma 7.2 is set beside it with its inputs measured into measured.json.
     """
-    store = campaign.run(CampaignConfig(models=16), Execution(progress=False, workers=1), tmp_path / "run")
+    store = runner.run(CampaignConfig(models=16), Execution(progress=False, workers=1), tmp_path / "run")
     assert finish(store, None, as_json=True) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["verdict"] == "confirmed", summary["verdict_reason"]
@@ -200,10 +212,10 @@ def test_sketch_inputs_are_measured_on_the_campaigns_own_models(tmp_path):
     Their stored canary logits agree, and measured.json's λ̄ and C are those of the recorded gradients.
     """
     config = CampaignConfig(models=4, epochs=1)
-    store = campaign.run(config, Execution(progress=False, workers=1), tmp_path / "run")
-    setup = campaign.prepare(config, store, torch.device("cpu"))
+    store = runner.run(config, Execution(progress=False, workers=1), tmp_path / "run")
+    setup = campaign_plan.prepare(config, store, torch.device("cpu"))
     indices = np.array(store.measurements()["models"])
-    recorder, shadow = campaign.retrain_recording(setup, indices, frozenset())
+    recorder, shadow = sketch_inputs.retrain_recording(setup, indices, frozenset())
     retrained = engine.logits(shadow, setup.targets_x).numpy()
     stored = store.outputs().target_outputs[indices]
     np.testing.assert_allclose(retrained, stored, rtol=1e-4, atol=1e-4 * np.abs(stored).max())

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpaudit import campaign
+from dpaudit.campaign import runner
+from dpaudit.campaign.store import RunStore, _save_npz, write_file
 from dpaudit.cli import main
 from dpaudit.config import CampaignConfig, Execution
-from dpaudit.store import RunStore, _save_npz, write_file
 
 TINY = CampaignConfig(models=8, epochs=1, rank=4, seed=1)
 ONE_WORKER = Execution(workers=1, chunk_size=4, progress=False)
@@ -44,7 +44,7 @@ def _one_line_error(capsys, *fragments: str) -> str:
 def finished(tmp_path_factory) -> Path:
     """A finished, analysed run (two chunks) that tests copy and damage."""
     root = tmp_path_factory.mktemp("finished") / "run"
-    campaign.run(TINY, ONE_WORKER, root)
+    runner.run(TINY, ONE_WORKER, root)
     assert main(["analyse", str(root)]) == 0
     return root
 

@@ -18,9 +18,12 @@ import torch
 from accountants import dpsgd
 from attacks import exposure as exposure_lib
 from attacks import metrics
-from dpaudit import analysis, campaign, engine, text
+from dpaudit import analysis
+from dpaudit.campaign import plan as campaign_plan
+from dpaudit.campaign.store import RunStore
 from dpaudit.cli import main
-from dpaudit.store import RunStore
+from dpaudit.data import text
+from dpaudit.training import sampling
 
 CORPUS_BYTES = 12_000  # 184 windows of 65 bytes: 73 public, 73 private, 38 test
 
@@ -54,7 +57,7 @@ def secret_run(corpus_file, tmp_path_factory):
 def test_a_secret_window_is_scored_by_its_log_likelihood(secret_run):
     """The plan's reference output is the base's log-likelihood of the whole secret window, recomputed here."""
     store = RunStore(secret_run)
-    plan, setup = store.plan(), campaign.prepare(store.config(), store, torch.device("cpu"))
+    plan, setup = store.plan(), campaign_plan.prepare(store.config(), store, torch.device("cpu"))
     window = np.concatenate([setup.targets_x, setup.targets_y[:, -1:]], axis=1)
     prefix = len(text.SECRET_PREFIX)
     assert window[0, :prefix].astype(np.uint8).tobytes() == text.SECRET_PREFIX
@@ -92,7 +95,7 @@ def test_the_summary_reports_the_exposure_recomputed_from_the_stored_log_likelih
 def test_a_chunk_without_the_candidates_is_refused(secret_run, tmp_path):
     import shutil
 
-    from dpaudit.store import _save_npz
+    from dpaudit.campaign.store import _save_npz
 
     copy = tmp_path / "copy"
     shutil.copytree(secret_run, copy)
@@ -176,7 +179,7 @@ def test_the_dp_mechanisms_audit_text_with_their_analytic_bound(corpus_file, tmp
     assert rc == 0, err
     numbers = json.loads(printed)
     assert numbers["n_in"] + numbers["n_out"] == 4 and 0 < numbers["test_accuracy"] < 1
-    poisson = engine.PoissonLayout.for_members(int(RunStore(tmp_path / "run").plan().max_members), 32)
+    poisson = sampling.PoissonLayout.for_members(int(RunStore(tmp_path / "run").plan().max_members), 32)
     expected = dpsgd.epsilon(1.0, poisson.sample_rate, poisson.steps, 1e-5).epsilon
     assert math.isfinite(expected) and numbers["analytic_epsilon"] == pytest.approx(expected, rel=1e-12)
     assert numbers["secret_exposure"]["candidates"] == 1000

@@ -11,11 +11,14 @@ import pytest
 import torch
 from torch import nn
 
-from dpaudit import engine, models, seeding, text
+from dpaudit import models, seeding
+from dpaudit.data import text
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms.dpsgd import dp_sgd
 from dpaudit.mechanisms.nonprivate import NonPrivate
-from dpaudit.transformer import CausalTransformer
+from dpaudit.models.transformer import CausalTransformer
+from dpaudit.training import engine, sampling
+from dpaudit.training import gradients as example_gradients
 
 LENGTH = 12
 
@@ -34,7 +37,7 @@ def _trained(base, parameterization, mechanism, x, y, membership, spec=None, seq
     randomness = seeding.shadow_randomness(5, range(len(membership)))
     shadow = engine.build(base, parameterization, spec or models.LoraSpec(4), randomness, torch.device("cpu"))
     start = {name: t.clone() for name, t in shadow.trainable.items()}
-    config = engine.TrainingConfig(epochs=2, batch_size=8, lr=0.1, momentum=0.9)
+    config = sampling.TrainingConfig(epochs=2, batch_size=8, lr=0.1, momentum=0.9)
     trainer = engine.train_sequentially if sequential else engine.train
     return start, trainer(shadow, mechanism, x, y, membership, randomness, config)
 
@@ -160,10 +163,10 @@ def test_per_example_gradients_of_the_transformer_equal_an_autograd_loop(setting
         t.add_(0.05 * torch.randn(t.shape, generator=generator, dtype=t.dtype))
     xb, yb = torch.from_numpy(x[:10].reshape(2, 5, LENGTH)), torch.from_numpy(y[:10].reshape(2, 5, LENGTH))
     weights = torch.tensor([[1.0, 1.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0, 0.0]], dtype=torch.float64)
-    examples = engine.example_gradient_function(shadow.module, list(shadow.trainable))(
+    examples = example_gradients.example_gradient_function(shadow.module, list(shadow.trainable))(
         shadow.trainable, shadow.frozen, xb, yb, weights
     )
-    assert isinstance(examples, engine.LinearExampleGradients)  # factored, summed over the 12 positions
+    assert isinstance(examples, example_gradients.LinearExampleGradients)  # factored, summed over the 12 positions
     reference = _per_example_loop(shadow, xb, yb)
     materialised = examples.materialise()
     for name, g in reference.items():

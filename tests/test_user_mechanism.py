@@ -10,12 +10,16 @@ import pytest
 import torch
 
 from accountants import dpsgd
-from dpaudit import bounds, data, engine, models, seeding
+from dpaudit import data, models, seeding
+from dpaudit.analysis import bounds
+from dpaudit.campaign import plan as campaign_plan
 from dpaudit.config import CampaignConfig
 from dpaudit.mechanisms.base import Mechanism, Step
 from dpaudit.mechanisms.dpsgd import dp_sgd
 from dpaudit.mechanisms.nonprivate import NonPrivate
 from dpaudit.mechanisms.privacy import SubsampledGaussian, Training
+from dpaudit.training import engine, sampling
+from tests.claims import analytic_bound
 
 MEMBERS, BATCH, EPOCHS, DELTA = 100, 20, 2, 1e-5  # q = 0.2, T = 2 · 5 = 10
 
@@ -82,14 +86,14 @@ def _train(digits, mechanism: Mechanism) -> dict[str, torch.Tensor]:
     membership[::2, -1] = False
     randomness = seeding.shadow_randomness(3, range(4))
     shadow = engine.build(base, mechanism.parameterization, None, randomness, torch.device("cpu"))
-    config = engine.TrainingConfig(epochs=EPOCHS, batch_size=BATCH, lr=0.05)
-    layout = engine.BatchLayout.for_members(MEMBERS, BATCH)
+    config = sampling.TrainingConfig(epochs=EPOCHS, batch_size=BATCH, lr=0.05)
+    layout = sampling.BatchLayout.for_members(MEMBERS, BATCH)
     return engine.train(shadow, mechanism, x, y, membership, randomness, config, layout).trainable
 
 
 def _training() -> Training:
-    poisson = engine.PoissonLayout.for_members(MEMBERS, BATCH)
-    layers = bounds.layer_shapes(models.mlp(64, 10, hidden=(16,)))
+    poisson = sampling.PoissonLayout.for_members(MEMBERS, BATCH)
+    layers = campaign_plan.layer_shapes(models.mlp(64, 10, hidden=(16,)))
     return Training(poisson.sample_rate, EPOCHS * poisson.steps, tuple(layers))
 
 
@@ -110,7 +114,7 @@ def test_user_mechanism_trains_as_dp_sgd_and_claims_its_bound(digits):
     expected = dpsgd.epsilon(1.0, 0.2, 10, DELTA).epsilon
     assert bound.epsilon == pytest.approx(expected, rel=1e-12) and math.isfinite(expected) and expected > 0
     campaign = CampaignConfig(mechanism="dp-sgd", noise=1.0, clip=0.5, epochs=EPOCHS, batch_size=BATCH)
-    assert bound.epsilon == bounds.analytic_bound(campaign, MEMBERS, training.layers).epsilon
+    assert bound.epsilon == analytic_bound(campaign, MEMBERS, training.layers).epsilon
     profile = bounds.analytic_profile(bound, DELTA)
     assert profile is not None and profile.claim == "the claimed σ = 1 (q = 0.2, T = 10)"
     assert profile.pairs[-1] == (bound.epsilon, pytest.approx(DELTA, rel=1e-2))
@@ -126,7 +130,7 @@ def test_default_hooks_leave_the_engine_in_charge_and_claim_nothing(digits):
 
 
 def test_an_event_without_an_accountant_is_refused():
-    """An event type dpaudit.bounds has no accountant for is a TypeError naming it, never a silent ε."""
+    """An event type dpaudit.analysis.bounds has no accountant for is a TypeError naming it, never a silent ε."""
 
     @dataclass(frozen=True)
     class Laplace:
@@ -142,7 +146,7 @@ def test_the_mechanism_table_and_base_class_load_without_torch():
     import sys
 
     code = (
-        "import sys, dpaudit.config, dpaudit.mechanisms.base, dpaudit.mechanisms.registry, dpaudit.mechanisms.privacy;"
+        "import sys, dpaudit.config, dpaudit.mechanisms.base, dpaudit.mechanisms.catalogue, dpaudit.mechanisms.privacy;"
         " print(sorted(m for m in ('torch', 'peft') if m in sys.modules), dpaudit.config.TRAINING_MECHANISMS)"
     )
     printed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -158,15 +162,15 @@ def test_a_user_mechanism_object_is_audited_against_its_own_event(tmp_path, sing
     """
     import dpaudit
     from dpaudit import analysis
+    from dpaudit.campaign.store import RunStore
     from dpaudit.cli import main
     from dpaudit.errors import UsageError
-    from dpaudit.store import RunStore
 
     x, y = data.digits().private.x[:200], data.digits().private.y[:200]
     settings = dict(models=4, epochs=1, batch_size=20, out=tmp_path / "run")
     result = dpaudit.audit(models.mlp(64, 10, hidden=(16,)), (x, y), ClippedNoisySum(1.0, 0.5), **settings)
     members = int(RunStore(tmp_path / "run").plan().max_members)
-    poisson = engine.PoissonLayout.for_members(members, 20)
+    poisson = sampling.PoissonLayout.for_members(members, 20)
     expected = dpsgd.epsilon(1.0, poisson.sample_rate, poisson.steps, result.config.delta).epsilon
     assert result.config.mechanism == "python:tests.test_user_mechanism.ClippedNoisySum"
     assert result.analytic.epsilon == pytest.approx(expected, rel=1e-12) and math.isfinite(expected)

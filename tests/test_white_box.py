@@ -13,12 +13,16 @@ from scipy import stats
 
 from accountants.validation import InvalidArgument
 from attacks import white_box
-from dpaudit import analysis, campaign, engine, models, report
-from dpaudit import canaries as canary_lib
+from dpaudit import analysis, models
+from dpaudit.campaign import runner
 from dpaudit.config import CampaignConfig, Execution
 from dpaudit.mechanisms.dpsgd import dp_sgd
 from dpaudit.mechanisms.nonprivate import NonPrivate
+from dpaudit.reporting import run_report
 from dpaudit.seeding import shadow_randomness
+from dpaudit.training import canaries as canary_lib
+from dpaudit.training import engine, sampling
+from dpaudit.training import gradients as example_gradients
 
 # A small MLP on data whose feature 0 is 0 in every example: first-layer weights of column 0 get no real gradient.
 _DIM, _CLASSES, _EXAMPLES = 6, 3, 40
@@ -58,8 +62,8 @@ def _train(
     if canary_membership is not None:
         canaries = canary_lib.GradientCanaries(norm, coordinates=coordinates)
         run = canary_lib.CanaryRun(canaries, canary_membership[indices], observe)
-    layout = engine.BatchLayout.for_members(int(membership.sum(axis=1).max()), batch_size)
-    config = engine.TrainingConfig(epochs=epochs, batch_size=batch_size, lr=0.1, schedule="constant")
+    layout = sampling.BatchLayout.for_members(int(membership.sum(axis=1).max()), batch_size)
+    config = sampling.TrainingConfig(epochs=epochs, batch_size=batch_size, lr=0.1, schedule="constant")
     engine.train(shadow, mechanism, x, y, membership[indices], randomness, config, layout, canaries=run)
     return shadow
 
@@ -72,7 +76,7 @@ def test_dirac_examples_agree_with_their_dense_form():
     coordinates = (("a.weight", 7), ("b.weight", 11), ("a.weight", 0))
     parameters = {name: torch.zeros(shape, dtype=torch.float64) for name, shape in shapes.items()}
     sparse = canary_lib.GradientCanaries(2.5, coordinates=coordinates).examples(parameters)
-    dense = engine.DenseExampleGradients(sparse.materialise())
+    dense = example_gradients.DenseExampleGradients(sparse.materialise())
     assert dense.tensors["a.weight"].shape == (k, 3, 4, 5)
     assert dense.tensors["a.weight"][:, 0].flatten(1)[:, 7].tolist() == [2.5] * k
     torch.testing.assert_close(sparse.squared_norms(), dense.squared_norms())
@@ -202,8 +206,8 @@ def test_step_likelihood_ratio_is_the_exact_log_ratio_of_the_two_hypotheses():
 
 def _campaign(tmp_path, name, **options):
     config = CampaignConfig(mechanism="dp-sgd", canary="gradient", lr=0.05, **options)
-    store = campaign.run(config, Execution(workers=1, chunk_size=64, progress=False), tmp_path / name)
-    return report.write_run(analysis.analyse(store), store.root), store
+    store = runner.run(config, Execution(workers=1, chunk_size=64, progress=False), tmp_path / name)
+    return run_report.write_run(analysis.analyse(store), store.root), store
 
 
 def test_full_batch_step_audit_sees_the_gaussian_mechanism(tmp_path):
@@ -344,7 +348,7 @@ def test_prism_clips_an_adapted_weight_canary_at_its_lifted_intrinsic_norm(monke
     """
     from dpaudit.mechanisms import prism
     from dpaudit.mechanisms.base import Step
-    from dpaudit.mechanisms.prism_tangent import tangent_project
+    from dpaudit.mechanisms.prism.tangent import tangent_project
 
     params, mechanism, state = _prism_parameters()
     a_names = [name for name in params if ".lora_A." in name]
@@ -394,8 +398,8 @@ def test_prism_white_box_campaign_is_consistent_and_its_observations_agree(tmp_p
     observed = {}
     for observe in ("steps", "weights"):
         config = CampaignConfig(mechanism="prism", canary="gradient", observe=observe, **options)
-        store = campaign.run(config, Execution(workers=1, chunk_size=64, progress=False), tmp_path / observe)
-        numbers = report.write_run(analysis.analyse(store), store.root)
+        store = runner.run(config, Execution(workers=1, chunk_size=64, progress=False), tmp_path / observe)
+        numbers = run_report.write_run(analysis.analyse(store), store.root)
         assert numbers["verdict"] != "violated" and numbers["analytic_epsilon"] > 0
         observed[observe] = store.outputs().canary_observations[:, :, 0]
         member = store.plan().membership[:, 0]

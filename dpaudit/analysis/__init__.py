@@ -15,21 +15,19 @@ from attacks import exposure as exposure_lib
 from attacks import lira, loss, one_run, reference, rmia, tradeoff, white_box
 from attacks import metrics as metrics_lib
 from attacks import scores as score_lib
-from dpaudit.bounds import (
-    SKETCH_CLAIM_MECHANISMS,
+from dpaudit.analysis.bounds import (
     AnalyticBound,
     AnalyticProfile,
     LayerShape,
     SketchClaim,
-    analytic_bound,
     analytic_profile,
     event_bound,
     sketch_claim,
 )
+from dpaudit.campaign.store import ChunkOutputs, Plan, RunStore
 from dpaudit.config import CampaignConfig
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms import privacy
-from dpaudit.store import ChunkOutputs, Plan, RunStore
+from dpaudit.mechanisms import catalogue, privacy
 
 OUTPUT_ATTACKS = ("canary-loss", "lira-online", "lira-offline", "reference", "rmia")
 WHITE_BOX = "white-box"  # the score of what a white-box campaign observed (--observe weights | steps)
@@ -37,7 +35,7 @@ ATTACKS = (*OUTPUT_ATTACKS, WHITE_BOX)
 # Mechanisms whose released update along a Dirac canary is the Gaussian mixture the step likelihood ratio models
 # (attacks.white_box): clipped sum plus N(0, σ²C²), over b, Poisson sampling. PRISM's lift, the projections and
 # denoising change the shift and noise along u.
-_STEP_LIKELIHOOD_MECHANISMS = ("dp-sgd", "dp-lora", "dp-lora-fa")
+_STEP_LIKELIHOOD_MECHANISMS = catalogue.applying("step-likelihood")
 FPRS = (0.1, 0.01, 0.001)
 CONFIDENCE = 0.95
 
@@ -119,7 +117,7 @@ def attack_scores(attack: str, plan: Plan, outputs: ChunkOutputs) -> np.ndarray:
 
 
 def log_probabilities(task: str, outputs: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """The log-probability log p(label | example; θ) of each output (:class:`dpaudit.store.Plan`), float64.
+    """The log-probability log p(label | example; θ) of each output (:class:`dpaudit.campaign.store.Plan`), float64.
 
     Classification: the true label's log-softmax. Next-token: the sequence's log-likelihood.
     """
@@ -309,12 +307,8 @@ def analyse(store: RunStore, attack: str | None = None) -> Analysis:
             outputs.candidate_log_likelihoods,
         )
     layers = [LayerShape(*map(int, row)) for row in plan.layer_shapes]
-    analytic = (
-        _user_mechanism_bound(store, config.delta)
-        if config.user_mechanism
-        else analytic_bound(config, int(plan.max_members), layers)
-    )
-    measured = store.measurements() if config.mechanism in SKETCH_CLAIM_MECHANISMS else None
+    analytic = _claimed_bound(store, config.delta)
+    measured = store.measurements() if config.mechanism in catalogue.applying("sketch-claim") else None
     claim = None if measured is None else sketch_claim(config, layers, measured)
     profile = analytic_profile(analytic, config.delta) if config.design == "canary" else None
     return Analysis(
@@ -337,10 +331,13 @@ def analyse(store: RunStore, attack: str | None = None) -> Analysis:
     )
 
 
-def _user_mechanism_bound(store: RunStore, delta: float) -> AnalyticBound:
-    """The bound of the privacy event a user's mechanism described itself by at setup (privacy.json)."""
+def _claimed_bound(store: RunStore, delta: float) -> AnalyticBound:
+    """The bound of the privacy event the campaign's mechanism claimed when it was planned (privacy.json).
+
+    Read, never recomputed: the analysis needs no mechanism object (and no torch) to know what was claimed.
+    """
     record = store.privacy_event()
-    fix = "continue the run with dpaudit.audit and the same objects, which writes it again"
+    fix = "continue the run (dpaudit resume, or dpaudit.audit with the same objects), which writes it again"
     if record is None:
         raise UsageError(f"{store.root / 'privacy.json'} is missing: {fix}")
     try:
@@ -463,7 +460,7 @@ def _not_dp_verdict(analysis: Analysis) -> Verdict:
 
 @dataclass(frozen=True)
 class SketchClaimVerdict:
-    """[S] Lemma 7.2's claimed ε for the run (:class:`dpaudit.bounds.SketchClaim`) against the audit's ε lower bound."""
+    """[S] Lemma 7.2's claimed ε for the run (:class:`.bounds.SketchClaim`) against the audit's ε lower bound."""
 
     outcome: str  # violated | vacuous | consistent | untested (no valid ε lower bound)
     reason: str

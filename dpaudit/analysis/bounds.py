@@ -187,7 +187,7 @@ _PROFILES: dict[type, Callable[[Any, Any], tuple[Any, str]]] = {SubsampledGaussi
 class SketchClaim:
     """[S] Lemma 7.2's ε for a LoRA-FA campaign at its measured λ̄, C, β (docs/theory.md §2.8).
 
-    ``measured`` is what :func:`dpaudit.campaign.measure_sketch_inputs` recorded on some of the campaign's models:
+    ``measured`` is what :func:`.sketch_inputs.measure_sketch_inputs` recorded on some of the campaign's models:
     λ̄ = λ_min(G Gᵀ) of the cumulative gradient G = Σ_t ∇_W L^t (smallest over layers and models), C the largest
     per-example gradient norm of one layer, β̂ a finite-difference smoothness estimate, and the training facts
     (lr, momentum, schedule, steps). Each of the three is measured on a few datasets and trajectories only: a λ̄

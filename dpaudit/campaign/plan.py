@@ -216,7 +216,9 @@ def fingerprints(config: CampaignConfig, inputs: resolve.Inputs) -> dict[str, st
     }
 
 
-def prepare(config: CampaignConfig, store: RunStore, device: torch.device, inputs: resolve.Inputs | None = None) -> Setup:
+def prepare(
+    config: CampaignConfig, store: RunStore, device: torch.device, inputs: resolve.Inputs | None = None
+) -> Setup:
     """The campaign's setup: created (and saved to ``store``) on first use, loaded from it on resume.
 
     Pretraining and the canary's label are computed once and stored, so a resumed campaign continues with

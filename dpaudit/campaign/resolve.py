@@ -39,7 +39,11 @@ def load_dataset(spec: str) -> data_lib.Dataset:
     ``digits``, ``breast-cancer``, ``synthetic``, ``cifar10:PATH``, ``npz:PATH`` (:func:`dpaudit.data.from_npz`),
     ``csv:PATH`` (:func:`dpaudit.data.from_csv`), ``text`` or ``text:PATH`` (:func:`dpaudit.data.text.load`).
     """
-    embedded = {"digits": data_lib.digits, "breast-cancer": data_lib.breast_cancer, "synthetic": data_lib.synthetic}
+    embedded: dict[str, Callable[[], data_lib.Dataset]] = {
+        "digits": data_lib.digits,
+        "breast-cancer": data_lib.breast_cancer,
+        "synthetic": data_lib.synthetic,
+    }
     if spec in embedded:
         return embedded[spec]()
     kind, _, path = spec.partition(":")
@@ -47,7 +51,11 @@ def load_dataset(spec: str) -> data_lib.Dataset:
         from dpaudit.data import text  # the byte-level text path only when asked for
 
         return text.load(path or None)
-    from_path = {"cifar10": data_lib.cifar10, "npz": data_lib.from_npz, "csv": data_lib.from_csv}
+    from_path: dict[str, Callable[[str], data_lib.Dataset]] = {
+        "cifar10": data_lib.cifar10,
+        "npz": data_lib.from_npz,
+        "csv": data_lib.from_csv,
+    }
     if kind in from_path and path:
         return from_path[kind](path)
     raise UsageError(

@@ -8,7 +8,7 @@ processes (joblib: loky locally, dask across machines) → per-chunk outputs wri
 Designs: ``canary`` ([W] App. F.1: a static-poison canary, IN for half of the models), ``all-examples``
 (every private example a target, IN for exactly half of the models; Carlini et al. 2022) and ``one-run`` (M
 canaries, each IN with probability ½ independently in every model; Steinke et al. 2023). The canary is an input
-(``--canary input``) or a crafted gradient the engine inserts (``--canary gradient``, :mod:`dpaudit.canaries`).
+(``--canary input``) or a crafted gradient the engine inserts (``--canary gradient``, :mod:`dpaudit.training.canaries`).
 """
 
 from __future__ import annotations
@@ -103,8 +103,8 @@ def run(config: CampaignConfig, execution: Execution, out: Path, inputs: resolve
     randomness depends on (seed, model index) only, so chunk size, worker count and order change nothing (bit for bit
     at LoRA ranks that are multiples of 4; at other ranks, MKL's GEMMs can round in the last bits with a model's
     memory offset in its chunk).
-    One process trains a run directory at a time (:meth:`RunStore.lock`). ``inputs`` None: :func:`resolve` the
-    config's names (:func:`dpaudit.campaign.resolve.resolve`); given (:func:`dpaudit.audit`), the objects the config describes.
+    One process trains a run directory at a time (:meth:`RunStore.lock`). ``inputs`` None: resolve the
+    config's names (:func:`.resolve.resolve`); given (:func:`dpaudit.audit`), the objects the config describes.
     """
     store = RunStore(out)
     # A refused campaign leaves no directory: the lock below creates it.

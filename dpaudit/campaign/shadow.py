@@ -1,7 +1,7 @@
 """Shadow models trained in chunks: what a worker gets (:class:`Setup`) and what it returns (outputs on disk).
 
 A chunk of models is trained by the engine with the campaign's mechanism, one torch thread and the campaign's
-precision, and returns only its outputs on the targets and the population (:class:`dpaudit.campaign.store.ChunkOutputs`);
+precision, and returns only its outputs on the targets and the population (:class:`.store.ChunkOutputs`);
 models whose outputs are not finite are refused (:class:`Diverged`) rather than stored as finished.
 """
 
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch import nn
 
 from dpaudit import data as data_lib
 from dpaudit import models

@@ -20,7 +20,6 @@ from dpaudit.seeding import shadow_randomness
 from dpaudit.training import engine
 from dpaudit.training.gradients import gradient_function
 
-
 _SKETCH_MODELS = 2  # models [S] Lemma 7.2's inputs are measured on: one with the (first) target, one without
 _SMOOTHNESS_PAIRS = 32  # consecutive step pairs the smoothness β̂ is estimated at
 

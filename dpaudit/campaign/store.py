@@ -8,7 +8,7 @@ Layout::
     RUN_DIR/chunks/models-A-B.npz    outputs of shadow models A..B-1
     RUN_DIR/timing.json              the campaign's wall time, summed over sessions
     RUN_DIR/measured.json            LoRA-FA campaigns: [S] Lemma 7.2's λ̄, C, β measured on a few of its models
-    RUN_DIR/privacy.json             a user's mechanism object (dpaudit.audit): the privacy event it describes itself by
+    RUN_DIR/privacy.json             the privacy event the mechanism claims at this run's facts, saved when planned
     RUN_DIR/.lock                    held (flock) by the process that trains
     RUN_DIR/summary.json, scores.csv, roc*.png, report.*   written by the analysis
 
@@ -43,12 +43,12 @@ from pathlib import Path
 
 import numpy as np
 
-from dpaudit import __version__
 from dpaudit import config as config_lib
 from dpaudit.config import CampaignConfig
 from dpaudit.errors import UsageError
+from dpaudit.version import __version__
 
-FORMAT_VERSION = 3  # 3: outputs named for what they are, next-token campaigns (plan task, secret candidates)
+FORMAT_VERSION = 4  # 4: every campaign's claimed privacy event in privacy.json, read by the analysis
 _CHUNK_ARRAYS = ("indices", "target_outputs", "population_outputs")
 _OBSERVATIONS = "canary_observations"  # chunks of white-box campaigns (config observe = weights | steps) only
 _CANDIDATES = "candidate_log_likelihoods"  # chunks of next-token campaigns with secret canaries only
@@ -74,7 +74,7 @@ class Plan:
 
     A model's *outputs* on an example depend on the ``task`` (:mod:`dpaudit.models`): a classifier's are its
     logits (F = classes); a next-token model's, the sequence's log-likelihood and top-1 accuracy over its T bytes
-    (F = 2, :func:`dpaudit.text.sequence_summaries`), since all T × V logits of every sequence would be 8000
+    (F = 2, :func:`dpaudit.data.text.sequence_summaries`), since all T × V logits of every sequence would be 8000
     times larger. Labels are (n,) classes or (n, T) next bytes.
     """
 
@@ -84,7 +84,7 @@ class Plan:
     reference_outputs: np.ndarray  # (targets, F)
     population_labels: np.ndarray  # (population,) or (population, T): the test split, in no training set (RMIA's z)
     max_members: np.ndarray  # () the largest member count N of any model: with the batch size it fixes q and T
-    layer_shapes: np.ndarray  # (layers, 3) d_out, d_in, example rank of each adapted layer (dpaudit.bounds)
+    layer_shapes: np.ndarray  # (layers, 3) d_out, d_in, example rank of each adapted layer (dpaudit.analysis.bounds)
     base_checksum: np.ndarray  # () str: checksum of base.pt's tensors, so a re-pretrained base is checked
 
 
@@ -95,7 +95,7 @@ class ChunkOutputs:
     indices: np.ndarray  # (K,) model indices
     target_outputs: np.ndarray  # (K, targets, F) float32, F as in Plan
     population_outputs: np.ndarray  # (K, population, F) float32
-    # (K, S, canaries) float64, white-box campaigns only (dpaudit.canaries): S = 1 (observe weights) or T (steps)
+    # (K, S, canaries) float64, white-box campaigns only (training.canaries): S = 1 (observe weights) or T (steps)
     canary_observations: np.ndarray | None = None
     # (K, m) float64, next-token campaigns with secrets: log-likelihoods of m candidates drawn from the secrets'
     # format (attacks.exposure.sampled_exposure)
@@ -509,7 +509,7 @@ class RunStore:
         return plan
 
     def read_base(self) -> bytes | None:
-        """base.pt's bytes (torch's format, read by dpaudit.campaign), None if absent."""
+        """base.pt's bytes (torch's format, read by dpaudit.campaign.runner), None if absent."""
         return read_file(self.root, "base.pt")
 
     def write_base(self, data: bytes) -> None:
@@ -646,11 +646,11 @@ class RunStore:
         return self._read_bound("measured.json", "delete it; `dpaudit resume` measures again")
 
     def write_privacy_event(self, values: dict) -> None:
-        """privacy.json: the privacy event of a user's mechanism object (dpaudit.mechanisms.privacy.to_record)."""
+        """privacy.json: the claimed privacy event (:func:`.privacy.to_record`), what the analysis bounds."""
         self._write_bound("privacy.json", values)
 
     def privacy_event(self) -> dict | None:
-        """privacy.json's record, None if absent (written at setup; continuing with dpaudit.audit rewrites it)."""
+        """privacy.json's record, None if absent (written when the campaign is planned; continuing it rewrites it)."""
         return self._read_bound("privacy.json", "delete it; continuing the run with dpaudit.audit writes it again")
 
     def _write_bound(self, name: str, values: dict) -> None:

@@ -25,19 +25,22 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dpaudit.store import RunStore, json_text
+    from dpaudit.campaign.store import RunStore, json_text
 
     store = RunStore(args.run_dir)
     if args.attack != "all":
         return finish(store, args.attack, args.json)
-    from dpaudit import analysis, mutants, report
+    from dpaudit import analysis
+    from dpaudit.mechanisms import catalogue
+    from dpaudit.reporting import summary as run_summary
 
     attacks = analysis.applicable_attacks(store.config())
-    rows = {attack: report.summary(analysis.analyse(store, attack)) for attack in attacks}
+    rows = {attack: run_summary.summary(analysis.analyse(store, attack)) for attack in attacks}
     if args.json:
         print(json_text(rows), end="")
         return 0
-    bug = mutants.planted_bug(store.config())
+    config = store.config()
+    bug = catalogue.planted_bug(config.mutant, config.mechanism)
     if bug is not None:
         print(bug)
     print(f"{'attack':<14}{'AUC':>8}{'TPR@10%':>10}{'TPR@1%':>10}{'TPR@0.1%':>10}{'ε (CP)':>10}")

@@ -186,9 +186,9 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or Path("dpaudit-runs") / time.strftime("%Y%m%d-%H%M%S")
     check_creatable(out)
 
-    from dpaudit import campaign  # torch and peft load here, not for `dpaudit bounds`
+    from dpaudit.campaign import runner  # torch and peft load here, not for `dpaudit bounds`
 
-    return finish(campaign.run(config, execution, out), args.attack, args.json)
+    return finish(runner.run(config, execution, out), args.attack, args.json)
 
 
 def check_creatable(out: Path) -> None:
@@ -209,11 +209,12 @@ def check_creatable(out: Path) -> None:
 
 def finish(store, attack: str | None, as_json: bool) -> int:
     """Analyse a finished run, write its files, print the summary."""
-    from dpaudit import analysis, report
+    from dpaudit import analysis
+    from dpaudit.reporting import run_report
 
-    numbers = report.write_run(analysis.analyse(store, attack), store.root)
+    numbers = run_report.write_run(analysis.analyse(store, attack), store.root)
     if as_json:
-        from dpaudit.store import json_text  # strict JSON: a non-finite number is spelled "inf", never Infinity
+        from dpaudit.campaign.store import json_text
 
         print(json_text(numbers), end="")
         return 0

@@ -3,7 +3,7 @@
 Draws the release ``--samples`` times under each input of a neighbouring pair (V, V'), scores every draw with the
 best attack available (exact likelihood ratio, learned distinguisher, or support certificate) and prints: the
 analytic bounds with their names, the exact (or mixture) profile where available, the empirical epsilon lower
-bound with its confidence, the estimated privacy profile, and the verdict (see :mod:`dpaudit.mechanism_audit`).
+bound with its confidence, the estimated privacy profile, and the verdict (see :mod:`dpaudit.release_audit.audit`).
 numpy/scipy only until the handler runs (scikit-learn for M1/M2).
 """
 
@@ -121,7 +121,7 @@ _ARGUMENTS = {
 def build_mechanism(args: argparse.Namespace):
     """The release sampler with its pair, from the parsed arguments (pairs are drawn from ``--seed``)."""
     from accountants import validation as check
-    from dpaudit.mechanisms import releases
+    from dpaudit.release_audit import releases
 
     kind, seed = args.mechanism, args.seed
     if kind == "gaussian":
@@ -145,7 +145,7 @@ def build_mechanism(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from dpaudit.mechanism_audit import audit
+    from dpaudit.release_audit.audit import audit
 
     result = audit(
         build_mechanism(args),

@@ -17,7 +17,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dpaudit import audit_report
+    from dpaudit.reporting import audit_report
 
     html_path, md_path = audit_report.write(args.run_dirs, args.out)
     print(f"wrote {html_path} and {md_path}")

@@ -20,9 +20,9 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dpaudit import campaign
-    from dpaudit.store import RunStore
+    from dpaudit.campaign import runner
+    from dpaudit.campaign.store import RunStore
 
     config = RunStore(args.run_dir).config()  # refuses a directory that holds no campaign
     _, execution = config_lib.from_mapping(given_options(args))
-    return finish(campaign.run(config, execution, args.run_dir), args.attack, args.json)
+    return finish(runner.run(config, execution, args.run_dir), args.attack, args.json)

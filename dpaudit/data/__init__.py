@@ -11,7 +11,7 @@ a dataset audits the same private pool. Features are standardised with the publi
 
 A user's own data (:func:`from_npz`, :func:`from_csv`) is checked as it is read: every defect (a missing array, a
 shape mismatch, a NaN feature, a label that is not a whole number, too small a split) is a one-line
-:class:`UsageError` naming the file and the fix. Byte-level text (``text``, ``text:PATH``) is in :mod:`dpaudit.text`.
+:class:`UsageError` naming the file and the fix. Byte-level text (``text``, ``text:PATH``) is in :mod:`.text`.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class Dataset:
     """A dataset's three parts (module docstring); ``task`` says what a model learns from it.
 
     ``classification``: y holds class labels in 0..num_classes-1; ``next-token``: y holds the next-token targets
-    of each sequence in x (:class:`dpaudit.text.TextDataset`), ``num_classes`` the vocabulary size.
+    of each sequence in x (:class:`dpaudit.data.text.TextDataset`), ``num_classes`` the vocabulary size.
     """
 
     task: ClassVar[str] = "classification"

@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from dpaudit.mechanisms.privacy import PrivacyEvent, Training, Unknown
 
-if TYPE_CHECKING:  # annotations only: the module loads without torch, as dpaudit.mutants (imported by config) needs
+if (
+    TYPE_CHECKING
+):  # annotations only: the module loads without torch, as dpaudit.mechanisms.catalogue (imported by config) needs
     import torch
 
     from dpaudit.seeding import ModelRandomness
@@ -108,14 +110,14 @@ class Mechanism:
       :data:`dpaudit.models.PARAMETERIZATIONS`) and ``per_example`` (whether :meth:`transform` needs per-example
       gradients, e.g. to clip them) as attributes;
     * :meth:`setup` and :meth:`transform`;
-    * :meth:`privacy`, the guarantee it claims in a run, from which :mod:`dpaudit.bounds` picks the accountant.
+    * :meth:`privacy`, the guarantee it claims in a run, from which :mod:`dpaudit.analysis.bounds` picks the accountant.
 
     The other members have defaults that leave the engine's plain SGD in charge; override those the mechanism
     needs:
 
     * ``sampling = "shuffle"``: how batches are drawn. ``"shuffle"``: every member once per epoch in the model's
-      own order (:func:`dpaudit.engine.shuffled_batches`); ``"poisson"``: each member independently with rate
-      q per step (:func:`dpaudit.engine.poisson_batches`, docs/theory.md §1.5), and ``Step.expected_batch_size``
+      own order (:func:`dpaudit.training.sampling.shuffled_batches`); ``"poisson"``: each member independently with rate
+      q per step (:func:`.sampling.poisson_batches`, docs/theory.md §1.5), and ``Step.expected_batch_size``
       is set (Poisson steps need ``per_example = True``).
     * :meth:`initialise`: overwrite the starting values of the trained tensors once, before the first step.
     * ``update = None``: the engine's SGD applies :meth:`transform`'s direction. A mechanism that owns its update

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from dpaudit.config import check_noise_and_clip
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms.base import Mechanism, Step
+from dpaudit.mechanisms.catalogue import check_noise_and_clip
 from dpaudit.mechanisms.dpsgd import GaussianNoiseStream, clip_coefficients, noise_std
 from dpaudit.mechanisms.privacy import NOT_DP, ZERO_NOISE, NoisyProjectionM2, NotDp, PrivacyEvent, Training, Unknown
 from dpaudit.models import draw_lora_a

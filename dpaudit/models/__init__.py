@@ -11,7 +11,7 @@ Parameterizations (what a mechanism trains, docs/theory.md §1):
 
 Tasks (the loss a model trains with; a module's ``task`` attribute, :func:`task_of`): ``classification`` (logits
 (n, C), labels (n,), the default) or ``next-token`` (logits (n, T, V), targets (n, T); an example's loss is the mean
-cross-entropy over its T positions), e.g. :class:`dpaudit.transformer.CausalTransformer`.
+cross-entropy over its T positions), e.g. :class:`dpaudit.models.transformer.CausalTransformer`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from dpaudit.errors import UsageError
-from dpaudit.transformer import CausalTransformer
+from dpaudit.models.transformer import CausalTransformer
 
 PARAMETERIZATIONS = ("full", "lora", "lora-fa")
 TASKS = ("classification", "next-token")
@@ -86,7 +86,7 @@ def seed_cnn(in_channels: int, num_classes: int, image_size: int = 32, hidden: i
 def for_input(input_shape: tuple[int, ...], num_classes: int, task: str = "classification") -> nn.Module:
     """The default architecture for a dataset: MLP for vectors, the seed CNN for (C, H, W) images.
 
-    Next-token sequences (T,): the byte-level transformer (:class:`dpaudit.transformer.CausalTransformer`).
+    Next-token sequences (T,): the byte-level transformer (:class:`dpaudit.models.transformer.CausalTransformer`).
     """
     if task == "next-token":
         return CausalTransformer(input_shape[0], vocabulary=num_classes)
@@ -196,7 +196,7 @@ def adapted_layers(model: nn.Module) -> dict[str, nn.Linear | nn.Conv2d]:
             raise UsageError(
                 f"layer {name!r} is an nn.MultiheadAttention, which LoRA adapters cannot train (fused in_proj, "
                 "out_proj read without being called): build attention from nn.Linear q/k/v/out projections, as "
-                "dpaudit.transformer.CausalSelfAttention does"
+                "dpaudit.models.transformer.CausalSelfAttention does"
             )
     return {name: m for name, m in model.named_modules() if isinstance(m, _ADAPTED_TYPES)}
 

@@ -1,10 +1,10 @@
-"""A small byte-level causal transformer for next-token audits (:mod:`dpaudit.text`).
+"""A small byte-level causal transformer for next-token audits (:mod:`dpaudit.data.text`).
 
 Pre-LayerNorm blocks (Radford et al. 2019): ``h + attention(LN(h))`` then ``h + MLP(LN(h))`` with a GELU MLP,
 token + learned position embeddings, a final LayerNorm and a linear output head over the bytes. Attention is
 written with plain ``nn.Linear`` projections ``q``, ``k``, ``v`` and ``out``, not ``nn.MultiheadAttention``:
 peft can target each of them, and every one is called as a layer, so LoRA adapters on them train and the engine's
-factored per-example gradients (:func:`dpaudit.engine.example_gradient_function`) see their inputs.
+factored per-example gradients (:func:`dpaudit.training.gradients.example_gradient_function`) see their inputs.
 
 Input: (n, T) int64 byte values, T ≤ ``length``; output: (n, T, ``vocabulary``) logits, position t predicting
 byte t + 1 (``task = "next-token"``, :func:`dpaudit.models.task_of`). LoRA adapts the attention projections and

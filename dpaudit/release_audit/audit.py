@@ -1,6 +1,6 @@
 """Audit a mechanism by sampling its release; compare the audit with the analytic bounds (the one place for verdicts).
 
-The auditor fixes a neighbouring pair (V, V') (:mod:`dpaudit.mechanisms.releases`), draws the release N times
+The auditor fixes a neighbouring pair (V, V') (:mod:`dpaudit.release_audit.releases`), draws the release N times
 under each input, scores every draw with the best attack it can compute, and turns the scores into evidence:
 
 * **Attack scores** (higher = more likely drawn under V, the "IN" side):
@@ -12,7 +12,7 @@ under each input, scores every draw with the best attack it can compute, and tur
     draw outside the other input's support. By Neyman-Pearson no test of the same level beats L;
   - a learned distinguisher (scikit-learn gradient boosting) for M1/M2, trained on draws independent of the
     ones it is scored on, reading the maximal invariant of the release (which loses nothing, see
-    :class:`~dpaudit.mechanisms.releases._MatrixRelease`);
+    :class:`~dpaudit.release_audit.releases._MatrixRelease`);
   - a support certificate for the noise-free matrix projection ([W] Prop. 2): ``V^T Y`` is symmetric for
     every ``Y = M V`` (``V^T M V``, M symmetric) and, under V', equals ``V^T M V'``, symmetric with probability
     0 ([W] Lemma 11). All draws under V in the event and none under V' is the evidence of "not DP".
@@ -66,7 +66,7 @@ from attacks.epsilon import (
 )
 from attacks.metrics import summarize
 from attacks.tradeoff import audit_verdict, max_auc
-from dpaudit.mechanisms.releases import (
+from dpaudit.release_audit.releases import (
     GaussianMechanism,
     GaussianSketch,
     MatrixProjection,
@@ -673,7 +673,7 @@ class MechanismAudit:
         for name in ("clopper_pearson", "gaussian_dp"):  # name the threshold strategy (Bonferroni has no fields)
             strategy = getattr(self, name).strategy
             summary[name]["strategy"] = dict(kind=type(strategy).__name__, **summary[name]["strategy"])
-        # The keys `dpaudit audit --json` uses for the same numbers (dpaudit.report.summary): one key set.
+        # The keys `dpaudit audit --json` uses for the same numbers (dpaudit.reporting.summary.summary): one key set.
         summary["verdict"], summary["verdict_reason"] = summary.pop("outcome"), summary.pop("reason")
         summary["epsilon_lower_bound"] = summary["clopper_pearson"]["epsilon"]
         summary["epsilon_lower_bound_max_certifiable"] = summary["clopper_pearson"]["max_certifiable_epsilon"]
@@ -734,7 +734,7 @@ def audit(
     training_samples: int | None = None,
     full_releases: bool = False,
 ) -> MechanismAudit:
-    """Audit ``mechanism`` (a :mod:`dpaudit.mechanisms.releases` mechanism holding its pair).
+    """Audit ``mechanism`` (a :mod:`dpaudit.release_audit.releases` mechanism holding its pair).
 
     Args:
       mechanism: the release to audit, holding its neighbouring pair.

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 import json
 import re
 import textwrap
@@ -20,13 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-from attacks import metrics as metrics_lib
-from attacks import tradeoff
 from dpaudit.analysis import ATTACKS, Analysis, analyse
+from dpaudit.campaign.store import ABSENT, RunStore, make_directory, read_json, write_file
+from dpaudit.errors import UsageError
 from dpaudit.reporting.figures import EPSILON_SERIES, VIOLATION_COLOUR, draw_roc, figure_png
 from dpaudit.reporting.summary import summary as summary_of
-from dpaudit.errors import UsageError
-from dpaudit.store import ABSENT, RunStore, make_directory, read_json, write_file
 
 _SWEEP_PARAMETERS = ("rank", "noise", "clip", "epochs", "models")
 
@@ -231,12 +228,12 @@ def _empirical(s: dict) -> str:
 
 
 def _finding(entry: RunEntry, entries: list[RunEntry]) -> str:
-    """The run's finding in words (:func:`dpaudit.report.finding`), named by its run where the report has several."""
+    """The run's finding in words (:func:`.summary.finding`), named by its run where the report has several."""
     return entry.summary["finding"] if len(entries) == 1 else f"{entry.label}: {entry.summary['finding']}"
 
 
 def _planted_bugs(entries: list[RunEntry]) -> list[str]:
-    """The report's first lines: one per run with a planted bug (:mod:`dpaudit.mutants`), none for correct runs."""
+    """The report's first lines: one per run with a planted bug (:data:`.catalogue.MUTANTS`), none for correct runs."""
     return [f"{entry.label}: {entry.summary['planted_bug']}" for entry in entries if entry.summary.get("planted_bug")]
 
 

@@ -7,9 +7,11 @@ that a screenshot of a report can be checked.
 from __future__ import annotations
 
 import io
+import textwrap
 
 import numpy as np
 
+from attacks import metrics as metrics_lib
 from attacks import tradeoff
 from dpaudit.analysis import Analysis
 

@@ -15,9 +15,7 @@ from dpaudit.reporting.summary import summary
 
 
 def _roc_png(analysis: Analysis, numbers: dict, title: str, loglog: bool) -> bytes:
-    return figure_png(
-        lambda ax: draw_roc(ax, analysis, numbers, title, loglog), size=(4.5, 4.5), dpi=120
-    )
+    return figure_png(lambda ax: draw_roc(ax, analysis, numbers, title, loglog), size=(4.5, 4.5), dpi=120)
 
 
 def write_run(analysis: Analysis, out: Path) -> dict:

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
-from dpaudit.mechanisms import catalogue
 from dpaudit.analysis import (
     CONFIDENCE,
     FPRS,
@@ -18,7 +15,7 @@ from dpaudit.analysis import (
     verdict,
     white_box_statistic,
 )
-from dpaudit.store import json_text, write_file
+from dpaudit.mechanisms import catalogue
 
 
 def _bound_fields(prefix: str, bound) -> dict:
@@ -64,7 +61,9 @@ def summary(analysis: Analysis) -> dict:
     """The audit's numbers (``dpaudit audit --json``): attack metrics and the empirical ε lower bounds."""
     config, metrics = analysis.config, analysis.metrics
     numbers = {
-        "planted_bug": catalogue.planted_bug(config.mutant, config.mechanism),  # first: a run with a planted bug says so before anything
+        "planted_bug": catalogue.planted_bug(
+            config.mutant, config.mechanism
+        ),  # first: a run with a planted bug says so before anything
         "mechanism": config.mechanism,
         "rank": config.rank,
         "dataset": config.dataset,
@@ -166,5 +165,3 @@ def finding(numbers: dict) -> str:
     if claim is not None:
         line += f"; [S] Lemma 7.2 at the measured λ̄, C, β: {claim['reason']}"
     return line
-
-

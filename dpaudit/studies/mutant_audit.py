@@ -1,4 +1,4 @@
-"""The white-box audits of the planted bugs (dpaudit.mutants): their settings, and one audit per setting and run.
+"""The white-box audits of the planted bugs (mechanisms.catalogue): their settings, and one audit per setting and run.
 
 Shared by ``benchmarks/bench_mutants.py`` and ``experiments/mutants.py``. Each setting is a canary campaign of
 dp-sgd on digits (C = 1, δ = 1e-5) with a Dirac gradient canary observed at every step (``--canary gradient
@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attacks import epsilon as epsilon_lib
-from dpaudit import analysis, campaign
+from dpaudit import analysis
+from dpaudit.campaign import runner
 from dpaudit.config import CampaignConfig, Execution
 
 DIGITS_PRIVATE = 718  # N: the private split of digits (q = 1 at batch size N)
@@ -74,7 +75,7 @@ def audit(setting: Setting, mutant: str | None, models: int, root: Path, workers
         mutant=mutant,
     )
     start = time.perf_counter()
-    store = campaign.run(config, Execution(device="cpu", workers=workers, progress=False), root / (mutant or "correct"))
+    store = runner.run(config, Execution(device="cpu", workers=workers, progress=False), root / (mutant or "correct"))
     result = analysis.analyse(store)
     bound, gdp = result.bound, result.gdp_bound
     assert bound is not None and gdp is not None, "a canary campaign's IN/OUT trials are independent"

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from accountants import validation as check
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms.prism_tangent import (
+from dpaudit.mechanisms.prism.tangent import (
     TangentLift,
     _check_factors,
     _intrinsic_sq_norm,

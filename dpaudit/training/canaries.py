@@ -47,9 +47,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from dpaudit import engine
 from dpaudit.errors import UsageError
 from dpaudit.seeding import ModelRandomness
+from dpaudit.training import engine
+from dpaudit.training import gradients as example_gradients
 
 # Public examples per block when measuring per-example gradients (bounds the materialised (1, b, ...) tensors).
 _MEASURE_BLOCK = 256
@@ -132,7 +133,7 @@ class DiracExampleGradients:
 
 
 @dataclass(frozen=True)
-class DirectionExampleGradients(engine.DenseExampleGradients):
+class DirectionExampleGradients(example_gradients.DenseExampleGradients):
     """One canary ``norm · u`` along a dense unit direction u, as (K, 1, ...) gradients (a stride-0 view over K)."""
 
     norm: float = 1.0
@@ -168,12 +169,12 @@ class AdaptedWeightCanaries:
     def _lora_B(a_name: str) -> str:
         return a_name.replace(".lora_A.", ".lora_B.")
 
-    def factor_gradients(self, parameters: dict[str, torch.Tensor]) -> engine.DenseExampleGradients:
+    def factor_gradients(self, parameters: dict[str, torch.Tensor]) -> example_gradients.DenseExampleGradients:
         """(K, M, ...) per-example gradients: the factor gradients a real example with weight gradient G_m has.
 
         peft's chain rule at the current factors: ``∂ℓ/∂lora_B = s G_m lora_Aᵀ``, ``∂ℓ/∂lora_A = s lora_Bᵀ G_m``
         (``= (∇_Z ℓ) B`` and ``((∇_Z ℓ)ᵀ A)ᵀ`` in [P]'s notation), zero for every other trained tensor. PRISM's
-        clip norm (Eq. 15 from these, :func:`~dpaudit.mechanisms.prism_tangent._tangent_sq_norms`) is then the
+        clip norm (Eq. 15 from these, :func:`~dpaudit.mechanisms.prism.tangent._tangent_sq_norms`) is then the
         canary's lifted intrinsic norm ``norm · ‖P(u_m)‖``, as for any real example.
         """
         first = next(iter(parameters.values()))
@@ -185,7 +186,7 @@ class AdaptedWeightCanaries:
             lora_A, lora_B = parameters[a_name].flatten(2), parameters[b_name].flatten(2)
             tensors[b_name] = torch.einsum("moi,kri->kmor", intrinsic, lora_A).reshape(tensors[b_name].shape)
             tensors[a_name] = torch.einsum("kor,moi->kmri", lora_B, intrinsic).reshape(tensors[a_name].shape)
-        return engine.DenseExampleGradients(tensors)
+        return example_gradients.DenseExampleGradients(tensors)
 
     def project(self, parameters: dict[str, torch.Tensor]) -> torch.Tensor:
         """(K, M): ``⟨Z, u_m⟩`` summed over the modules, Z = ``lora_B lora_A`` of each, in float64."""
@@ -299,7 +300,7 @@ OBSERVATIONS = ("weights", "steps")
 
 
 class CanaryRun:
-    """A chunk's gradient canaries during :func:`dpaudit.engine.train`: inserted into its steps, observed.
+    """A chunk's gradient canaries during :func:`dpaudit.training.engine.train`: inserted into its steps, observed.
 
     ``membership`` (K, M): which canaries each model is IN for. ``observe``: ``weights`` records the total change
     ``⟨θ_T - θ_0, u_m⟩`` ((K, 1, M) after :meth:`finish`), ``steps`` every step's ``⟨g̃_t, u_m⟩`` ((K, T, M)).
@@ -342,12 +343,12 @@ class CanaryRun:
             else self.examples
         )
         if per_example:
-            if isinstance(gradients, engine.BlockedExampleGradients):
+            if isinstance(gradients, example_gradients.BlockedExampleGradients):
                 blocks, widths = gradients.blocks, gradients.widths
             else:
                 blocks, widths = (gradients,), (weights.shape[1],)
             return (
-                engine.BlockedExampleGradients((*blocks, examples), (*widths, self.canaries.count)),
+                example_gradients.BlockedExampleGradients((*blocks, examples), (*widths, self.canaries.count)),
                 torch.cat([weights, included], dim=1),
             )
         count, added = weights.sum(1), included.sum(1)
@@ -434,12 +435,12 @@ def dirac_coordinates(
 ) -> tuple[tuple[str, int], ...]:
     """The ``count`` coordinates of the trained tensors where real gradients are smallest (module docstring).
 
-    ``frozen`` and ``trainable`` are one model's (1, ...) starting tensors (:func:`dpaudit.engine.build`); the mean
+    ``frozen`` and ``trainable`` are one model's (1, ...) starting tensors (:func:`.engine.build`); the mean
     squared per-example gradient over the public examples (x, y) ranks every coordinate, ties by tensor order then
     flat index. A tensor whose gradient is zero for every public example at the start (LoRA's A while B = 0) is
     left out: its coordinates only look quiet until training moves B.
     """
-    gradients = engine.example_gradient_function(module, list(trainable))
+    gradients = example_gradients.example_gradient_function(module, list(trainable))
     moments = {name: torch.zeros(t.shape[1:], dtype=torch.float64) for name, t in trainable.items()}
     with torch.no_grad():
         for start in range(0, len(y), _MEASURE_BLOCK):

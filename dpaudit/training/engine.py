@@ -16,14 +16,14 @@ from typing import Protocol
 import numpy as np
 import torch
 from torch import nn
-from torch.func import functional_call, grad, vmap
+from torch.func import functional_call, vmap
 
 from dpaudit import background
 from dpaudit import models as model_lib
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms.base import Mechanism, PerExampleGradients, Step
+from dpaudit.mechanisms.base import Mechanism, Step
 from dpaudit.seeding import ModelRandomness
-from dpaudit.training.gradients import example_gradient_function, gradient_function
+from dpaudit.training.gradients import BlockedExampleGradients, example_gradient_function, gradient_function
 from dpaudit.training.sampling import BatchLayout, PoissonLayout, TrainingConfig, poisson_batches, shuffled_batches
 
 
@@ -58,7 +58,7 @@ class ShadowModels:
 
     Both are stacked with a leading model dimension K. ``frozen`` holds the pretrained base (one tensor, seen by
     every model through a stride-0 view) and per-model frozen tensors (e.g. LoRA-FA's ``lora_A``).
-    ``canary_observations``: what :func:`train` observed of its gradient canaries (:mod:`dpaudit.canaries`), if any.
+    ``canary_observations``: what :func:`train` observed of its gradient canaries (:mod:`.canaries`), if any.
     """
 
     module: nn.Module
@@ -180,7 +180,7 @@ def train(
     The optimiser is torch's SGD with momentum over the stacked tensors (elementwise, so stacking does not change
     any model's arithmetic), unless the mechanism owns its update; the hooks ``initialise``, ``update`` and
     ``finish`` (no-ops by default) are documented in :class:`dpaudit.mechanisms.base.Mechanism`. ``canaries``:
-    gradient canaries appended to the steps' examples and observed (a :class:`StepObserver`, e.g. :class:`dpaudit.training.canaries.CanaryRun`); their
+    gradient canaries appended to the steps' examples and observed (a :class:`StepObserver`); their
     observations are left in ``shadow.canary_observations``.
     """
     if membership.shape != (shadow.n_models, len(y)):

@@ -1,9 +1,9 @@
 """PRISM ([P] Alg. 1; docs/theory.md §1.6) as the update rule of the engine's peft LoRA models.
 
 :class:`PeftLoraAdapter` maps peft's ``lora_A`` / ``lora_B`` tensors to [P]'s factors; :class:`PrismMechanism`
-runs :func:`dpaudit.mechanisms.prism_update.prism_step`'s maths on the engine's per-example gradients. The tensor
-maths live in :mod:`dpaudit.mechanisms.prism_tangent` (geometry) and :mod:`dpaudit.mechanisms.prism_update`
-(Alg. 1's update); the noise-energy diagnostics in :mod:`dpaudit.mechanisms.prism_noise_energy`.
+runs :func:`dpaudit.mechanisms.prism.update.prism_step`'s maths on the engine's per-example gradients. The tensor
+maths live in :mod:`dpaudit.mechanisms.prism.tangent` (geometry) and :mod:`dpaudit.mechanisms.prism.update`
+(Alg. 1's update); the noise-energy diagnostics in :mod:`dpaudit.studies.prism_noise_energy`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from torch import Tensor
 from accountants import validation as check
 from dpaudit import background
 from dpaudit.mechanisms.base import Mechanism, Step
-from dpaudit.mechanisms.prism_tangent import (
+from dpaudit.mechanisms.prism.tangent import (
     FactorGradients,
     FactorSqNorm,
     LoraFactors,
@@ -27,7 +27,7 @@ from dpaudit.mechanisms.prism_tangent import (
     _tangent_sq_norms,
     balanced_random_factors,
 )
-from dpaudit.mechanisms.prism_update import (
+from dpaudit.mechanisms.prism.update import (
     PrismAdaptiveConfig,
     PrismAdaptiveState,
     PrismPrivacyConfig,
@@ -190,7 +190,7 @@ class PrismMechanism(Mechanism):
             flat.narrow(rank_dim, rank, flat.shape[rank_dim] - rank).zero_()
 
     def update(self, params: dict[str, Tensor], step: Step, state: PrismTrainingState, learning_rate: float) -> None:
-        """One :func:`~dpaudit.mechanisms.prism_update.prism_step` on the engine's per-example gradients.
+        """One :func:`~dpaudit.mechanisms.prism.update.prism_step` on the engine's per-example gradients.
 
         They are never materialised: the clipping norms come from
         :meth:`PerExampleGradients.transformed_squared_norms` and the clipped means from

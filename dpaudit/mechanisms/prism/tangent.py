@@ -3,7 +3,7 @@
 Notation of [P] (docs/theory.md §0): a LoRA module's intrinsic update is ``Z = A Bᵀ`` with ``A ∈ R^{m×r}``,
 ``B ∈ R^{n×r}``, ``M = AᵀA``, ``N = BᵀB`` (peft's tensors map to them through
 :class:`dpaudit.mechanisms.prism.PeftLoraAdapter`). This module holds the tangent projection, the canonical lift of
-factor gradients, the intrinsic norm and the tangent noise sampler; :mod:`dpaudit.mechanisms.prism_update` builds
+factor gradients, the intrinsic norm and the tangent noise sampler; :mod:`dpaudit.mechanisms.prism.update` builds
 [P] Alg. 1's update from them.
 
 Shapes. Every tensor may carry leading batch dims ``...`` (the engine stacks K shadow models), broadcast with

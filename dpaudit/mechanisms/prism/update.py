@@ -1,9 +1,9 @@
 """PRISM's update, [P] Alg. 1 (docs/theory.md §1.6): clipping, tangent noise, adaptive direction, retraction.
 
-What one step needs, per LoRA module ℓ (the geometry is :mod:`dpaudit.mechanisms.prism_tangent`'s):
+What one step needs, per LoRA module ℓ (the geometry is :mod:`dpaudit.mechanisms.prism.tangent`'s):
 
 * the factors (A, B) of shape (..., m, r), (..., n, r), full column rank r (peft's ``lora_B = 0`` start is rank
-  0: initialise both factors, e.g. :func:`~dpaudit.mechanisms.prism_tangent.balanced_random_factors`), and the
+  0: initialise both factors, e.g. :func:`~dpaudit.mechanisms.prism.tangent.balanced_random_factors`), and the
   per-example *factor* gradients ``g_A,i = G_i B`` (..., b, m, r) and ``g_B,i = G_iᵀ A`` (..., b, n, r) of
   ``G_i = ∇_Z ℓ_i``. These are exactly the per-sample gradients of ``lora_B.weight`` and of ``lora_A.weight``
   (transposed) that opacus / functorch give for a peft model
@@ -43,7 +43,7 @@ from torch import Tensor
 
 from accountants import validation as check
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms.prism_tangent import (
+from dpaudit.mechanisms.prism.tangent import (
     FactorGradients,
     Generators,
     LoraFactors,
