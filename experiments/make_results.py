@@ -141,6 +141,14 @@ def first_difference(expected: str, actual: str) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Write the document, or with ``--check`` compare it with what the CSVs give.
+
+    Args:
+        argv: the command line's arguments (``sys.argv[1:]`` when None).
+
+    Returns:
+        The exit status: 0, or 1 where ``--check`` finds the document stale.
+    """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if the document is not what the CSVs give")
     parser.add_argument("--results", type=Path, default=RESULTS, help="folder of the experiments' CSVs")

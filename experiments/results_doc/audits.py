@@ -21,6 +21,7 @@ THREAT_MODELS = {
 
 
 def mechanism_grid(src: Sources) -> Section:
+    """Theorems vs exact profiles vs direct audits, from ``mechanism_audit_grid.csv`` (no summary row)."""
     frame = src.table("mechanism_audit_grid")
     outcomes = frame["outcome"].value_counts()
     violated = frame[frame["outcome"] == "violated"]
@@ -55,6 +56,7 @@ def best_empirical(row: pd.Series) -> tuple[float, str]:
 
 
 def audit_tightness(src: Sources) -> Section:
+    """Audit tightness by mechanism and threat model, from ``audit_tightness.csv``."""
     every = src.table("audit_tightness")
     frame = every[every["verdict"] != "not run"]  # "not run": the mechanism refuses the threat model (its reason)
     rows, above = [], []
@@ -181,6 +183,7 @@ def verdict_text(row: pd.Series) -> str:
 
 
 def mutant_table(src: Sources) -> Section:
+    """The planted bugs and their verdicts, from ``mutants.csv``."""
     frame = src.table("mutants")
     rows, settings = [], frame.groupby(["mutant", "steps"], sort=False)
     caught, false_alarms = [], []
@@ -254,6 +257,7 @@ is flagged in {"none of the settings" if not false_alarms else "; ".join(false_a
 
 
 def timing(src: Sources) -> Section:
+    """The suite's timing table, from ``run_all_seconds.csv`` (the document's last section, no summary row)."""
     frame = src.table("run_all_seconds")
     rows = [
         [row["script"], num(row["seconds"], 1), f"{row['load_average_1min']:.1f}", row["status"]]

@@ -11,6 +11,10 @@ from .statistics import LEVEL, versus
 
 
 def d_denoise(src: Sources) -> Section:
+    """[D] Fig. 2's cosine improvement and the convergence at equal ε.
+
+    Read from ``denoise_cosine.csv`` and ``d_denoise_convergence.csv``.
+    """
     cosine = src.table("denoise_cosine")
     setting = cosine.iloc[0]
     share = float((cosine["mean_improvement"] > 0).mean())

@@ -10,12 +10,12 @@ import pandas as pd
 
 
 def num(value: float, digits: int = 3) -> str:
-    """``value`` with ``digits`` decimals (``∞`` for inf)."""
+    """``value`` with ``digits`` decimals (``∞`` for ±inf, ``nan`` for NaN)."""
     return "∞" if math.isinf(value) else f"{value:.{digits}f}"
 
 
 def sig(value: float, digits: int = 3) -> str:
-    """``value`` with ``digits`` significant digits (exponents without padding: ``1.7e7``, ``3.4e-8``)."""
+    """``value`` with ``digits`` significant digits (unpadded exponents: ``1.7e7``, ``3.4e-8``; ``∞`` for ±inf)."""
     return (
         "∞"
         if math.isinf(value)
@@ -24,12 +24,13 @@ def sig(value: float, digits: int = 3) -> str:
 
 
 def power(value: float) -> str:
-    """A small rate such as δ in the papers' style: ``1e-5``."""
+    """A small rate such as δ in the papers' style: ``1e-5`` (one significant digit: 2.5e-5 prints ``2e-5``)."""
     mantissa, exponent = f"{value:.0e}".split("e")
     return f"{mantissa}e{int(exponent)}"
 
 
 def pct(value: float, digits: int = 0) -> str:
+    """A fraction as a percentage with ``digits`` decimals: ``0.256`` → ``26%``."""
     return f"{100 * value:.{digits}f}%"
 
 
@@ -39,10 +40,12 @@ def times(ratio: float) -> str:
 
 
 def plural(count: float, noun: str) -> str:
+    """``count`` and ``noun``, with an ``s`` unless the count is 1: ``1 epoch``, ``3 epochs``."""
     return f"{count:g} {noun}" + ("" if count == 1 else "s")
 
 
 def ranks_text(values: list) -> str:
+    """Numbers such as ranks or epochs as a comma-separated list, without trailing zeros: ``4, 16, 64``."""
     return ", ".join(f"{v:g}" for v in values)
 
 
@@ -64,11 +67,12 @@ def tpr_ci(row: pd.Series, prefix: str, fpr: str) -> str:
 
 
 def mean_std(row: pd.Series) -> str:
+    """``mean ± std`` of a utility row's test accuracy over its models."""
     return f"{num(row['test_accuracy'])} ± {num(row['test_accuracy_std'])}"
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
-    """A markdown table."""
+    """A markdown table of ``header`` and ``rows`` (cells already formatted)."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)

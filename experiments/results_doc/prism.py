@@ -16,6 +16,7 @@ PRISM_ENERGY_TOLERANCE = 0.02  # relative deviation of the measured PRISM energy
 
 
 def prism_energy(src: Sources) -> Section:
+    """[P] Thm 3.1's intrinsic energy and Figs. 2/3's factor-space energy, from ``prism_noise_energy.csv``."""
     frame = src.table("prism_noise_energy")
     closed = setting_value(frame, "prism_closed_form")
     deviation = float((frame["prism"] / frame["prism_closed_form"] - 1).abs().max())
@@ -74,6 +75,7 @@ c ∈ {{{", ".join(f"{c:g}" for c in frame["gauges"])}}}.
 
 
 def p_accuracy(src: Sources) -> Section:
+    """[P]'s accuracy at equal ε, PRISM vs DP-LoRA vs DP-LoRA-FA, from ``p_accuracy_at_epsilon.csv``."""
     frame = src.table("p_accuracy_at_epsilon")
     targets = sorted(frame["target_epsilon"].unique())
     first = frame.iloc[0]
@@ -153,6 +155,7 @@ hyperparameter grid.
 
 
 def prism_leak(src: Sources) -> Section:
+    """[P] Thm 3.4 for adaptive PRISM's factor pair against a canary audit, from ``prism_leak.csv``."""
     frame = src.table("prism_leak")
     rows = [
         [

@@ -34,6 +34,7 @@ def _table1_rows(frame: pd.DataFrame) -> tuple:
 
 
 def s_table1(src: Sources) -> Section:
+    """[S] Table 1's analogue on the digits MLP, from ``s_table1_lora_variants.csv``."""
     frame = src.table("s_table1_lora_variants")
     ref, lira = "reference_", "lira-online_"
     full, batch, lora, fa, fa16, large, models, epochs, targets = _table1_rows(frame)
@@ -174,6 +175,7 @@ at b = {batch} (not the paper's b = {paper_batch:g}):
 
 
 def s_table1_transformer(src: Sources) -> Section:
+    """[S] Table 1's analogue on a byte-level transformer, from ``s_table1_transformer.csv``."""
     frame = src.table("s_table1_transformer")
     ref, lira = "reference_", "lira-online_"
     attacks = ((ref, "reference"), (lira, "LiRA"))
@@ -295,6 +297,7 @@ Not tested: GPT-2 scale (a {setting_value(frame, "parameters"):g}-parameter mode
 
 
 def s_lemma72(src: Sources) -> Section:
+    """[S] Lemma 7.2 with the run's measured λ̄, C and β̂ beside the audit, from ``s_table1_lemma72.csv``."""
     frame = src.table("s_table1_lemma72")
     every = only(frame, scope="all layers")
     shape_ok = only(frame, scope="layers with m >= n")

@@ -26,11 +26,22 @@ class Sources:
     """The CSVs of one results folder and the papers' numbers, read on first use."""
 
     def __init__(self, results: Path, paper_numbers: Path):
+        """Read the papers' numbers now and the results folder's CSVs when a section asks for them.
+
+        Args:
+            results: the folder of the experiments' CSVs (``experiments/results``).
+            paper_numbers: the CSV of the papers' numbers, one ``key,value`` row each.
+        """
         self.results = results
         self.papers = pd.read_csv(paper_numbers).set_index("key")["value"]
         self.tables: dict[str, pd.DataFrame] = {}
 
     def table(self, name: str) -> pd.DataFrame:
+        """The CSV ``<results>/<name>.csv``, read once.
+
+        Raises:
+            SystemExit: the CSV is missing (the message names the script to run).
+        """
         if name not in self.tables:
             path = self.results / f"{name}.csv"
             if not path.is_file():
@@ -39,6 +50,7 @@ class Sources:
         return self.tables[name]
 
     def paper(self, key: str) -> float:
+        """The paper's number filed under ``key`` in ``paper_numbers.csv``."""
         return float(self.papers[key])
 
 

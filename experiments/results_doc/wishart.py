@@ -15,6 +15,7 @@ from .statistics import LEVEL, Z_95, auc_z, welch_p, z_p
 
 
 def w_table1(src: Sources) -> Section:
+    """[W] Table 1, noise-free LoRA-FA's AUC at every rank, from ``w_table1_lora_fa.csv``."""
     frame = src.table("w_table1_lora_fa").sort_values("rank")
     ranks = list(frame["rank"])
     first_paper_rank = src.paper("w_t1_rank_min")
@@ -82,6 +83,7 @@ Claim (AUC ≈ 1 at every rank: the random projection gives no privacy): {verdic
 
 
 def projection_table(src: Sources, name: str, variant: str) -> pd.DataFrame:
+    """The rows of an M1/M2 CSV sorted by noise and rank (``variant`` names it in the error if it is empty)."""
     frame = src.table(name).sort_values(["noise", "rank"])
     if frame.empty:
         raise ValueError(f"{name}.csv has no rows ({variant})")
@@ -89,6 +91,7 @@ def projection_table(src: Sources, name: str, variant: str) -> pd.DataFrame:
 
 
 def w_table2(src: Sources) -> Section:
+    """[W] Table 2, M2 training's AUC against the rank at each σ, from ``w_table2_m2.csv``."""
     frame = projection_table(src, "w_table2_m2", "M2")
     ranks = sorted(frame["rank"].unique())
     noises = sorted(frame["noise"].unique())
@@ -163,6 +166,7 @@ No analytic ε: with M fixed over T > 1 steps [W] Thm 5 does not apply (`analyti
 
 
 def w_table3(src: Sources) -> Section:
+    """[W] Table 3, M1 training's AUC against the rank, from ``w_table3_m1.csv``."""
     frame = projection_table(src, "w_table3_m1", "M1")
     noise = setting_value(frame, "noise")
     ranks = list(frame["rank"])
@@ -214,6 +218,7 @@ r = 32 → 1000): AUC {num(low["auc"])} at r = {low["rank"]:g} vs {num(high["auc
 
 
 def wishart_figures(src: Sources) -> Section:
+    """[W] Figs. 1 and 2, Thm 1 / Thm 5 against the exact and Gaussian ε, from ``wishart_fig{1,2}.csv``."""
     fig2 = src.table("wishart_fig2")
     unit = fig2.loc[(np.log(fig2["sigma"])).abs().idxmin(), "sigma"]
     at_unit = fig2[fig2["sigma"] == unit].sort_values("r")
@@ -289,6 +294,7 @@ non-monotone in r (as [W] Sec. 3 describes) at ρ = {", ".join(f"{rho:g}" for rh
 
 
 def w_fig3(src: Sources) -> Section:
+    """[W] Fig. 3, the noise and accuracy of M2 against DP-SGD at equal ε, from ``w_fig3_accuracy_vs_epsilon.csv``."""
     frame = src.table("w_fig3_accuracy_vs_epsilon")
     targets = sorted(frame["target_epsilon"].unique())
     m2_ranks = sorted(frame.loc[frame["method"] == "m2", "rank"].unique())
