@@ -1,0 +1,233 @@
+"""The [P] sections of ``experiments/RESULTS.md`` (Wang, Zhang, "PRISM: Gauge-Invariant Tangent-Space DP LoRA").
+
+Thm 3.1's intrinsic noise energy and the factor-space energy of Figs. 2/3, the accuracy of PRISM against DP-LoRA
+and DP-LoRA-FA at equal ε, and Thm 3.4 for adaptive PRISM's factor pair against a canary audit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .formatting import mean_std, num, pct, plural, power, sig, table
+from .sources import Section, Sources, only, setting_value
+from .statistics import versus, welch_p
+
+PRISM_ENERGY_TOLERANCE = 0.02  # relative deviation of the measured PRISM energy accepted as "equal" ([P] Thm 3.1)
+
+
+def prism_energy(src: Sources) -> Section:
+    """[P] Thm 3.1's intrinsic energy and Figs. 2/3's factor-space energy, from ``prism_noise_energy.csv``."""
+    frame = src.table("prism_noise_energy")
+    closed = setting_value(frame, "prism_closed_form")
+    deviation = float((frame["prism"] / frame["prism_closed_form"] - 1).abs().max())
+    slope, intercept = np.polyfit(frame["factor_norm_statistic"], frame["factor_total"], 1)
+    fitted = slope * frame["factor_norm_statistic"] + intercept
+    residual = float(((frame["factor_total"] - fitted) ** 2).sum())
+    r_squared = 1 - residual / float(((frame["factor_total"] - frame["factor_total"].mean()) ** 2).sum())
+    tau2 = setting_value(frame, "noise_std") ** 2
+    energy_holds = deviation <= PRISM_ENERGY_TOLERANCE
+    unit = only(frame, gauges=1.0) if 1.0 in set(frame["gauges"]) else frame.iloc[len(frame) // 2]
+    smallest = frame.loc[frame["gauges"].idxmin()]
+    module = {name: setting_value(frame, name) for name in ("m", "n", "rank", "noise_std", "draws")}
+    body = f"""## [P] Thm 3.1 energy and Figs. 2/3 diagnostics
+
+`python experiments/prism_noise_energy.py` → `results/prism_noise_energy.csv`. One module m = {module["m"]:g},
+n = {module["n"]:g}, r = {module["rank"]:g}, τ = {sig(module["noise_std"])}, {module["draws"]:g} draws per gauge
+c ∈ {{{", ".join(f"{c:g}" for c in frame["gauges"])}}}.
+
+{
+        table(
+            ["quantity", "paper", "ours", "holds?"],
+            [
+                [
+                    f"PRISM intrinsic energy E‖τ P(Ξ)‖² vs τ² r(m+n−r) = {sig(closed, 3)}",
+                    "equal, gauge-invariant (Thm 3.1)",
+                    f"{sig(frame['prism'].min(), 4)}-{sig(frame['prism'].max(), 4)}, max deviation {pct(deviation, 2)}",
+                    f"{'**yes**' if energy_holds else '**no**'} (within {pct(PRISM_ENERGY_TOLERANCE)})",
+                ],
+                [
+                    "factor-space energy vs S_t = m‖B‖² + n‖A‖²",
+                    "linear in S_t, slope τ² (Prop. 2.2, Fig. 3)",
+                    f"slope {sig(slope, 4)} (τ² = {sig(tau2, 4)}), R² = {r_squared:.5f}; "
+                    f"{sig(unit['factor_total'], 3)} at "
+                    f"c = {unit['gauges']:g} vs {sig(smallest['factor_total'], 4)} at c = {smallest['gauges']:g}",
+                    "**yes**" if r_squared > 0.99 else "**no**",
+                ],
+            ],
+        )
+    }
+"""
+    summary = [
+        (
+            "[P] Thm 3.1 PRISM energy",
+            "r(m+n−r)τ², gauge-invariant",
+            f"within {pct(deviation, 2)} of τ²r(m+n−r) = {sig(closed, 3)} at every gauge",
+            f"{'**yes**' if energy_holds else '**no**'} (acceptance: within {pct(PRISM_ENERGY_TOLERANCE)})",
+        ),
+        (
+            "[P] Figs. 2/3 factor-space energy",
+            "linear in S_t",
+            f"slope {sig(slope, 4)} vs τ² = {sig(tau2, 4)}, R² = {r_squared:.5f}",
+            "**yes**" if r_squared > 0.99 else "**no**",
+        ),
+    ]
+    return Section(summary, body)
+
+
+def p_accuracy(src: Sources) -> Section:
+    """[P]'s accuracy at equal ε, PRISM vs DP-LoRA vs DP-LoRA-FA, from ``p_accuracy_at_epsilon.csv``."""
+    frame = src.table("p_accuracy_at_epsilon")
+    targets = sorted(frame["target_epsilon"].unique())
+    first = frame.iloc[0]
+    rows, findings, best_at, fa_worst = [], [], {}, {}
+    for target in targets:
+        cells = {m: only(frame, method=m, target_epsilon=target) for m in ("prism", "dp-lora", "dp-lora-fa")}
+        key = f"{target:g}"
+        rows.append(
+            [
+                key,
+                " / ".join(num(src.paper(f"p_t2_{m}_eps{key}")) for m in ("prism", "adamw", "ffa")),
+                *[mean_std(cells[m]) for m in ("prism", "dp-lora", "dp-lora-fa")],
+            ]
+        )
+        baseline = max(("dp-lora", "dp-lora-fa"), key=lambda m: cells[m]["test_accuracy"])
+        p = welch_p(cells["prism"], cells[baseline])
+        best_at[target] = versus(cells["prism"], cells[baseline])
+        fa_worst[target] = versus(cells["dp-lora-fa"], cells["dp-lora"]) == "behind"
+        fa_vs_lora = welch_p(cells["dp-lora-fa"], cells["dp-lora"])
+        findings.append(
+            f"ε = {key}: PRISM − best baseline ({baseline}) = "
+            f"{cells['prism']['test_accuracy'] - cells[baseline]['test_accuracy']:+.3f} (Welch p = {sig(p, 2)}); "
+            f"DP-LoRA-FA − DP-LoRA = {cells['dp-lora-fa']['test_accuracy'] - cells['dp-lora']['test_accuracy']:+.3f} "
+            f"(p = {sig(fa_vs_lora, 2)})"
+        )
+    sigmas = frame.groupby("target_epsilon")["noise_multiplier"].first()
+    lrs = frame.groupby("method")["lr"].first()
+    verdict = (
+        "PRISM vs the best baseline: "
+        + "; ".join(f"**{best_at[t]}** at ε = {t:g}" for t in targets)
+        + "; LoRA-FA worst: "
+        + ("**yes**" if all(fa_worst.values()) else "**no**" if not any(fa_worst.values()) else "**partly**")
+    )
+    body = f"""## [P] accuracy at ε ∈ {{{", ".join(f"{t:g}" for t in targets)}}}: PRISM vs DP-LoRA vs DP-LoRA-FA
+
+`python experiments/p_accuracy_at_epsilon.py` → `results/p_accuracy_at_epsilon.csv`. Digits MLP pretrained for
+{plural(first["pretrain_epochs"], "epoch")} (test acc. {num(first["base_accuracy"])}), LoRA r = {first["rank"]:g} on
+all layers, Poisson b =
+{first["batch_size"]:g} (q = {num(first["sample_rate"])}), {plural(first["epochs"], "epoch")} (T =
+{first["steps"]:g}), C = {first["clip"]:g},
+δ = {power(first["delta"])}; one σ per ε for all three (PLD accountant):
+{", ".join(f"σ = {num(s)} (ε = {t:g})" for t, s in sigmas.items())}. {first["models"]:g} models per cell (mean ± std).
+Optimisers: DP-LoRA and DP-LoRA-FA plain SGD at lr {sig(lrs["dp-lora"])} (untuned); PRISM its Adam-like adaptive
+direction at lr {sig(lrs["prism"])} (the best of three in a short probe). [P]'s DP-LoRA baseline is AdamW.
+
+{
+        table(
+            [
+                "ε",
+                "paper avg. (GLUE8 + Math-10K): PRISM / DP-LoRA (AdamW) / FFA",
+                "ours: PRISM",
+                "DP-LoRA",
+                "DP-LoRA-FA",
+            ],
+            rows,
+        )
+    }
+
+Claim (PRISM best at both ε, LoRA-FA worst), as tested here — PRISM with an adaptive direction and a tuned lr
+against untuned SGD baselines, so an optimiser effect is confounded with the mechanism (tuning both was not run):
+{"; ".join(findings)}. Verdict: {verdict}. With {first["models"]:g} models per cell, differences below a few stds are
+noise. Setting differences: MLP on digits vs RoBERTa/LLaMA on GLUE/Math, {plural(first["epochs"], "epoch")}, no
+hyperparameter grid.
+"""
+    summary = (
+        f"[P] accuracy at ε = {' / '.join(f'{t:g}' for t in targets)}",
+        "PRISM best (" + " / ".join(num(src.paper(f"p_t2_prism_eps{t:g}")) for t in targets) + " avg.; AdamW baseline)",
+        "; ".join(
+            f"ε={t:g}: PRISM {num(only(frame, method='prism', target_epsilon=t)['test_accuracy'])}, "
+            f"DP-LoRA {num(only(frame, method='dp-lora', target_epsilon=t)['test_accuracy'])}, "
+            f"DP-LoRA-FA {num(only(frame, method='dp-lora-fa', target_epsilon=t)['test_accuracy'])}"
+            for t in targets
+        ),
+        verdict + " (PRISM Adam-like with a tuned lr vs untuned SGD baselines: optimiser confound)",
+    )
+    return Section([summary], body)
+
+
+def prism_leak(src: Sources) -> Section:
+    """[P] Thm 3.4 for adaptive PRISM's factor pair against a canary audit, from ``prism_leak.csv``."""
+    frame = src.table("prism_leak")
+    rows = [
+        [
+            row["variant"],
+            row["state"] + ("" if row["state"] == "balanced" else f" (smallest singular value {sig(row['spread'])})"),
+            f"{row['n_in']:g} + {row['n_out']:g}",
+            f"{num(row['mu_analytic'], 2)} / {num(row['mu_empirical'], 2)} / {num(row['mu_gdp_lower'], 2)}",
+            num(row["auc"]),
+            num(row["epsilon_clopper_pearson"], 2),
+            num(row["epsilon_gdp"], 2),
+            num(row["analytic_epsilon"], 2),
+            row["verdict"],
+        ]
+        for _, row in frame.iterrows()
+    ]
+    violated = frame[frame["epsilon_clopper_pearson"] > frame["analytic_epsilon"]]
+    above_mu = frame[frame["mu_gdp_lower"] > frame["mu_analytic"]]
+    module = {name: setting_value(frame, name) for name in ("m", "n", "rank", "steps", "noise_multiplier", "delta")}
+    first = frame.iloc[0]
+    listed = "; ".join(
+        f"{row['variant']} ({row['state']}): CP ε {num(row['epsilon_clopper_pearson'], 2)} > "
+        f"{num(row['analytic_epsilon'], 2)}"
+        for _, row in violated.iterrows()
+    )
+    finding = (
+        f"**Finding: the analytic ε is violated** at 95% by {listed}."
+        if listed
+        else "No variant's Clopper-Pearson ε exceeds the analytic ε."
+    )
+    kept = frame[~frame["variant"].isin(violated["variant"])]
+    body = f"""## [P] Thm 3.4 and adaptive PRISM's factor pair (`prism_leak.py`, issue 15)
+
+`python experiments/prism_leak.py` → `results/prism_leak.csv`. One LoRA module m = {module["m"]:g}, n =
+{module["n"]:g}, r = {module["rank"]:g}; a rank-one canary of norm C = 1 in every IN model's batch (q = 1, no other
+examples), T = {module["steps"]:g}, σ = {module["noise_multiplier"]:g}, δ = {power(module["delta"])}; the auditor sees
+every step (docs/theory.md §3.9). Variants: `factor-pair` ([P] Eq. 24 as printed: the adaptive moments read Eq. 17's
+factor pair), `canonical-lift` (the moments read the canonical lift of ΔZ_dp, now the default) and `tangent-sgd` (no
+adaptive rule); start states `balanced` (PRISM's own start) and `spread` (one small singular value). Analytic ε:
+DP-SGD's accountant at q = 1 ([P] Thm 3.4); μ analytic = √T/σ, μ empirical = the standardised mean difference of
+the scores, μ GDP lower = the GDP route's 95% lower bound.
+
+{
+        table(
+            [
+                "variant",
+                "start state",
+                "trials",
+                "μ analytic / empirical / GDP lower",
+                "AUC",
+                "CP ε",
+                "GDP ε",
+                "analytic ε",
+                "verdict",
+            ],
+            rows,
+        )
+    }
+
+{finding} μ GDP lower bound above the analytic μ: {
+        ", ".join(f"{row['variant']} ({row['state']})" for _, row in above_mu.iterrows()) or "none"
+    }. Eq. 17's col(A) block of ΔA_dp is noise-free (std {sig(first["factor_block_std"], 2)} over the draws, against
+{sig(first["intrinsic_block_std"], 3)} for ΔZ_dp's matching block) and moves with the canary ({
+        sig(first["factor_block_without_canary"], 3)
+    } without, {sig(first["factor_block_with_canary"], 3)} with it). Not tested: PRISM's full training runs (the
+campaign rows of the tightness table are the default, canonical-lift PRISM) and T > {module["steps"]:g}.
+"""
+    summary = (
+        "[P] Thm 3.4 for adaptive PRISM",
+        "the adaptive rule is post-processing (ε of Thm 3.4)",
+        (f"{listed}; " if listed else "")
+        + f"{', '.join(sorted(kept['variant'].unique()))}: CP ε ≤ {num(kept['epsilon_clopper_pearson'].max(), 2)}"
+        f" (analytic {num(first['analytic_epsilon'], 2)})",
+        f"**no** for {', '.join(sorted(violated['variant'].unique()))}" if listed else "**yes**",
+    )
+    return Section([summary], body)
