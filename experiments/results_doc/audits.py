@@ -215,7 +215,7 @@ def mutant_table(src: Sources) -> Section:
     missed = [f"{mutant} T = {steps:g}" for mutant, steps in settings.groups if f"{mutant} T = {steps:g}" not in caught]
     body = f"""## Planted bugs: the mutants and their verdicts (`mutants.py`)
 
-`python experiments/mutants.py` → `results/mutants.csv`. Each planted bug (`dpaudit/mechanisms/catalogue.py`) at the settings of
+`python experiments/mutants.py` → `results/mutants.csv`. Each planted bug (`catalogue.MUTANTS`) at the settings of
 `dpaudit/studies/mutant_audit.py` (those of `benchmarks/bench_mutants.py`): dp-sgd on digits, C = 1, δ = 1e-5, a Dirac
 gradient canary seen at every step; one campaign with the mutant and one of the correct mechanism at the same
 settings. The analytic ε is the correct mechanism's claim in both. Flagged by: the verdict (docs/theory.md §3.7:
