@@ -209,8 +209,8 @@ class CampaignConfig:
             raise UsageError("--canary gradient needs --observe weights or steps: a gradient canary has no input")
         if observe == "steps" and self.mechanism in catalogue.applying("final-release"):
             raise UsageError(
-                f"--observe steps does not apply to {self.mechanism}, which releases only its final weights ([S]"
-                " Eq. 14): use --observe weights"
+                f"--observe steps does not apply to the {self.mechanism}, which releases only its final weights"
+                " ([S] Eq. 14): use --observe weights"
             )
         clip = self.clip if self.clip is not None and math.isfinite(self.clip) else 1.0
         norm = (

@@ -115,9 +115,11 @@ def test_diverging_models_are_named_with_the_fix_and_the_directory_restarts_afte
     argv = ["audit", "--models", "8", "--epochs", "1", "--batch-size", "8", "--workers", "1", "--quiet"]
     assert main([*argv, "--out", str(out)]) == 2
     err = _one_line_error(capsys, "diverged", "lower --lr", "raise --batch-size")
-    # Which models cross into NaN at this edge depends on float summation order (1, 5 at 1 thread; 1, 5, 6 at 2).
+    # Which models cross into NaN at this edge depends on float summation order, so on the machine and the thread
+    # count (seen: 1 and 5 at 1 thread, 1, 5 and 6 at 2 on one machine; 1 alone at 1 thread on another): model 1
+    # diverged in every setting tried.
     named = re.search(r"shadow model\(s\) ([\d, ]+) diverged", err)
-    assert named and {1, 5} <= {int(k) for k in named.group(1).split(",")}, err
+    assert named and 1 in {int(k) for k in named.group(1).split(",")} <= set(range(8)), err
     assert not list((out / "chunks").glob("*.npz"))  # nothing stored as finished
     assert main(["resume", str(out), "--quiet", "--workers", "1"]) == 2  # the same config diverges again
     _one_line_error(capsys, "diverged")

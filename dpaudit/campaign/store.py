@@ -348,7 +348,7 @@ class RunStore:
                     f"{self.root} holds a different campaign ({'; '.join(differences)}): its models cannot be mixed"
                     f" with these; use another --out, or `dpaudit resume {self.root}` to continue it as it was"
                 )
-            for name in ("plan.npz", "base.pt", "timing.json"):
+            for name in ("plan.npz", "base.pt", "timing.json", "privacy.json", "measured.json"):
                 with _usage_error_on_os_error(self.root / name, "remove"):
                     (self.root / name).unlink(missing_ok=True)
         metadata = {
