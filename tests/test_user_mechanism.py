@@ -17,7 +17,7 @@ from dpaudit.config import CampaignConfig
 from dpaudit.mechanisms.base import Mechanism, Step
 from dpaudit.mechanisms.dpsgd import dp_sgd
 from dpaudit.mechanisms.nonprivate import NonPrivate
-from dpaudit.mechanisms.privacy import SubsampledGaussian, Training
+from dpaudit.mechanisms.privacy import ZERO_NOISE, PrivacyEvent, SubsampledGaussian, Training
 from dpaudit.training import engine, sampling
 from tests.claims import analytic_bound
 
@@ -56,7 +56,11 @@ class ClippedNoisySum(Mechanism):
             update[name] = noise + total / b
         return update
 
-    def privacy(self, training: Training) -> SubsampledGaussian:
+    def privacy(self, training: Training) -> PrivacyEvent:
+        # The convention of every noisy mechanism: without noise it claims "not DP", not a Gaussian of σ = 0
+        # (which no accountant takes).
+        if self.noise_multiplier == 0:
+            return ZERO_NOISE
         return SubsampledGaussian(self.noise_multiplier, training.sample_rate, training.steps)
 
 

@@ -52,7 +52,7 @@ def project(
     """
     projected = {}
     for name, gradient in gradients.items():
-        a = factors[name].to(gradient.device)
+        a = factors[name].to(gradient.device, gradient.dtype)  # drawn in float32; the weights may be float64
         flat = gradient.reshape(gradient.shape[0], gradient.shape[1], -1)
         projected[name] = (scale**2 * (flat @ a.transpose(1, 2)) @ a).reshape(gradient.shape)
     return projected
