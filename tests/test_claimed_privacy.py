@@ -15,6 +15,7 @@ import pytest
 
 from accountants import dpsgd
 from dpaudit import analysis
+from dpaudit.analysis.bounds import event_bound
 from dpaudit.campaign import runner
 from dpaudit.campaign.store import RunStore
 from dpaudit.cli import main
@@ -85,3 +86,10 @@ def test_a_run_directory_of_the_previous_format_is_refused_with_re_run(dp_sgd_ru
     assert main(["analyse", str(copy)]) == 2
     err = capsys.readouterr().err.strip()
     assert "run format 3" in err and "re-run the campaign" in err
+
+
+def test_a_user_event_with_sigma_0_is_not_dp_rather_than_an_accountant_error():
+    """A user's mechanism may describe σ = 0 as a subsampled Gaussian: it is bounded as the catalogue's σ = 0 is."""
+    bound = event_bound(privacy.SubsampledGaussian(0.0, 0.1, 10), 1e-5)
+    assert bound.not_dp and bound.epsilon is None and bound.reason == privacy.ZERO_NOISE.reason
+    assert event_bound(privacy.SubsampledGaussian(1.0, 0.1, 10), 1e-5).epsilon > 0

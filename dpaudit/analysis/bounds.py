@@ -35,6 +35,7 @@ from typing import Any
 
 from dpaudit.config import CampaignConfig
 from dpaudit.mechanisms.privacy import (
+    ZERO_NOISE,
     GaussianSketch,
     LayerShape,
     NoisyProjectionM2,
@@ -82,6 +83,9 @@ def event_bound(event: PrivacyEvent, delta: float) -> AnalyticBound:
 
 def _subsampled_gaussian(event: SubsampledGaussian, delta: float) -> AnalyticBound:
     from accountants import dpsgd
+
+    if event.noise_multiplier == 0:  # a user's mechanism may describe σ = 0 so: the catalogue's say ZERO_NOISE
+        return _not_dp(ZERO_NOISE, delta)
 
     source = "Poisson-subsampled Gaussian, PLD accountant (accountants.dpsgd), add/remove"
     if event.theorem:
