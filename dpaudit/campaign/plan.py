@@ -29,8 +29,8 @@ from dpaudit.campaign.shadow import (
     lora_spec,
     one_thread_precision,
     outputs_of,
+    settings_of,
     train_models,
-    training_settings,
 )
 from dpaudit.campaign.store import Plan, RunStore, checksum
 from dpaudit.config import CampaignConfig
@@ -85,11 +85,7 @@ def _canary_labels(
 ) -> np.ndarray:
     """y_q = argmin of a reference model's logits on each canary x_q, that model trained on D by the same procedure."""
     reference = Setup(
-        config.seed,
-        training_settings(config),
-        lora_spec(config),
-        config.precision,
-        str(config.observe),
+        settings_of(config),
         dataset,
         base,
         mechanism,
@@ -293,11 +289,7 @@ def prepare(
     members = int(pool_membership.sum(axis=1).max())  # N: with the batch size it fixes the bound's q and T
     layout = sampling.BatchLayout.for_members(members, config.batch_size)
     setup = Setup(
-        config.seed,
-        training_settings(config),
-        lora_spec(config),
-        config.precision,
-        str(config.observe),
+        settings_of(config),
         dataset,
         base,
         mechanism,

@@ -29,13 +29,12 @@ from dpaudit.training import engine, sampling
 _LOGIT_ELEMENTS = 2**24  # next-token logits materialised at once while a chunk's outputs are summarised (64 MiB)
 
 
-@dataclass
-class Setup:
-    """Everything a chunk needs to train its models, decoded from the config once; picklable, sent to each worker.
+@dataclass(frozen=True)
+class ShadowSettings:
+    """The config's settings as shadow training takes them, decoded once (:func:`settings_of`).
 
-    ``training`` (epochs, batch size, learning rate and schedule), ``lora`` (the adapter, None for full
-    fine-tuning), ``precision`` and ``observe`` are the config's settings as the engine and the canaries take them;
-    workers never see the :class:`dpaudit.config.CampaignConfig`.
+    ``training``: epochs, batch size, learning rate and schedule; ``lora``: the adapter (None for full fine-tuning);
+    ``precision``: fp32 or bf16 (autocast); ``observe``: what the gradient canaries record.
     """
 
     seed: int
@@ -43,6 +42,17 @@ class Setup:
     lora: models.LoraSpec | None
     precision: str
     observe: str
+
+
+@dataclass
+class Setup:
+    """Everything a chunk needs to train its models, decoded from the config once; picklable, sent to each worker.
+
+    ``settings`` are the config's settings as the engine and the canaries take them (:class:`ShadowSettings`);
+    workers never see the :class:`dpaudit.config.CampaignConfig`.
+    """
+
+    settings: ShadowSettings
     dataset: data_lib.Dataset
     base: nn.Module
     mechanism: Mechanism
@@ -88,6 +98,13 @@ def training_settings(config: CampaignConfig) -> sampling.TrainingConfig:
     )
 
 
+def settings_of(config: CampaignConfig) -> ShadowSettings:
+    """``config`` decoded for shadow training (:class:`ShadowSettings`)."""
+    return ShadowSettings(
+        config.seed, training_settings(config), lora_spec(config), config.precision, str(config.observe)
+    )
+
+
 @contextmanager
 def one_thread_precision(precision: str, device: torch.device) -> Iterator[None]:
     """One torch thread and the campaign's precision.
@@ -112,8 +129,8 @@ def train_models(
     canaries: canary_lib.CanaryRun | None = None,
 ) -> engine.ShadowModels:
     """Models of ``setup`` with ``randomness`` and ``membership`` rows trained on ``device``, one torch thread."""
-    shadow = engine.build(setup.base, setup.mechanism.parameterization, setup.lora, randomness, device)
-    with one_thread_precision(setup.precision, device):
+    shadow = engine.build(setup.base, setup.mechanism.parameterization, setup.settings.lora, randomness, device)
+    with one_thread_precision(setup.settings.precision, device):
         engine.train(
             shadow,
             setup.mechanism,
@@ -121,7 +138,7 @@ def train_models(
             setup.pool_y,
             membership,
             randomness,
-            setup.training,
+            setup.settings.training,
             setup.layout,
             on_step,
             canaries,
@@ -140,10 +157,10 @@ def train_chunk(
 
     Raises :class:`Diverged` rather than return non-finite outputs (which would be stored as finished).
     """
-    randomness = shadow_randomness(setup.seed, indices)
+    randomness = shadow_randomness(setup.settings.seed, indices)
     canaries = None
     if setup.canaries is not None and setup.canary_membership is not None:
-        canaries = canary_lib.CanaryRun(setup.canaries, setup.canary_membership[indices], setup.observe)
+        canaries = canary_lib.CanaryRun(setup.canaries, setup.canary_membership[indices], setup.settings.observe)
     shadow = train_models(setup, randomness, setup.pool_membership[indices], device, on_step, canaries)
     observations = shadow.canary_observations
     forward, k, test = functools.partial(engine.logits, shadow), len(indices), setup.dataset.test

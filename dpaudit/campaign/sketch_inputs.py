@@ -64,15 +64,17 @@ def retrain_recording(
     setup: Setup, indices: np.ndarray, snapshot_steps: frozenset[int]
 ) -> tuple[_SketchInputsRecorder, engine.ShadowModels]:
     """Models ``indices`` of the campaign trained again on the CPU as full-weight LoRA-FA, recording as they train."""
-    assert setup.lora is not None, "LoRA-FA has a rank"
-    scale = setup.lora.scale
-    recorder = _SketchInputsRecorder(WishartProjection(setup.lora.rank, scale), snapshot_steps)
-    randomness = shadow_randomness(setup.seed, indices)
+    lora = setup.settings.lora
+    assert lora is not None, "LoRA-FA has a rank"
+    recorder = _SketchInputsRecorder(WishartProjection(lora.rank, lora.scale), snapshot_steps)
+    randomness = shadow_randomness(setup.settings.seed, indices)
     device = torch.device("cpu")
     shadow = engine.build(setup.base, "full", None, randomness, device)
     membership = setup.pool_membership[indices]
-    with one_thread_precision(setup.precision, device):
-        engine.train(shadow, recorder, setup.pool_x, setup.pool_y, membership, randomness, setup.training, setup.layout)
+    with one_thread_precision(setup.settings.precision, device):
+        engine.train(
+            shadow, recorder, setup.pool_x, setup.pool_y, membership, randomness, setup.settings.training, setup.layout
+        )
     return recorder, shadow
 
 
@@ -92,13 +94,13 @@ def measure_sketch_inputs(setup: Setup) -> dict:
         if target_in is not None and target_in.any() and not target_in.all()
         else np.arange(min(_SKETCH_MODELS, setup.models))
     )
-    training = setup.training
+    training = setup.settings.training
     steps = training.epochs * setup.layout.steps
     starts = np.unique(np.linspace(0, max(steps - 2, 0), min(_SMOOTHNESS_PAIRS, max(steps - 1, 1))).astype(int))
     pairs = [(int(t), int(t) + 1) for t in starts if t + 1 < steps]
     recorder, shadow = retrain_recording(setup, indices, frozenset(t for pair in pairs for t in pair))
     membership = setup.pool_membership[indices]
-    with one_thread_precision(setup.precision, torch.device("cpu")):
+    with one_thread_precision(setup.settings.precision, torch.device("cpu")):
         full_gradient = gradient_function(shadow.module, per_example=False)
         x = torch.from_numpy(setup.pool_x).expand(len(indices), *setup.pool_x.shape)
         y = torch.from_numpy(setup.pool_y).expand(len(indices), *setup.pool_y.shape)

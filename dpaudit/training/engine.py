@@ -36,14 +36,7 @@ class StepObserver(Protocol):
     (:class:`dpaudit.training.canaries.CanaryRun`) are the one implementation; the engine knows nothing else of them.
     """
 
-    def start(
-        self,
-        params: dict[str, torch.Tensor],
-        randomness: Sequence[ModelRandomness],
-        sample_rate: float | None,
-        steps_per_epoch: int,
-        epochs: int,
-    ) -> None: ...
+    def start(self, params, randomness, sample_rate: float | None, steps_per_epoch: int, epochs: int) -> None: ...
 
     def insert(self, gradients, weights: torch.Tensor, per_example: bool) -> tuple: ...
 
