@@ -129,7 +129,7 @@ def build_mechanism(args: argparse.Namespace):
     if kind == "wishart-vector":
         return releases.WishartVector(releases.aligned_unit_vectors(args.d, args.rho, seed), args.r)
     if kind == "wishart-m2":
-        return releases.NoisyProjectionM2(
+        return releases.NoisyProjectionM2Release(
             releases.low_rank_change(args.d, args.n, args.rank, args.frobenius, seed), args.r, args.sigma
         )
     if kind == "sketch":
@@ -137,7 +137,7 @@ def build_mechanism(args: argparse.Namespace):
             args.n, args.m, args.norm_bound, args.sensitivity, args.lambda_min, args.direction, seed
         )
         sigma_a = 1 / math.sqrt(check.count("--r", args.r)) if args.sigma_a is None else args.sigma_a
-        return releases.GaussianSketch(sketch, args.r, sigma_a, args.sigma_g)
+        return releases.GaussianSketchRelease(sketch, args.r, sigma_a, args.sigma_g)
     pair = releases.one_column_change(args.d, args.n, args.beta_perp, args.rho_parallel, args.rho_perp, seed)
     if kind == "wishart-m1":
         return releases.NoisyProjectionM1(pair, args.r, args.sigma)

@@ -68,24 +68,24 @@ from attacks.metrics import summarize
 from attacks.tradeoff import audit_verdict, max_auc
 from dpaudit.release_audit.releases import (
     GaussianMechanism,
-    GaussianSketch,
+    GaussianSketchRelease,
     MatrixProjection,
     NoisyProjectionM1,
-    NoisyProjectionM2,
+    NoisyProjectionM2Release,
     OneColumnChange,
     WishartVector,
 )
 
 Outcome = Literal["consistent", "violated", "inconclusive", "not DP"]
 
-_EXACT_LIKELIHOOD = (GaussianMechanism, WishartVector, GaussianSketch)
+_EXACT_LIKELIHOOD = (GaussianMechanism, WishartVector, GaussianSketchRelease)
 # The release classes audit() accepts → their names in ``dpaudit audit-mechanism`` and in its results.
 RELEASE_NAMES = {
     GaussianMechanism: "gaussian",
     WishartVector: "wishart-vector",
     NoisyProjectionM1: "wishart-m1",
-    NoisyProjectionM2: "wishart-m2",
-    GaussianSketch: "sketch",
+    NoisyProjectionM2Release: "wishart-m2",
+    GaussianSketchRelease: "sketch",
     MatrixProjection: "projection",
 }
 
@@ -134,7 +134,7 @@ def log_likelihood_ratio(mechanism, statistic: np.ndarray) -> np.ndarray:
         return (offset - 2 * statistic[:, 0]) / (2 * mechanism.sigma**2)
     if isinstance(mechanism, WishartVector):
         return _wishart_vector_loss(statistic, mechanism.pair.d, mechanism.r)
-    if isinstance(mechanism, GaussianSketch):
+    if isinstance(mechanism, GaussianSketchRelease):
         log_det_ratio = (
             np.linalg.slogdet(mechanism.covariance("V"))[1] - np.linalg.slogdet(mechanism.covariance("V'"))[1]
         )
@@ -286,7 +286,7 @@ def _relabel(bound: Bound, source: str, **details) -> Bound:
     return dataclasses.replace(bound, source=source, details=dict(bound.details, **details))
 
 
-def _sketch_lemma71(mechanism: GaussianSketch, delta: float) -> tuple[Bound, Bound]:
+def _sketch_lemma71(mechanism: GaussianSketchRelease, delta: float) -> tuple[Bound, Bound]:
     """[S] Lemma 7.1 as stated, and in the one-column form of [S] App. D.1 that the paper calls tight.
 
     As stated: ``B_C = 2 B_F B_S`` and lambda_bar bounding the Gram matrices of both inputs (the lemma's
@@ -336,7 +336,7 @@ def analytic_bounds(mechanism, delta: float, *, seed: int = 0) -> tuple[Bound, .
     if isinstance(mechanism, NoisyProjectionM1):
         calibrations: tuple[wishart.GaussianCalibration, ...] = ("classical", "exact")
         return tuple(_m1_theorem3(mechanism, delta, calibration) for calibration in calibrations)
-    if isinstance(mechanism, NoisyProjectionM2):
+    if isinstance(mechanism, NoisyProjectionM2Release):
         pair, sigma = mechanism.pair, mechanism.sigma
         singular_values = pair.difference_singular_values
         rank_one = singular_values.size == 1
@@ -354,7 +354,7 @@ def analytic_bounds(mechanism, delta: float, *, seed: int = 0) -> tuple[Bound, .
             ),
             _relabel(baseline, "Gaussian mechanism on V + Xi, M as post-processing (docs/theory.md §2.1)"),
         )
-    if isinstance(mechanism, GaussianSketch):
+    if isinstance(mechanism, GaussianSketchRelease):
         return _sketch_lemma71(mechanism, delta)
     if isinstance(mechanism, MatrixProjection):
         return (_proposition2(mechanism, delta), _lora_claim(mechanism, delta))
@@ -468,7 +468,7 @@ def exact_profile(
             seed=_seed_int(seed, "exact profile"),
             confidence=confidence,
         )
-    if isinstance(mechanism, GaussianSketch):
+    if isinstance(mechanism, GaussianSketchRelease):
         ratios = np.linalg.eigvals(np.linalg.solve(mechanism.covariance("V'"), mechanism.covariance("V"))).real
         changed = ratios[np.abs(ratios - 1) > 1e-10]
         if changed.size != 1:
@@ -687,7 +687,7 @@ def describe(mechanism) -> dict[str, Any]:
         return dict(d=mechanism.pair.d, sensitivity=mechanism.pair.sensitivity, sigma=mechanism.sigma, mu=mechanism.mu)
     if isinstance(mechanism, WishartVector):
         return dict(d=mechanism.pair.d, r=mechanism.r, rho=mechanism.pair.rho)
-    if isinstance(mechanism, GaussianSketch):
+    if isinstance(mechanism, GaussianSketchRelease):
         pair = mechanism.pair
         return dict(
             n=pair.n,
@@ -711,7 +711,7 @@ def describe(mechanism) -> dict[str, Any]:
         difference_rank=pair.difference_rank,
         frobenius_distance=pair.frobenius_distance,
     )
-    if isinstance(mechanism, (NoisyProjectionM1, NoisyProjectionM2)):
+    if isinstance(mechanism, (NoisyProjectionM1, NoisyProjectionM2Release)):
         parameters["sigma"] = mechanism.sigma
     if isinstance(pair, OneColumnChange):
         parameters.update(
