@@ -1,4 +1,4 @@
-"""Every mechanism of ``dpaudit audit`` runs at its defaults (issue 13): a 16-model, one-epoch campaign exits 0.
+"""Every mechanism of ``dpaudit audit`` runs at its defaults: a 16-model, one-epoch campaign exits 0.
 
 Small on purpose (16 shadow models, one epoch, one worker); what it checks is that no mechanism's defaults are
 refused (PRISM's rank 16 meets a 10-class head: that layer is adapted at rank 10, which the summary states).
