@@ -329,6 +329,14 @@ def write_entries(entries: list[RunEntry], out: Path) -> tuple[Path, Path]:
     """Write report.html and report.md (+ the figures as PNG for the markdown) of ``entries`` into ``out``.
 
     Each file is replaced atomically, and a link at any of their names is replaced, never followed.
+
+    Args:
+        entries: the runs to report, in report order, each with its summary and analysis (:func:`load`, or
+            :func:`dpaudit.reporting.run_report.write_run` for the run it just analysed).
+        out: the directory to write into; created if missing.
+
+    Returns:
+        The paths of report.html and report.md, in that order.
     """
     make_directory(out)
     rows = theory_vs_audit_rows(entries)
@@ -341,7 +349,20 @@ def write_entries(entries: list[RunEntry], out: Path) -> tuple[Path, Path]:
 
 
 def write(run_dirs: list[Path], out: Path | None = None) -> tuple[Path, Path]:
-    """The report of finished run directories, into ``out`` or else the first run directory."""
+    """The report of finished run directories, into ``out`` or else the first run directory.
+
+    Every number is recomputed from each run's outputs (:func:`load`); summary.json only names the attack.
+
+    Args:
+        run_dirs: finished, analysed run directories (each holds a summary.json), in report order.
+        out: the directory for the report files; None: the first run directory.
+
+    Returns:
+        The paths of report.html and report.md, in that order (:func:`write_entries`).
+
+    Raises:
+        UsageError: no run directory, or one without a summary.json naming its attack.
+    """
     if not run_dirs:
         raise UsageError("give at least one run directory")
     entries = [load(Path(d)) for d in run_dirs]
