@@ -55,6 +55,7 @@ from accountants import gaussian, sketch, wishart
 from accountants import validation as check
 from accountants._montecarlo import SortedLosses, invert
 from accountants._numeric import solve_decreasing
+from accountants.jsondata import json_safe
 from accountants.result import REPLACE_ONE, Bound, inapplicable
 from accountants.validation import InvalidArgument
 from attacks.epsilon import (
@@ -652,24 +653,8 @@ class MechanismAudit:
     reason: str
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready (inf and nan written as strings)."""
-
-        def plain(value):
-            if isinstance(value, Bound):
-                return value.to_dict()
-            if dataclasses.is_dataclass(value) and not isinstance(value, type):
-                return {field.name: plain(getattr(value, field.name)) for field in dataclasses.fields(value)}
-            if isinstance(value, Mapping):
-                return {str(k): plain(v) for k, v in value.items()}
-            if isinstance(value, (tuple, list)):
-                return [plain(v) for v in value]
-            if hasattr(value, "item"):
-                value = value.item()
-            if isinstance(value, float) and not math.isfinite(value):
-                return str(value)
-            return value
-
-        summary = plain(self)
+        """JSON-ready: bounds by :meth:`Bound.to_dict`, inf and nan as strings (:mod:`accountants.jsondata`)."""
+        summary = json_safe({field.name: getattr(self, field.name) for field in dataclasses.fields(self)})
         for name in ("clopper_pearson", "gaussian_dp"):  # name the threshold strategy (Bonferroni has no fields)
             strategy = getattr(self, name).strategy
             summary[name]["strategy"] = dict(kind=type(strategy).__name__, **summary[name]["strategy"])

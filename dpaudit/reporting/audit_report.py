@@ -22,6 +22,7 @@ import numpy as np
 from dpaudit.analysis import ATTACKS, Analysis, analyse
 from dpaudit.campaign.store import ABSENT, RunStore, make_directory, read_json, write_file
 from dpaudit.errors import UsageError
+from dpaudit.formatting import number
 from dpaudit.reporting.figures import EPSILON_SERIES, VIOLATION_COLOUR, draw_roc, figure_png
 from dpaudit.reporting.summary import summary as summary_of
 
@@ -172,10 +173,6 @@ def sweep_figure(entries: list[RunEntry], parameter: str) -> bytes:
 # -- tables -----------------------------------------------------------------------------------------------------
 
 
-def _number(value, digits: int = 3) -> str:
-    return "n/a" if value is None else ("∞" if value == float("inf") else f"{value:.{digits}f}")
-
-
 def _parameters(summary: dict) -> str:
     config = summary["config"]
     shown = [f"r={config['rank']}"] if summary["mechanism"] != "none" else []
@@ -198,11 +195,11 @@ def theory_vs_audit_rows(entries: list[RunEntry]) -> list[dict[str, str]]:
                 "run": entry.label,
                 "mechanism": s["mechanism"] + (f" (mutant {s['config']['mutant']})" if s.get("planted_bug") else ""),
                 "parameters": _parameters(s),
-                "analytic ε": _number(s.get("analytic_epsilon")),
+                "analytic ε": number(s.get("analytic_epsilon")),
                 "bound": bound,
                 "empirical ε ≥ (95%)": _empirical(s),
                 "AUC (95% CI)": f"{s['auc']:.3f} ({lo:.3f}–{hi:.3f})",
-                "max AUC allowed": _number(entry.max_allowed_auc),
+                "max AUC allowed": number(entry.max_allowed_auc),
                 "verdict": outcome,
                 "why": reason,
             }
@@ -211,7 +208,7 @@ def theory_vs_audit_rows(entries: list[RunEntry]) -> list[dict[str, str]]:
         for row, entry in zip(rows, entries):
             claim = entry.summary.get("sketch_claim")
             row["[S] Lemma 7.2 at measured λ̄, C, β"] = (
-                "n/a" if not claim else f"ε = {_number(claim['epsilon'])}, Γ = {claim['gamma']:.3g}: {claim['reason']}"
+                "n/a" if not claim else f"ε = {number(claim['epsilon'])}, Γ = {claim['gamma']:.3g}: {claim['reason']}"
             )
     return rows
 
@@ -220,8 +217,8 @@ def _empirical(s: dict) -> str:
     """The run's empirical ε lower bounds: Clopper-Pearson and GDP, or the one-run design's (pooled)."""
     if s.get("epsilon_lower_bound") is None and "epsilon_lower_bound_one_run_fdp" in s:
         pooled, fdp = s["epsilon_lower_bound_one_run"], s["epsilon_lower_bound_one_run_fdp"]
-        return f"one-run {_number(pooled)} (f-DP {_number(fdp)})"
-    return f"{_number(s['epsilon_lower_bound'])} (GDP {_number(s['epsilon_lower_bound_gdp'])})"
+        return f"one-run {number(pooled)} (f-DP {number(fdp)})"
+    return f"{number(s['epsilon_lower_bound'])} (GDP {number(s['epsilon_lower_bound_gdp'])})"
 
 
 # -- writers ----------------------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 
 from dpaudit.analysis import Analysis
-from dpaudit.campaign.store import json_text, write_file
+from dpaudit.campaign.store import write_file
+from dpaudit.formatting import json_text
 from dpaudit.reporting import audit_report
 from dpaudit.reporting.figures import draw_roc, figure_png
 from dpaudit.reporting.summary import summary
