@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
+from accountants.jsondata import json_safe
+
 Neighbouring = Literal["replace-one", "add/remove"]
 REPLACE_ONE: Neighbouring = "replace-one"
 ADD_REMOVE: Neighbouring = "add/remove"
@@ -85,31 +87,19 @@ class Bound:
         return bool(self.conditional_on)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (inf is written as the string ``"inf"``)."""
-
-        def plain(value):
-            if isinstance(value, float) and math.isinf(value):
-                return "inf"
-            if isinstance(value, (tuple, list)):
-                return [plain(v) for v in value]
-            if isinstance(value, Mapping):
-                return {k: plain(v) for k, v in value.items()}
-            if hasattr(value, "item"):  # numpy scalars
-                return plain(value.item())
-            return value
-
+        """JSON-ready dict (inf and nan written as strings: :func:`accountants.jsondata.json_safe`)."""
         return {
             "source": self.source,
-            "epsilon": plain(self.epsilon),
+            "epsilon": json_safe(self.epsilon),
             "delta": self.delta,
             "neighbouring": self.neighbouring,
             "valid": self.valid,
             "reason": self.reason,
             "conditional_on": list(self.conditional_on),
-            "inputs": plain(dict(self.inputs)),
-            "details": plain(dict(self.details)),
-            "epsilon_interval": plain(self.epsilon_interval),
-            "delta_interval": plain(self.delta_interval),
+            "inputs": json_safe(dict(self.inputs)),
+            "details": json_safe(dict(self.details)),
+            "epsilon_interval": json_safe(self.epsilon_interval),
+            "delta_interval": json_safe(self.delta_interval),
             "confidence": self.confidence,
         }
 

@@ -42,7 +42,8 @@ def audit(
     Args:
         model: the base model, any ``torch.nn.Module`` with Linear/Conv2d layers for the mechanism to train; it is
             copied, never changed, and pretrained on the public split unless ``pretrain=False``.
-        data: a :class:`dpaudit.data.Dataset`, or arrays ``(x, y)`` split 40/40/20 as ``--dataset npz:PATH``'s.
+        data: a :class:`dpaudit.data.Dataset`, or arrays ``(x, y)`` (x (n, *input_shape), y (n,) integer labels),
+            split 40/40/20 (public, private, test) as ``--dataset npz:PATH``'s.
         mechanism: a mechanism object of :mod:`dpaudit.mechanisms` (e.g. ``dp_sgd("dp-lora", 1.0, 1.0)``,
             ``lora_fa()``), whose parameters are the campaign's noise, clip and options; or your own
             :class:`dpaudit.mechanisms.base.Mechanism` subclass (a ``name`` that is not a registered mechanism's),
@@ -56,6 +57,10 @@ def audit(
 
     Returns:
         The same :class:`dpaudit.analysis.Analysis` as ``dpaudit audit``, whose report files are written to ``out``.
+
+    Raises:
+        UsageError: settings the objects decide (dataset, model, mechanism and its parameters), objects of the
+            wrong type, a config that does not validate, or a run directory holding a different campaign.
     """
     decided = sorted(set(settings) & set(_FROM_OBJECTS))
     if decided:

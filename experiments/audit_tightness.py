@@ -1,4 +1,4 @@
-"""Audit tightness by mechanism and threat model: analytic ε against the CP, GDP and one-run empirical ε (issue 15).
+"""Audit tightness by mechanism and threat model: analytic ε against the CP, GDP and one-run empirical ε.
 
 Every cell is one campaign on digits' MLP at the same privacy parameters: full batch (b = N = 718, q = 1; with the
 input canary N = 719, q = 718/719 and half the epochs), σ = 2, C = 1, ``--epochs`` steps (T = 4 by default), δ =

@@ -115,12 +115,12 @@ def grid(paper_scale: bool):
         ),
     }
     for kind, points in noisy.items():
-        release = releases.NoisyProjectionM1 if kind == "wishart-m1" else releases.NoisyProjectionM2
+        release = releases.NoisyProjectionM1 if kind == "wishart-m1" else releases.NoisyProjectionM2Release
         for d, r, sigma, rho in points:
             mechanism = release(releases.one_column_change(d, 2, 1.0, 1.0, rho), r, sigma)
             yield kind, dict(d=d, n=2, r=r, sigma=sigma, rho=rho), mechanism, learned_draws
     for r, sigma_g, sensitivity in itertools.product((8, 64), (0.0, 0.1), (0.1, 0.2)):
-        mechanism = releases.GaussianSketch(
+        mechanism = releases.GaussianSketchRelease(
             releases.sketch_pair(4, 32, 2.0, sensitivity, 1.0), r, 1 / math.sqrt(r), sigma_g
         )
         yield "sketch", dict(d=32, n=4, r=r, sigma=sigma_g, sensitivity=sensitivity), mechanism, exact_draws

@@ -1,4 +1,4 @@
-"""Adaptive PRISM's noise-free factor block (issue 15): the numbers, and a white-box audit against [P] Thm 3.4.
+"""Adaptive PRISM's noise-free factor block: the numbers, and a white-box audit against [P] Thm 3.4.
 
 The fact. Eq. 17's noisy factor pair is ``ΔA_dp = Ḡ_A/b + τ Ξ_A``, ``ΔB_dp = Ḡ_B/b + τ Ξ_B`` (τ = σC/b, Ḡ the
 lift of the clipped sum). The noise has ``Q_Aᵀ Ξ_A = 0`` (Eq. 19), so the col(A) block ``Q_Aᵀ ΔA_dp = ½ Q_Aᵀ Ḡ B
@@ -120,7 +120,7 @@ def run_trials(
 
 
 def noise_free_block(m: int, n: int, rank: int, draws: int, seed: int) -> dict[str, float]:
-    """Step 1 of issue 15 in float64: Eq. 17's col(A) block is noise-free, ΔZ_dp's matching block is not.
+    """The leak's first step in float64: Eq. 17's col(A) block is noise-free, ΔZ_dp's matching block is not.
 
     Balanced factors (spectral norm ½), two neighbouring clipped sums ``Ḡ`` and ``Ḡ + G_c`` (G_c a rank-one
     unit-norm gradient in col(A)×col(B), clip norm C = 1, b = 1, σ = 1), ``draws`` noise draws each. Returns the

@@ -37,9 +37,9 @@ SCRIPTS = (
     ("p_accuracy_at_epsilon", "[P] accuracy at ε ∈ {3, 6}"),
     ("denoise_cosine", "[D] Fig. 2"),
     ("d_denoise_convergence", "[D] convergence at equal ε"),
-    ("audit_tightness", "audit tightness (issue 15)"),
+    ("audit_tightness", "audit tightness"),
     ("prism_leak", "[P] Thm 3.4, adaptive PRISM"),
-    ("mutants", "planted bugs (issue 15)"),
+    ("mutants", "planted bugs"),
 )
 
 

@@ -7,12 +7,15 @@ Rules (checked over the package, its tests, experiments, benchmarks, the README 
 * ``docs/<file>.md`` names a file of docs/, and ``docs/<file>.md §N.M`` a heading of that file numbered N.M;
 * a bare ``§N.M`` is either a paper citation (right after a paper key: ``[W] §4.2``) or a section of the docs
   file cited last on the same line (``docs/theory.md §1.1, §1.3``), else of docs/theory.md (inside a docs file:
-  of that file). Ranges ``§3.4-3.5`` need both ends. A ``§`` without a number is an error.
+  of that file). Ranges ``§3.4-3.5`` need both ends. A ``§`` without a number is an error;
+* no tracked ``.py`` or ``.md`` file points at a numbered tracker issue (the word followed by its number): the
+  text says what it refers to, and the tracker's numbers stay in the git history.
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -34,6 +37,10 @@ SECTION = re.compile(r"§\s?(\d+(?:\.\d+)*)?(?:\s*[-–]\s*§?(\d+(?:\.\d+)*))?"
 PAPER_KEY_BEFORE = re.compile(r"\[[A-Z]\]\s*$")
 HEADING_NUMBER = re.compile(r"^#{1,6}\s+(\d+(?:\.\d+)*)\.?\s", re.MULTILINE)
 MARKDOWN_LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
+# The word, an optional plural, then a number (``#12``, `` 12``, ``-12``). Spelt in two parts so that this file
+# does not match it.
+_ISSUE_WORD = "iss" + "ue"
+ISSUE_REFERENCE = re.compile(rf"\b{_ISSUE_WORD}s?(?:\s?#?|-)\d", re.IGNORECASE)
 
 
 def _scanned_files() -> list[Path]:
@@ -45,6 +52,17 @@ def _scanned_files() -> list[Path]:
             if path.is_file() and path.suffix in TEXT_SUFFIXES and not skipped and path != Path(__file__).resolve():
                 files.append(path)
     return files
+
+
+def _tracked_sources() -> list[Path]:
+    """Every tracked ``.py`` and ``.md`` file (git's index; without git, the scanned files of those suffixes)."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--", "*.py", "*.md"], cwd=ROOT, capture_output=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return [path for path in [*_scanned_files(), Path(__file__).resolve()] if path.suffix in {".py", ".md"}]
+    return [ROOT / name for name in listed.decode().split("\0") if name and (ROOT / name).is_file()]
 
 
 def _doc_files() -> list[Path]:
@@ -81,6 +99,11 @@ def citation_errors(line: str, sections: dict[str, set[str]], default_doc: str =
     return errors
 
 
+def issue_references(line: str) -> list[str]:
+    """The numbered tracker-issue references of one line."""
+    return [match.group(0) for match in ISSUE_REFERENCE.finditer(line)]
+
+
 def outside_references(line: str, in_docs: bool = False) -> list[str]:
     """The references of one line to files outside the repository (docs/ may link to the top-level README)."""
     pattern = OUTSIDE_REFERENCES_IN_DOCS if in_docs else OUTSIDE_REFERENCES
@@ -111,6 +134,26 @@ def test_nothing_refers_outside_the_repository():
         for hit in outside_references(line, in_docs=True)
     ]
     assert found == []
+
+
+def test_no_numbered_issue_references():
+    sources = _tracked_sources()
+    assert Path(__file__).resolve() in sources and ROOT / "README.md" in sources
+    found = [f"{where}: {hit!r}" for path in sources for where, line in _lines(path) for hit in issue_references(line)]
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    "line, hits",
+    [
+        ("guarantees (" + _ISSUE_WORD + " 14, docs/run-directory.md)", 1),
+        (_ISSUE_WORD.capitalize() + " 15: the factor pair", 1),
+        ("see " + _ISSUE_WORD + "s 13 and 14, " + _ISSUE_WORD + "#7, " + _ISSUE_WORD + "-3", 3),
+        ("fewer than the " + _ISSUE_WORD + "'s 1000; tissue 5 is not one", 0),
+    ],
+)
+def test_issue_reference_check_flags_numbered_issues(line, hits):
+    assert len(issue_references(line)) == hits
 
 
 def test_docs_links_resolve_inside_the_repository():

@@ -16,7 +16,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "dpaudit"
 # The stages, lowest first: a module belongs to the first stage that names it or a package above it (the top package
 # "dpaudit" names itself only).
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundations", ("dpaudit", "dpaudit.version", "dpaudit.errors", "dpaudit.seeding", "dpaudit.background")),
+    (
+        "foundations",
+        ("dpaudit", "dpaudit.version", "dpaudit.errors", "dpaudit.seeding", "dpaudit.background", "dpaudit.formatting"),
+    ),
     ("catalogue", ("dpaudit.mechanisms.catalogue", "dpaudit.mechanisms.privacy", "dpaudit.training.sampling")),
     ("config", ("dpaudit.config",)),
     ("run directory", ("dpaudit.campaign.store",)),

@@ -92,7 +92,7 @@ def test_noise_free_matrix_projection_is_not_dp_and_refutes_the_lora_claim():
 @pytest.mark.parametrize("r,sigma,rho", [(2, 0.5, 0.9), (4, 1.0, 0.99)])
 def test_m2_audit_stays_below_theorem5_and_the_mixture_bound(r, sigma, rho):
     """Acceptance 3 (second half) at small scale: learned distinguisher, 10^4 training + 10^4 scored draws."""
-    mechanism = releases.NoisyProjectionM2(releases.one_column_change(16, 2, 1.0, 1.0, rho, seed=1), r, sigma)
+    mechanism = releases.NoisyProjectionM2Release(releases.one_column_change(16, 2, 1.0, 1.0, rho, seed=1), r, sigma)
     result = audit(mechanism, delta=1e-3, samples=10_000, seed=2)
     theorem5, mixture, baseline = result.bounds
     assert theorem5.source == "[W] Thm 5" and mixture.source.startswith("M2 mixture")
@@ -119,7 +119,7 @@ def test_sketch_without_noise_lemma71_is_larger_than_the_audited_epsilon():
     0.219 >= audited; the audited band lies strictly below Lemma 7.1.
     """
     pair = releases.sketch_pair(4, 16, norm_bound=2.0, sensitivity=0.2, lambda_min=1.0, seed=0)
-    result = audit(releases.GaussianSketch(pair, 8, 1 / math.sqrt(8), 0.0), delta=1e-3, samples=200_000, seed=0)
+    result = audit(releases.GaussianSketchRelease(pair, 8, 1 / math.sqrt(8), 0.0), delta=1e-3, samples=200_000, seed=0)
     stated, one_column = result.bounds
     estimate, low, high = result.profile.epsilon
     assert one_column.epsilon == pytest.approx(0.305, abs=1e-3)
@@ -194,7 +194,7 @@ def test_compare_flags_a_bound_below_the_truth():
 
 
 def test_audit_is_reproducible_and_json_ready():
-    mechanism = releases.GaussianSketch(releases.sketch_pair(3, 8, 2.0, 0.2, 1.0, seed=1), 4, 0.5, 0.1)
+    mechanism = releases.GaussianSketchRelease(releases.sketch_pair(3, 8, 2.0, 0.2, 1.0, seed=1), 4, 0.5, 0.1)
     first, again = (audit(mechanism, samples=3_000, seed=7) for _ in range(2))
     assert first.profile.epsilon == again.profile.epsilon
     assert first.clopper_pearson.epsilon == again.clopper_pearson.epsilon

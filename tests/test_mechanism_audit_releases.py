@@ -73,7 +73,7 @@ def test_tight_sketch_pair_removes_a_column_along_the_smallest_eigenvector():
             lambda: releases.GaussianMechanism(releases.vectors_at_distance(5, 0.5), 0.0),
             "sigma must be in [1e-75, 1e+75]",
         ),
-        (lambda: releases.GaussianSketch(releases.sketch_pair(4, 10, 3.0, 0.5, 1.0), 4, 1.0, -1.0), "sigma_g"),
+        (lambda: releases.GaussianSketchRelease(releases.sketch_pair(4, 10, 3.0, 0.5, 1.0), 4, 1.0, -1.0), "sigma_g"),
     ],
 )
 def test_bad_parameters_raise_naming_the_parameter(build, message):
@@ -96,7 +96,7 @@ def test_sampling_is_reproducible_from_the_seed():
     [
         releases.GaussianMechanism(releases.vectors_at_distance(6, 1.0, seed=1), 0.7),
         releases.WishartVector(releases.aligned_unit_vectors(12, 0.6, seed=3), 3),
-        releases.GaussianSketch(releases.sketch_pair(3, 6, 2.0, 0.3, 1.0, seed=2), 4, 0.5, 0.1),
+        releases.GaussianSketchRelease(releases.sketch_pair(3, 6, 2.0, 0.3, 1.0, seed=2), 4, 0.5, 0.1),
     ],
     ids=["gaussian", "wishart-vector", "sketch"],
 )
@@ -173,7 +173,9 @@ def test_lemma9_density_with_the_corrected_exponent_is_the_law_of_m_v(d, r):
 
 
 def test_matrix_statistic_is_invariant_under_rotations_fixing_the_pair():
-    mechanism = releases.NoisyProjectionM2(releases.one_column_change(12, 3, 0.8, 0.9, 0.7, seed=2), 4, sigma=0.3)
+    mechanism = releases.NoisyProjectionM2Release(
+        releases.one_column_change(12, 3, 0.8, 0.9, 0.7, seed=2), 4, sigma=0.3
+    )
     releases_v = mechanism.sample(np.random.default_rng(1), 50, "V")
     basis = mechanism.pair.span_basis()
     complement = np.linalg.svd(np.eye(12) - basis @ basis.T)[0][:, : 12 - basis.shape[1]]

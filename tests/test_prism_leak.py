@@ -1,4 +1,4 @@
-"""Issue 15: Eq. 17's factor pair has a noise-free col(A) block; the default adaptive PRISM reads ΔZ_dp only.
+"""PRISM's leak: Eq. 17's factor pair has a noise-free col(A) block; the default adaptive PRISM reads ΔZ_dp only.
 
 The numbers behind ``experiments/prism_leak.py`` (docs/theory.md §1.6), in float64.
 """

@@ -1,4 +1,4 @@
-"""PRISM's faster step paths (issue 17) equal the maths they replace: float64, fixed seeds.
+"""PRISM's faster step paths equal the maths they replace: float64, fixed seeds.
 
 The retraction's truncated SVD and Procrustes rotation from eigendecompositions of Gram matrices (vs
 ``torch.linalg.svd``), the tangent noise made ahead on the background thread (vs made in the step, also after the

@@ -1,4 +1,4 @@
-"""The run directory's guarantees (issue 14, docs/run-directory.md): damaged, crafted and linked directories."""
+"""The run directory's guarantees (docs/run-directory.md): damaged, crafted and linked directories."""
 
 import hashlib
 import json

@@ -298,7 +298,7 @@ def test_campaigns_recorded_before_the_white_box_fields_keep_their_hash():
     assert CampaignConfig(mechanism="dp-sgd", models=8, canary="gradient").canonical_hash() != config.canonical_hash()
 
 
-# PRISM's gradient canaries are gradients of the adapted weights (issue 15; docs/theory.md §3.9).
+# PRISM's gradient canaries are gradients of the adapted weights (docs/theory.md §3.9).
 _PRISM_SCALE = 2.0
 
 
@@ -343,8 +343,8 @@ def test_adapted_weight_canary_has_a_real_examples_factor_gradients():
 def test_prism_clips_an_adapted_weight_canary_at_its_lifted_intrinsic_norm(monkeypatch):
     """The norm PRISM clips each canary by is ``norm ‖P(u)‖`` at the current factors (float64), for every module.
 
-    A crafted Dirac on lora_B (issue 15) was clipped by less than its lift's norm; a weight-space canary's factor
-    gradients come from one G, so Eq. 15 is exact for it.
+    A crafted Dirac on lora_B (PRISM's earlier factor-space canary) was clipped by less than its lift's norm; a
+    weight-space canary's factor gradients come from one G, so Eq. 15 is exact for it.
     """
     from dpaudit.mechanisms import prism
     from dpaudit.mechanisms.base import Step

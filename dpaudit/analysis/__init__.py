@@ -267,7 +267,23 @@ class Analysis:
 def analyse(store: RunStore, attack: str | None = None) -> Analysis:
     """Recompute every statistic of a finished campaign from its run directory.
 
-    ``attack`` None: ``white-box`` for a campaign that observed weights or steps, ``canary-loss`` otherwise.
+    numpy only: reads the config, plan, chunk outputs and claimed privacy event (privacy.json) of ``store``, never
+    a model or a mechanism object.
+
+    Args:
+        store: the run directory of a campaign whose shadow models have all finished.
+        attack: the membership score, one of :data:`ATTACKS`; None: ``white-box`` for a campaign that observed
+            weights or steps, ``canary-loss`` otherwise.
+
+    Returns:
+        The :class:`Analysis`: (models, targets) scores and membership, per-model test accuracy, the membership
+        metrics, the ε lower bounds (Clopper-Pearson and GDP for the canary design, the one-run bounds for the
+        one-run design), the analytic bound of the claimed event, and the sketch claim, privacy profile, white-box
+        statistics and secret exposure where they apply.
+
+    Raises:
+        UsageError: an unknown attack, one that does not apply to what the campaign observed, or a run directory
+            whose files are missing or damaged.
     """
     config = store.config()
     white = config.observe != "outputs"

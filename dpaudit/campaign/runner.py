@@ -103,8 +103,24 @@ def run(config: CampaignConfig, execution: Execution, out: Path, inputs: resolve
     randomness depends on (seed, model index) only, so chunk size, worker count and order change nothing (bit for bit
     at LoRA ranks that are multiples of 4; at other ranks, MKL's GEMMs can round in the last bits with a model's
     memory offset in its chunk).
-    One process trains a run directory at a time (:meth:`RunStore.lock`). ``inputs`` None: resolve the
-    config's names (:func:`.resolve.resolve`); given (:func:`dpaudit.audit`), the objects the config describes.
+    One process trains a run directory at a time (:meth:`RunStore.lock`).
+
+    Args:
+        config: the campaign (validated at construction); a run directory that holds another campaign is refused,
+            naming what differs.
+        execution: how it runs: device, worker count, chunk size, cluster scheduler, progress bar; none of it
+            changes the numbers.
+        out: the run directory; created if missing, continued if it holds this campaign.
+        inputs: the dataset, base model and mechanism objects; None: resolved from the config's names
+            (:func:`.resolve.resolve`); :func:`dpaudit.audit` passes the objects the config describes.
+
+    Returns:
+        The :class:`RunStore` of ``out``, every shadow model's chunk written (read it with
+        :func:`dpaudit.analysis.analyse`).
+
+    Raises:
+        UsageError: the inputs do not fit the config, the directory holds a different campaign or is locked, or a
+            shadow model diverged (non-finite outputs; nothing of its chunk is stored).
     """
     store = RunStore(out)
     # A refused campaign leaves no directory: the lock below creates it.

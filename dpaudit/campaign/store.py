@@ -46,6 +46,7 @@ import numpy as np
 from dpaudit import config as config_lib
 from dpaudit.config import CampaignConfig
 from dpaudit.errors import UsageError
+from dpaudit.formatting import json_text
 from dpaudit.version import __version__
 
 FORMAT_VERSION = 4  # 4: every campaign's claimed privacy event in privacy.json, read by the analysis
@@ -209,22 +210,6 @@ def _usage_error_on_os_error(path: Path, action: str) -> Iterator[None]:
         yield
     except OSError as exc:
         raise _unusable(path, action, exc) from None
-
-
-def _json_safe(value):
-    """``value`` with every non-finite float spelled as a string ("inf", "-inf", "nan"): JSON has no Infinity."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return repr(float(value))
-    if isinstance(value, dict):
-        return {key: _json_safe(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(item) for item in value]
-    return value
-
-
-def json_text(value) -> str:
-    """Strict JSON (no NaN or Infinity tokens) for every JSON file and ``--json`` output."""
-    return json.dumps(_json_safe(value), indent=2, allow_nan=False) + "\n"
 
 
 def _reject_constant(token: str):

@@ -11,7 +11,6 @@ import importlib
 import os
 import sys
 import traceback
-from pathlib import Path
 
 from accountants.validation import InvalidArgument
 
@@ -29,13 +28,6 @@ _EXIT_CODES = f"""exit codes:
 
 DPAUDIT_DEBUG=1 prints the traceback of a usage error too."""
 _BUG = "dpaudit: internal error (a bug, not your input): please report it with the command line and the traceback above"
-
-
-def directory(text: str) -> Path:
-    """A directory argument (``type=`` of argparse): an empty one would silently mean the current directory."""
-    if not text:
-        raise argparse.ArgumentTypeError("a directory must be named, got an empty string (use . for this one)")
-    return Path(text)
 
 
 class _Parser(argparse.ArgumentParser):

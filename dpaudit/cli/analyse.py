@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from dpaudit.analysis import ATTACKS
-from dpaudit.cli import directory
+from dpaudit.cli.arguments import add_attack, add_json, add_run_directory
 from dpaudit.cli.audit import finish
 
 
@@ -13,19 +13,20 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "analyse", help="recompute an audit's statistics from its run directory", description=__doc__
     )
-    p.add_argument("run_dir", type=directory)
-    p.add_argument(
-        "--attack",
-        choices=(*ATTACKS, "all"),
-        help="one attack (its files are written), or all: a table of every attack that applies (canary-loss;"
+    add_run_directory(p)
+    add_attack(
+        p,
+        (*ATTACKS, "all"),
+        "one attack (its files are written), or all: a table of every attack that applies (canary-loss;"
         " white-box for campaigns that observed weights or steps)",
     )
-    p.add_argument("--json", action="store_true")
+    add_json(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from dpaudit.campaign.store import RunStore, json_text
+    from dpaudit.campaign.store import RunStore
+    from dpaudit.formatting import json_text
 
     store = RunStore(args.run_dir)
     if args.attack != "all":

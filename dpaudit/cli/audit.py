@@ -15,7 +15,7 @@ from pathlib import Path
 
 from dpaudit import config as config_lib
 from dpaudit.analysis import ATTACKS
-from dpaudit.cli import directory
+from dpaudit.cli.arguments import add_attack, add_execution_arguments, add_json, directory
 from dpaudit.errors import UsageError
 
 
@@ -143,29 +143,10 @@ def register(subparsers) -> None:
         help="m1/m2: a fresh projection M every step ([W] App. F.2; default: fixed for the run)",
     )
     add_execution_arguments(p)
-    p.add_argument(
-        "--attack",
-        choices=ATTACKS,
-        help="membership score (canary-loss; white-box, the only one, with --observe weights or steps)",
-    )
+    add_attack(p, ATTACKS, "membership score (canary-loss; white-box, the only one, with --observe weights or steps)")
     p.add_argument("--out", type=directory, help="run directory (./dpaudit-runs/<timestamp>)")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    add_json(p, "print the summary as JSON on stdout")
     p.set_defaults(func=run)
-
-
-def add_execution_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options that change how a campaign runs, never its numbers (shared with ``dpaudit resume``)."""
-    group = parser.add_argument_group("execution (never changes a score)")
-    group.add_argument("--device", choices=config_lib.DEVICES, help="auto: cuda if available")
-    group.add_argument("--chunk-size", type=int, help="models trained together (auto: from cores or GPU memory)")
-    group.add_argument(
-        "--workers",
-        type=int,
-        help=f"worker processes, one torch thread each, at most {config_lib.MAX_WORKERS} (one per core)",
-    )
-    group.add_argument("--backend", choices=config_lib.BACKENDS, help="joblib backend: loky, or dask for clusters")
-    group.add_argument("--scheduler", help="dask scheduler address, with --backend dask (default: a local cluster)")
-    group.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def given_options(args: argparse.Namespace) -> dict:
@@ -214,7 +195,7 @@ def finish(store, attack: str | None, as_json: bool) -> int:
 
     numbers = run_report.write_run(analysis.analyse(store, attack), store.root)
     if as_json:
-        from dpaudit.campaign.store import json_text
+        from dpaudit.formatting import json_text
 
         print(json_text(numbers), end="")
         return 0

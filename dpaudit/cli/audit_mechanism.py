@@ -10,8 +10,10 @@ numpy/scipy only until the handler runs (scikit-learn for M1/M2).
 from __future__ import annotations
 
 import argparse
-import json
 import math
+
+from dpaudit.cli.arguments import add_json, add_seed
+from dpaudit.formatting import json_text, short_number
 
 _RELEASE_HELP = {
     "gaussian": "Gaussian mechanism v + N(0, sigma^2 I) on a pair at distance --sensitivity",
@@ -36,13 +38,13 @@ def register(subparsers) -> None:
         sub.add_argument("--samples", type=int, default=100_000, help="releases scored per input (default: 100000)")
         sub.add_argument("--delta", type=float, default=1e-3, help="delta of every epsilon (default: 1e-3)")
         sub.add_argument("--confidence", type=float, default=0.95, help="confidence of the audit (default: 0.95)")
-        sub.add_argument("--seed", type=int, default=0, help="seed of the pair and of every draw (default: 0)")
+        add_seed(sub, "seed of the pair and of every draw (default: 0)")
         sub.add_argument(
             "--full-releases",
             action="store_true",
             help="score full releases instead of drawing the release statistic from its exact law",
         )
-        sub.add_argument("--json", action="store_true", help="print JSON instead of text")
+        add_json(sub, "print JSON instead of text")
         sub.set_defaults(func=run)
 
 
@@ -129,7 +131,7 @@ def build_mechanism(args: argparse.Namespace):
     if kind == "wishart-vector":
         return releases.WishartVector(releases.aligned_unit_vectors(args.d, args.rho, seed), args.r)
     if kind == "wishart-m2":
-        return releases.NoisyProjectionM2(
+        return releases.NoisyProjectionM2Release(
             releases.low_rank_change(args.d, args.n, args.rank, args.frobenius, seed), args.r, args.sigma
         )
     if kind == "sketch":
@@ -137,7 +139,7 @@ def build_mechanism(args: argparse.Namespace):
             args.n, args.m, args.norm_bound, args.sensitivity, args.lambda_min, args.direction, seed
         )
         sigma_a = 1 / math.sqrt(check.count("--r", args.r)) if args.sigma_a is None else args.sigma_a
-        return releases.GaussianSketch(sketch, args.r, sigma_a, args.sigma_g)
+        return releases.GaussianSketchRelease(sketch, args.r, sigma_a, args.sigma_g)
     pair = releases.one_column_change(args.d, args.n, args.beta_perp, args.rho_parallel, args.rho_perp, seed)
     if kind == "wishart-m1":
         return releases.NoisyProjectionM1(pair, args.r, args.sigma)
@@ -156,24 +158,25 @@ def run(args: argparse.Namespace) -> int:
         training_samples=getattr(args, "training_samples", None),
         full_releases=args.full_releases,
     )
-    print(json.dumps(result.to_dict(), indent=2) if args.json else format_audit(result))
+    if args.json:
+        print(json_text(result.to_dict()), end="")
+    else:
+        print(format_audit(result))
     return 0
 
 
 # ---------------------------------------------------------------------------------------------- text
 
 
-def _number(value: float) -> str:
-    return "inf" if math.isinf(value) else f"{value:.4g}"
-
-
 def _band(low: float, high: float) -> str:
-    return f"[{_number(low)}, {_number(high)}]"
+    return f"[{short_number(low)}, {short_number(high)}]"
 
 
 def format_audit(result) -> str:
     """The audit as text: settings, bounds, exact profile, audited epsilon (both routes), profile, verdict."""
-    parameters = "  ".join(f"{k}={_number(v) if isinstance(v, float) else v}" for k, v in result.parameters.items())
+    parameters = "  ".join(
+        f"{k}={short_number(v) if isinstance(v, float) else v}" for k, v in result.parameters.items()
+    )
     lines = [
         f"audit-mechanism {result.mechanism}: {parameters}",
         f"delta = {result.delta:g}, {result.samples} releases per input, seed {result.seed}, "
@@ -188,27 +191,28 @@ def format_audit(result) -> str:
         note += "" if bound.valid else f"   ({bound.reason})"
         note += f"   conditional on: {'; '.join(bound.conditional_on)}" if bound.conditional_on else ""
         label = "exact profile" if bound is result.exact_profile else "bound"
-        lines.append(f"  {label:<13} eps = {_number(bound.epsilon):>9}   {bound.source}{note}")
+        lines.append(f"  {label:<13} eps = {short_number(bound.epsilon):>9}   {bound.source}{note}")
     cp, gdp = result.clopper_pearson, result.gaussian_dp
     lines += [
         "",
         "audit",
-        f"  (a) Clopper-Pearson eps lower bound: {_number(cp.epsilon)} at {cp.confidence:.0%} confidence "
-        f"(most these draws can certify: {_number(cp.max_certifiable_epsilon)}; threshold "
+        f"  (a) Clopper-Pearson eps lower bound: {short_number(cp.epsilon)} at {cp.confidence:.0%} confidence "
+        f"(most these draws can certify: {short_number(cp.max_certifiable_epsilon)}; threshold "
         f"{type(cp.strategy).__name__})",
-        f"      Gaussian-DP route: {_number(gdp.epsilon)} (assumes a Gaussian tradeoff curve; not used in verdicts)",
+        f"      Gaussian-DP route: {short_number(gdp.epsilon)}"
+        " (assumes a Gaussian tradeoff curve; not used in verdicts)",
         f"  attack AUC {result.auc:.4f}, {result.confidence:.0%} CI {_band(*result.auc_interval)}",
     ]
     if result.profile is not None:
         estimate, low, high = result.profile.epsilon
         check = result.profile.change_of_measure
         lines.append(
-            f"  (b) estimated profile: eps({result.delta:g}) = {_number(estimate)}, "
+            f"  (b) estimated profile: eps({result.delta:g}) = {short_number(estimate)}, "
             f"{result.confidence:.0%} band {_band(low, high)}"
         )
         for source, epsilon, (delta_hat, delta_low, delta_high) in result.profile.delta_at:
             lines.append(
-                f"      delta_hat({_number(epsilon)}) = {delta_hat:.3g} {_band(delta_low, delta_high)}"
+                f"      delta_hat({short_number(epsilon)}) = {delta_hat:.3g} {_band(delta_low, delta_high)}"
                 f"   at the eps of {source}"
             )
         lines.append(

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 
+from dpaudit.cli.arguments import add_json, add_seed
 from dpaudit.errors import UsageError
+from dpaudit.formatting import json_text, short_number
 
 
 def register(subparsers) -> None:
@@ -29,7 +30,7 @@ def register(subparsers) -> None:
         query.add_argument("--delta", type=float, nargs="+", help="report eps at each of these delta")
         if name not in _DELTA_ONLY:
             query.add_argument("--epsilon", type=float, nargs="+", help="report delta at each of these eps")
-        sub.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        add_json(sub, "print JSON instead of a table")
         sub.set_defaults(func=run)
 
 
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     _, _, compute = _BOUNDS[args.bound]
     bounds, extra = compute(args)
     if args.json:
-        print(json.dumps(dict(bound=args.bound, bounds=[b.to_dict() for b in bounds], **extra), indent=2))
+        print(json_text(dict(bound=args.bound, bounds=[b.to_dict() for b in bounds], **extra)), end="")
     else:
         print(_table(bounds, by_delta=args.delta is not None))
         for key, value in extra.items():
@@ -48,17 +49,13 @@ def run(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------- table
 
 
-def _number(value: float) -> str:
-    return "inf" if math.isinf(value) else f"{value:.4g}"
-
-
 def _note(bound) -> str:
     notes = []
     if not bound.valid:
         notes.append(f"invalid: {bound.reason}")
     interval = bound.epsilon_interval or bound.delta_interval
     if interval is not None:
-        notes.append(f"{bound.confidence:.0%} CI [{_number(interval[0])}, {_number(interval[1])}]")
+        notes.append(f"{bound.confidence:.0%} CI [{short_number(interval[0])}, {short_number(interval[1])}]")
     if bound.conditional_on:
         notes.append("conditional on: " + "; ".join(bound.conditional_on))
     return "  ".join(notes)
@@ -67,7 +64,11 @@ def _note(bound) -> str:
 def _table(bounds, by_delta: bool) -> str:
     header = ("delta", "epsilon", "bound", "notes") if by_delta else ("epsilon", "delta", "bound", "notes")
     rows = [
-        ((_number(b.delta), _number(b.epsilon)) if by_delta else (_number(b.epsilon), _number(b.delta)))
+        (
+            (short_number(b.delta), short_number(b.epsilon))
+            if by_delta
+            else (short_number(b.epsilon), short_number(b.delta))
+        )
         + (b.source, _note(b))
         for b in bounds
     ]
@@ -151,7 +152,7 @@ def _vector_arguments(p):
     p.add_argument("--d", type=int, required=True, help="dimension")
     p.add_argument("--r", type=int, required=True, help="projection rank")
     p.add_argument("--samples", type=int, default=10**6, help="Monte-Carlo draws for the exact profile")
-    p.add_argument("--seed", type=int, default=0)
+    add_seed(p)
 
 
 def _vector(args):
@@ -237,7 +238,7 @@ def _m2_arguments(p):
         help="spectrum of Delta V for the mixture bound (default: rank 1)",
     )
     p.add_argument("--samples", type=int, default=20000, help="Haar subspaces sampled when rank > 1")
-    p.add_argument("--seed", type=int, default=0)
+    add_seed(p)
     p.add_argument("--sample-rate", type=float, default=None, help="with --steps: multi-step accounting (App. F.2)")
     p.add_argument("--steps", type=int, default=None)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from dpaudit.cli import directory
+from dpaudit.cli.arguments import directory
 
 
 def register(subparsers) -> None:

@@ -6,16 +6,16 @@ import argparse
 
 from dpaudit import config as config_lib
 from dpaudit.analysis import ATTACKS
-from dpaudit.cli import directory
-from dpaudit.cli.audit import add_execution_arguments, finish, given_options
+from dpaudit.cli.arguments import add_attack, add_execution_arguments, add_json, add_run_directory
+from dpaudit.cli.audit import finish, given_options
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("resume", help="continue a campaign from its run directory", description=__doc__)
-    p.add_argument("run_dir", type=directory)
+    add_run_directory(p)
     add_execution_arguments(p)
-    p.add_argument("--attack", choices=ATTACKS, help="membership score (canary-loss; white-box for white-box runs)")
-    p.add_argument("--json", action="store_true")
+    add_attack(p, ATTACKS, "membership score (canary-loss; white-box for white-box runs)")
+    add_json(p)
     p.set_defaults(func=run)
 
 

@@ -136,30 +136,67 @@ class Mechanism:
     def setup(self, shapes: dict[str, torch.Size], randomness: Sequence[ModelRandomness]) -> Any:
         """Draw the mechanism's per-model state (projections, noise generators) for models with these streams.
 
-        ``shapes``: each trained tensor's shape without the model axis; ``randomness``: one
-        :class:`~dpaudit.seeding.ModelRandomness` per model. The default has no state (None).
+        Called once per training run, before :meth:`initialise`.
+
+        Args:
+            shapes: each trained tensor's name → its shape without the model axis.
+            randomness: one :class:`~dpaudit.seeding.ModelRandomness` per model (K in all), the only source of the
+                state's randomness, so that a model's draws do not depend on its chunk.
+
+        Returns:
+            The state, any object; the engine passes it back to every other hook unchanged. The default has none
+            (None).
         """
         return None
 
     def transform(self, step: Step, state: Any) -> dict[str, torch.Tensor]:
-        """The (K, ...) update direction the engine's optimiser applies for this step."""
+        """The update direction the engine's optimiser applies for this step (not called when ``update`` is set).
+
+        Args:
+            step: the step's gradients of the K models (per-example or batch-mean, as ``per_example`` asks), their
+                example weights (K, b), the step index and, under Poisson sampling, the expected batch size.
+            state: what :meth:`setup` returned.
+
+        Returns:
+            Each trained tensor's name → its (K, ...) direction, set as the tensor's gradient for torch's SGD
+            (which subtracts ``learning_rate`` times it, with momentum).
+        """
         raise NotImplementedError(f"mechanism {self.name!r} defines neither transform() nor update()")
 
     def initialise(self, params: dict[str, torch.Tensor], state: Any) -> None:
-        """Overwrite the trained (K, ...) tensors in place before the first step; the default keeps them.
+        """Overwrite the trained tensors in place before the first step; the default keeps them.
 
-        PRISM needs full-rank factors ([P] Thm 3.1).
+        PRISM needs full-rank factors ([P] Thm 3.1). Runs under ``torch.no_grad()``.
+
+        Args:
+            params: each trained tensor's name → the K models' (K, ...) tensor, changed in place.
+            state: what :meth:`setup` returned.
         """
 
     def finish(self, params: dict[str, torch.Tensor], state: Any, learning_rate: float) -> None:
-        """Post-process the trained (K, ...) tensors in place after the last step; the default keeps them.
+        """Post-process the trained tensors in place after the last step; the default keeps them.
 
-        The sketch adds its noise on the cumulative gradient here ([S] Eq. 14); ``learning_rate`` is the base rate.
+        The sketch adds its noise on the cumulative gradient here ([S] Eq. 14). Runs under ``torch.no_grad()``.
+
+        Args:
+            params: each trained tensor's name → the K models' (K, ...) tensor, changed in place.
+            state: what :meth:`setup` returned.
+            learning_rate: the base learning rate (``TrainingConfig.lr``), not the schedule's last one.
         """
 
     def privacy(self, training: Training) -> PrivacyEvent:
         """The guarantee this mechanism claims when it trains as ``training`` says (docs/theory.md §2.10).
 
-        The default claims none: :class:`~dpaudit.mechanisms.privacy.Unknown`.
+        Called by the campaign's plan before any model trains; the event is written to privacy.json and
+        :mod:`dpaudit.analysis.bounds` turns it into the analytic bound.
+
+        Args:
+            training: the run's facts: sample rate q and step count T of the engine's Poisson layout, and the
+                adapted layers' shapes.
+
+        Returns:
+            A frozen privacy event of :mod:`dpaudit.mechanisms.privacy` (``SubsampledGaussian``,
+            ``NoisyProjectionM2``, ``GaussianSketch``, ``NotDp`` or ``Unknown`` with the reason). The default claims
+            none: :class:`~dpaudit.mechanisms.privacy.Unknown`.
         """
         return Unknown(f"mechanism {self.name!r} describes no privacy guarantee (Mechanism.privacy)")

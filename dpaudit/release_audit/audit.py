@@ -55,6 +55,7 @@ from accountants import gaussian, sketch, wishart
 from accountants import validation as check
 from accountants._montecarlo import SortedLosses, invert
 from accountants._numeric import solve_decreasing
+from accountants.jsondata import json_safe
 from accountants.result import REPLACE_ONE, Bound, inapplicable
 from accountants.validation import InvalidArgument
 from attacks.epsilon import (
@@ -68,24 +69,24 @@ from attacks.metrics import summarize
 from attacks.tradeoff import audit_verdict, max_auc
 from dpaudit.release_audit.releases import (
     GaussianMechanism,
-    GaussianSketch,
+    GaussianSketchRelease,
     MatrixProjection,
     NoisyProjectionM1,
-    NoisyProjectionM2,
+    NoisyProjectionM2Release,
     OneColumnChange,
     WishartVector,
 )
 
 Outcome = Literal["consistent", "violated", "inconclusive", "not DP"]
 
-_EXACT_LIKELIHOOD = (GaussianMechanism, WishartVector, GaussianSketch)
+_EXACT_LIKELIHOOD = (GaussianMechanism, WishartVector, GaussianSketchRelease)
 # The release classes audit() accepts → their names in ``dpaudit audit-mechanism`` and in its results.
 RELEASE_NAMES = {
     GaussianMechanism: "gaussian",
     WishartVector: "wishart-vector",
     NoisyProjectionM1: "wishart-m1",
-    NoisyProjectionM2: "wishart-m2",
-    GaussianSketch: "sketch",
+    NoisyProjectionM2Release: "wishart-m2",
+    GaussianSketchRelease: "sketch",
     MatrixProjection: "projection",
 }
 
@@ -134,7 +135,7 @@ def log_likelihood_ratio(mechanism, statistic: np.ndarray) -> np.ndarray:
         return (offset - 2 * statistic[:, 0]) / (2 * mechanism.sigma**2)
     if isinstance(mechanism, WishartVector):
         return _wishart_vector_loss(statistic, mechanism.pair.d, mechanism.r)
-    if isinstance(mechanism, GaussianSketch):
+    if isinstance(mechanism, GaussianSketchRelease):
         log_det_ratio = (
             np.linalg.slogdet(mechanism.covariance("V"))[1] - np.linalg.slogdet(mechanism.covariance("V'"))[1]
         )
@@ -286,7 +287,7 @@ def _relabel(bound: Bound, source: str, **details) -> Bound:
     return dataclasses.replace(bound, source=source, details=dict(bound.details, **details))
 
 
-def _sketch_lemma71(mechanism: GaussianSketch, delta: float) -> tuple[Bound, Bound]:
+def _sketch_lemma71(mechanism: GaussianSketchRelease, delta: float) -> tuple[Bound, Bound]:
     """[S] Lemma 7.1 as stated, and in the one-column form of [S] App. D.1 that the paper calls tight.
 
     As stated: ``B_C = 2 B_F B_S`` and lambda_bar bounding the Gram matrices of both inputs (the lemma's
@@ -336,7 +337,7 @@ def analytic_bounds(mechanism, delta: float, *, seed: int = 0) -> tuple[Bound, .
     if isinstance(mechanism, NoisyProjectionM1):
         calibrations: tuple[wishart.GaussianCalibration, ...] = ("classical", "exact")
         return tuple(_m1_theorem3(mechanism, delta, calibration) for calibration in calibrations)
-    if isinstance(mechanism, NoisyProjectionM2):
+    if isinstance(mechanism, NoisyProjectionM2Release):
         pair, sigma = mechanism.pair, mechanism.sigma
         singular_values = pair.difference_singular_values
         rank_one = singular_values.size == 1
@@ -354,7 +355,7 @@ def analytic_bounds(mechanism, delta: float, *, seed: int = 0) -> tuple[Bound, .
             ),
             _relabel(baseline, "Gaussian mechanism on V + Xi, M as post-processing (docs/theory.md §2.1)"),
         )
-    if isinstance(mechanism, GaussianSketch):
+    if isinstance(mechanism, GaussianSketchRelease):
         return _sketch_lemma71(mechanism, delta)
     if isinstance(mechanism, MatrixProjection):
         return (_proposition2(mechanism, delta), _lora_claim(mechanism, delta))
@@ -468,7 +469,7 @@ def exact_profile(
             seed=_seed_int(seed, "exact profile"),
             confidence=confidence,
         )
-    if isinstance(mechanism, GaussianSketch):
+    if isinstance(mechanism, GaussianSketchRelease):
         ratios = np.linalg.eigvals(np.linalg.solve(mechanism.covariance("V'"), mechanism.covariance("V"))).real
         changed = ratios[np.abs(ratios - 1) > 1e-10]
         if changed.size != 1:
@@ -652,24 +653,8 @@ class MechanismAudit:
     reason: str
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready (inf and nan written as strings)."""
-
-        def plain(value):
-            if isinstance(value, Bound):
-                return value.to_dict()
-            if dataclasses.is_dataclass(value) and not isinstance(value, type):
-                return {field.name: plain(getattr(value, field.name)) for field in dataclasses.fields(value)}
-            if isinstance(value, Mapping):
-                return {str(k): plain(v) for k, v in value.items()}
-            if isinstance(value, (tuple, list)):
-                return [plain(v) for v in value]
-            if hasattr(value, "item"):
-                value = value.item()
-            if isinstance(value, float) and not math.isfinite(value):
-                return str(value)
-            return value
-
-        summary = plain(self)
+        """JSON-ready: bounds by :meth:`Bound.to_dict`, inf and nan as strings (:mod:`accountants.jsondata`)."""
+        summary = json_safe({field.name: getattr(self, field.name) for field in dataclasses.fields(self)})
         for name in ("clopper_pearson", "gaussian_dp"):  # name the threshold strategy (Bonferroni has no fields)
             strategy = getattr(self, name).strategy
             summary[name]["strategy"] = dict(kind=type(strategy).__name__, **summary[name]["strategy"])
@@ -687,7 +672,7 @@ def describe(mechanism) -> dict[str, Any]:
         return dict(d=mechanism.pair.d, sensitivity=mechanism.pair.sensitivity, sigma=mechanism.sigma, mu=mechanism.mu)
     if isinstance(mechanism, WishartVector):
         return dict(d=mechanism.pair.d, r=mechanism.r, rho=mechanism.pair.rho)
-    if isinstance(mechanism, GaussianSketch):
+    if isinstance(mechanism, GaussianSketchRelease):
         pair = mechanism.pair
         return dict(
             n=pair.n,
@@ -711,7 +696,7 @@ def describe(mechanism) -> dict[str, Any]:
         difference_rank=pair.difference_rank,
         frobenius_distance=pair.frobenius_distance,
     )
-    if isinstance(mechanism, (NoisyProjectionM1, NoisyProjectionM2)):
+    if isinstance(mechanism, (NoisyProjectionM1, NoisyProjectionM2Release)):
         parameters["sigma"] = mechanism.sigma
     if isinstance(pair, OneColumnChange):
         parameters.update(

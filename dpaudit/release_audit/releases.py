@@ -2,16 +2,16 @@
 
 What each sampler releases is exactly the object of a theorem (docs/theory.md §1.1, §1.3, §1.4):
 
-==========================  ===================================  ==============================================
-class                       release (one draw)                   theorem
-==========================  ===================================  ==============================================
-:class:`GaussianMechanism`  ``v + N(0, sigma^2 I_d)``            Gaussian mechanism (Balle & Wang, docs/theory.md §2.1)
-:class:`WishartVector`      ``M v``                              [W] Def. 1, Thm 1 (vector release)
-:class:`MatrixProjection`   ``M V``                              [W] Def. 1, Prop. 2 (noise-free, not DP)
-:class:`NoisyProjectionM1`  ``M V + Xi``                         [W] Def. 3 (M1), Thm 3/4
-:class:`NoisyProjectionM2`  ``M (V + Xi)``                       [W] Def. 3 (M2), Thm 5, mixture bound
-:class:`GaussianSketch`     ``Q A^T + Z``                        [S] Eq. 1, Lemma 7.1
-==========================  ===================================  ==============================================
+=================================  ===========================  ==============================================
+class                              release (one draw)           theorem
+=================================  ===========================  ==============================================
+:class:`GaussianMechanism`         ``v + N(0, sigma^2 I_d)``    Gaussian mechanism (Balle & Wang, docs/theory.md §2.1)
+:class:`WishartVector`             ``M v``                      [W] Def. 1, Thm 1 (vector release)
+:class:`MatrixProjection`          ``M V``                      [W] Def. 1, Prop. 2 (noise-free, not DP)
+:class:`NoisyProjectionM1`         ``M V + Xi``                 [W] Def. 3 (M1), Thm 3/4
+:class:`NoisyProjectionM2Release`  ``M (V + Xi)``               [W] Def. 3 (M2), Thm 5, mixture bound
+:class:`GaussianSketchRelease`     ``Q A^T + Z``                [S] Eq. 1, Lemma 7.1
+=================================  ===========================  ==============================================
 
 with ``M = Z Z^T``, ``Z in R^{d x r}`` i.i.d. ``N(0, 1/r)`` (so ``E M = I``), ``Xi`` i.i.d. ``N(0, sigma^2)``,
 ``A in R^{r x m}`` i.i.d. ``N(0, sigma_A^2)`` and ``Z in R^{n x r}`` i.i.d. ``N(0, sigma_g^2)`` in [S].
@@ -627,7 +627,7 @@ class NoisyProjectionM1(_MatrixRelease):
 
 
 @dataclass(frozen=True, eq=False)
-class NoisyProjectionM2(_MatrixRelease):
+class NoisyProjectionM2Release(_MatrixRelease):
     """``M2: V -> M (V + Xi)``, ``Xi`` i.i.d. ``N(0, sigma^2)`` ([W] Def. 3)."""
 
     sigma: float = 1.0
@@ -642,7 +642,7 @@ class NoisyProjectionM2(_MatrixRelease):
 
 
 @dataclass(frozen=True, eq=False)
-class GaussianSketch(_Release):
+class GaussianSketchRelease(_Release):
     """[S] Eq. 1: ``Q -> Q A^T + Z``, ``A ~ N(0, sigma_A^2)^{r x m}``, ``Z ~ N(0, sigma_g^2)^{n x r}``.
 
     The r columns of the release are i.i.d. ``N(0, Sigma)``, ``Sigma = sigma_A^2 Q Q^T + sigma_g^2 I_n``

@@ -22,6 +22,7 @@ import numpy as np
 from dpaudit.analysis import ATTACKS, Analysis, analyse
 from dpaudit.campaign.store import ABSENT, RunStore, make_directory, read_json, write_file
 from dpaudit.errors import UsageError
+from dpaudit.formatting import number
 from dpaudit.reporting.figures import EPSILON_SERIES, VIOLATION_COLOUR, draw_roc, figure_png
 from dpaudit.reporting.summary import summary as summary_of
 
@@ -172,10 +173,6 @@ def sweep_figure(entries: list[RunEntry], parameter: str) -> bytes:
 # -- tables -----------------------------------------------------------------------------------------------------
 
 
-def _number(value, digits: int = 3) -> str:
-    return "n/a" if value is None else ("∞" if value == float("inf") else f"{value:.{digits}f}")
-
-
 def _parameters(summary: dict) -> str:
     config = summary["config"]
     shown = [f"r={config['rank']}"] if summary["mechanism"] != "none" else []
@@ -198,11 +195,11 @@ def theory_vs_audit_rows(entries: list[RunEntry]) -> list[dict[str, str]]:
                 "run": entry.label,
                 "mechanism": s["mechanism"] + (f" (mutant {s['config']['mutant']})" if s.get("planted_bug") else ""),
                 "parameters": _parameters(s),
-                "analytic ε": _number(s.get("analytic_epsilon")),
+                "analytic ε": number(s.get("analytic_epsilon")),
                 "bound": bound,
                 "empirical ε ≥ (95%)": _empirical(s),
                 "AUC (95% CI)": f"{s['auc']:.3f} ({lo:.3f}–{hi:.3f})",
-                "max AUC allowed": _number(entry.max_allowed_auc),
+                "max AUC allowed": number(entry.max_allowed_auc),
                 "verdict": outcome,
                 "why": reason,
             }
@@ -211,7 +208,7 @@ def theory_vs_audit_rows(entries: list[RunEntry]) -> list[dict[str, str]]:
         for row, entry in zip(rows, entries):
             claim = entry.summary.get("sketch_claim")
             row["[S] Lemma 7.2 at measured λ̄, C, β"] = (
-                "n/a" if not claim else f"ε = {_number(claim['epsilon'])}, Γ = {claim['gamma']:.3g}: {claim['reason']}"
+                "n/a" if not claim else f"ε = {number(claim['epsilon'])}, Γ = {claim['gamma']:.3g}: {claim['reason']}"
             )
     return rows
 
@@ -220,8 +217,8 @@ def _empirical(s: dict) -> str:
     """The run's empirical ε lower bounds: Clopper-Pearson and GDP, or the one-run design's (pooled)."""
     if s.get("epsilon_lower_bound") is None and "epsilon_lower_bound_one_run_fdp" in s:
         pooled, fdp = s["epsilon_lower_bound_one_run"], s["epsilon_lower_bound_one_run_fdp"]
-        return f"one-run {_number(pooled)} (f-DP {_number(fdp)})"
-    return f"{_number(s['epsilon_lower_bound'])} (GDP {_number(s['epsilon_lower_bound_gdp'])})"
+        return f"one-run {number(pooled)} (f-DP {number(fdp)})"
+    return f"{number(s['epsilon_lower_bound'])} (GDP {number(s['epsilon_lower_bound_gdp'])})"
 
 
 # -- writers ----------------------------------------------------------------------------------------------------
@@ -329,6 +326,14 @@ def write_entries(entries: list[RunEntry], out: Path) -> tuple[Path, Path]:
     """Write report.html and report.md (+ the figures as PNG for the markdown) of ``entries`` into ``out``.
 
     Each file is replaced atomically, and a link at any of their names is replaced, never followed.
+
+    Args:
+        entries: the runs to report, in report order, each with its summary and analysis (:func:`load`, or
+            :func:`dpaudit.reporting.run_report.write_run` for the run it just analysed).
+        out: the directory to write into; created if missing.
+
+    Returns:
+        The paths of report.html and report.md, in that order.
     """
     make_directory(out)
     rows = theory_vs_audit_rows(entries)
@@ -341,7 +346,20 @@ def write_entries(entries: list[RunEntry], out: Path) -> tuple[Path, Path]:
 
 
 def write(run_dirs: list[Path], out: Path | None = None) -> tuple[Path, Path]:
-    """The report of finished run directories, into ``out`` or else the first run directory."""
+    """The report of finished run directories, into ``out`` or else the first run directory.
+
+    Every number is recomputed from each run's outputs (:func:`load`); summary.json only names the attack.
+
+    Args:
+        run_dirs: finished, analysed run directories (each holds a summary.json), in report order.
+        out: the directory for the report files; None: the first run directory.
+
+    Returns:
+        The paths of report.html and report.md, in that order (:func:`write_entries`).
+
+    Raises:
+        UsageError: no run directory, or one without a summary.json naming its attack.
+    """
     if not run_dirs:
         raise UsageError("give at least one run directory")
     entries = [load(Path(d)) for d in run_dirs]

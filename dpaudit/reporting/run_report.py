@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 
 from dpaudit.analysis import Analysis
-from dpaudit.campaign.store import json_text, write_file
+from dpaudit.campaign.store import write_file
+from dpaudit.formatting import json_text
 from dpaudit.reporting import audit_report
 from dpaudit.reporting.figures import draw_roc, figure_png
 from dpaudit.reporting.summary import summary
@@ -19,7 +20,19 @@ def _roc_png(analysis: Analysis, numbers: dict, title: str, loglog: bool) -> byt
 
 
 def write_run(analysis: Analysis, out: Path) -> dict:
-    """Write the analysis files of the run directory ``out`` and return the summary."""
+    """Write the analysis files of the run directory ``out`` and return the summary.
+
+    The files: summary.json, scores.csv (one row per model and target; canary design: one per model, with its
+    test accuracy), roc.png, roc_loglog.png, and the single-run report (report.html, report.md and their figures,
+    :func:`dpaudit.reporting.audit_report.write_entries`). Each is written atomically.
+
+    Args:
+        analysis: the campaign's statistics (:func:`dpaudit.analysis.analyse`).
+        out: the run directory the analysis was read from.
+
+    Returns:
+        The summary (:func:`dpaudit.reporting.summary.summary`): the JSON-ready dict written to summary.json.
+    """
     numbers = summary(analysis)
     models, targets = np.indices(analysis.scores.shape)
     columns = {

@@ -37,7 +37,7 @@ def prism_noise_energy_closed_form(m: int, n: int, rank: int, noise_std: float) 
     return noise_std**2 * rank * (m + n - rank)
 
 
-class FactorNoiseEnergy(NamedTuple):
+class SampledFactorNoiseEnergy(NamedTuple):
     """Per-draw energies of factor-space DP-LoRA noise ([P] Prop. 2.2), numpy, one entry per draw.
 
     ``first_order = ‖ξ_A Bᵀ + A ξ_Bᵀ‖²``, ``bilinear = ‖ξ_A ξ_Bᵀ‖²``, ``total = ‖ξ_A Bᵀ + A ξ_Bᵀ + ξ_A ξ_Bᵀ‖²`` .
@@ -50,7 +50,7 @@ class FactorNoiseEnergy(NamedTuple):
 
 def factor_space_noise_energy(
     A: Tensor, B: Tensor, noise_std: float, num_draws: int, generator: torch.Generator
-) -> FactorNoiseEnergy:
+) -> SampledFactorNoiseEnergy:
     """Sample ``ξ_A, ξ_B`` i.i.d. ``N(0, τ²)`` and measure the induced intrinsic noise by r×r traces.
 
     τ = ``noise_std`` per factor entry, step size included. Expectations (Eqs. 8-9): ``τ² S_t`` and ``mnr τ⁴``.
@@ -69,7 +69,7 @@ def factor_space_noise_energy(
     # <ξ_A Bᵀ + A ξ_Bᵀ, ξ_A ξ_Bᵀ> = tr(ξ_Aᵀξ_A ξ_BᵀB) + tr(Aᵀξ_A ξ_Bᵀξ_B)
     cross = (gram_xi_A * (xi_B.mT @ B).mT).sum((-2, -1)) + ((A.mT @ xi_A) * gram_xi_B).sum((-2, -1))
     to_numpy = lambda t: t.detach().cpu().double().numpy()  # noqa: E731
-    return FactorNoiseEnergy(to_numpy(first), to_numpy(bilinear), to_numpy(first + bilinear + 2.0 * cross))
+    return SampledFactorNoiseEnergy(to_numpy(first), to_numpy(bilinear), to_numpy(first + bilinear + 2.0 * cross))
 
 
 def prism_noise_energy(

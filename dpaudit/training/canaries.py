@@ -23,7 +23,7 @@ Directions (``--canary-direction``):
 Norm (``CampaignConfig.canary_norm``, no CLI flag): by default the clip norm C for clipping mechanisms, so
 clipping leaves the canary whole, and 1 otherwise (the norm of a clipped example at the default C).
 
-PRISM (issue 15; docs/theory.md §3.9): its clip norm is the lifted intrinsic norm only for factor gradients of one
+PRISM (docs/theory.md §3.9): its clip norm is the lifted intrinsic norm only for factor gradients of one
 dense gradient G of the adapted weight, which a fixed factor-space canary is not. Its canaries are therefore
 intrinsic gradients ``norm · u`` of a module's ``Z = lora_B lora_A`` (u a Dirac at a coordinate of the adapted
 weight W, ranked by the real gradients ``∂ℓ/∂W``, or a random direction over the adapted weights), turned at every

@@ -167,14 +167,32 @@ def train(
 ) -> ShadowModels:
     """Fine-tune the K models of ``shadow`` in place on their members of the pool (x, y) with ``mechanism``.
 
-    ``membership`` is a (K, n_pool) boolean matrix; ``layout`` defaults to the one these K models need alone
-    (a campaign passes its own so that chunking does not matter). Batches are shuffled, or Poisson-sampled with
-    expected size ``config.batch_size`` for a mechanism with ``sampling = "poisson"`` (:class:`PoissonLayout`).
-    The optimiser is torch's SGD with momentum over the stacked tensors (elementwise, so stacking does not change
-    any model's arithmetic), unless the mechanism owns its update; the hooks ``initialise``, ``update`` and
-    ``finish`` (no-ops by default) are documented in :class:`dpaudit.mechanisms.base.Mechanism`. ``canaries``:
-    gradient canaries appended to the steps' examples and observed (a :class:`StepObserver`); their
-    observations are left in ``shadow.canary_observations``.
+    Batches are shuffled, or Poisson-sampled with expected size ``config.batch_size`` for a mechanism with
+    ``sampling = "poisson"`` (:class:`PoissonLayout`). The optimiser is torch's SGD with momentum over the stacked
+    tensors (elementwise, so stacking does not change any model's arithmetic), unless the mechanism owns its
+    update; the hooks ``initialise``, ``update`` and ``finish`` (no-ops by default) are documented in
+    :class:`dpaudit.mechanisms.base.Mechanism`.
+
+    Args:
+        shadow: the K models (:func:`build`); their ``trainable`` tensors, (K, ...) each, are the ones trained.
+        mechanism: maps each step's per-example (or batch) gradients to the update.
+        x: the pool's inputs, (n_pool, ...) as the model takes them.
+        y: the pool's labels, (n_pool,) (next-token tasks: (n_pool, L) targets).
+        membership: (K, n_pool) boolean; model k trains on the pool examples whose entry is True.
+        randomness: the K models' random streams (:func:`dpaudit.seeding.shadow_randomness`), which draw their
+            batches, the mechanism's state and its noise.
+        config: learning rate, momentum, epochs, batch size and schedule.
+        layout: the batch layout shared by the campaign's chunks; None: the one these K models need alone (a
+            campaign passes its own so that chunking does not matter).
+        on_step: called with the step index (0, 1, … over all epochs) after each step, e.g. for a progress bar.
+        canaries: gradient canaries appended to the steps' examples and observed (a :class:`StepObserver`).
+
+    Returns:
+        ``shadow`` itself, its ``trainable`` tensors replaced by the trained ones (detached), and with the
+        canaries' observations in ``shadow.canary_observations`` when ``canaries`` is given.
+
+    Raises:
+        ValueError: ``membership`` is not (K, n_pool), or a Poisson-sampling mechanism is not per-example.
     """
     if membership.shape != (shadow.n_models, len(y)):
         raise ValueError(f"membership has shape {membership.shape}, expected ({shadow.n_models}, {len(y)})")

@@ -111,9 +111,9 @@ def audit_tightness(src: Sources) -> Section:
     steps_value = setting_value(frame, "steps")
     in_models = frame.loc[frame["design"] != "one-run", "n_in"].min()
     trials_text = f"{plural(in_models, 'IN model')} and as many OUT" + (
-        " (fewer than the issue's 1000 + 1000: CPU budget)" if in_models < 1000 else ""
+        " (fewer than the 1000 + 1000 planned: CPU budget)" if in_models < 1000 else ""
     )
-    body = f"""## Audit tightness by mechanism and threat model (`audit_tightness.py`, issue 15)
+    body = f"""## Audit tightness by mechanism and threat model (`audit_tightness.py`)
 
 `python experiments/audit_tightness.py` → `results/audit_tightness.csv`. Every cell is one campaign on digits' MLP
 at the same privacy parameters: full batch (q = 1; 718/719 for the input canary, one more member, at half the

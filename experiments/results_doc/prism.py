@@ -186,7 +186,7 @@ def prism_leak(src: Sources) -> Section:
         else "No variant's Clopper-Pearson ε exceeds the analytic ε."
     )
     kept = frame[~frame["variant"].isin(violated["variant"])]
-    body = f"""## [P] Thm 3.4 and adaptive PRISM's factor pair (`prism_leak.py`, issue 15)
+    body = f"""## [P] Thm 3.4 and adaptive PRISM's factor pair (`prism_leak.py`)
 
 `python experiments/prism_leak.py` → `results/prism_leak.csv`. One LoRA module m = {module["m"]:g}, n =
 {module["n"]:g}, r = {module["rank"]:g}; a rank-one canary of norm C = 1 in every IN model's batch (q = 1, no other
