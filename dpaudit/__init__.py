@@ -6,13 +6,13 @@ import torch themselves, so ``dpaudit bounds`` starts fast.
 
 from dpaudit.version import __version__
 
-__all__ = ["__version__", "audit"]
+__all__ = ["__version__", "audit", "audit_training"]
 
 
 def __getattr__(name: str):
-    """``dpaudit.audit`` (:func:`dpaudit.api.audit`), imported on first use: it needs torch."""
-    if name == "audit":
-        from dpaudit.api import audit
+    """``dpaudit.audit`` and ``dpaudit.audit_training`` (:mod:`dpaudit.api`), imported on first use: they need torch."""
+    if name in ("audit", "audit_training"):
+        from dpaudit import api
 
-        return audit
+        return getattr(api, name)
     raise AttributeError(f"module 'dpaudit' has no attribute {name!r}")

@@ -1,4 +1,7 @@
-"""``dpaudit.audit``: a membership-inference audit of your own model, data and mechanism objects from Python.
+"""``dpaudit.audit`` and ``dpaudit.audit_training``: audits of your own objects and training code from Python.
+
+``audit`` runs a membership-inference campaign of your model, data and mechanism objects; ``audit_training`` calls
+your own training function as a black box on neighbouring datasets and judges it against the privacy it claims.
 
 The command line names what it audits (``--model MODULE:FACTORY``, ``--dataset npz:PATH``, ``--mechanism dp-lora``)
 and :mod:`dpaudit.campaign.resolve` turns the names into objects; here the objects are given, and the run
@@ -18,6 +21,7 @@ from dpaudit import analysis
 from dpaudit import data as data_lib
 from dpaudit.campaign import resolve as resolver
 from dpaudit.campaign import runner
+from dpaudit.campaign.store import write_file
 from dpaudit.config import PYTHON_OBJECT, TRAINING_MECHANISMS, CampaignConfig, Execution
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms.base import Mechanism
@@ -118,3 +122,69 @@ def _check_registered(config: CampaignConfig, mechanism: Mechanism) -> None:
             " describe, whose privacy the analysis bounds: build it as the registry does (e.g. prism's lora_scale"
             " = alpha / rank)"
         )
+
+
+def audit_training(
+    model: nn.Module,
+    train,
+    data: tuple[np.ndarray, np.ndarray],
+    *,
+    claim,
+    out: str | Path,
+    trials: int = 200,
+    neighbours: str = "add-remove",
+    design: str = "many-run",
+    seed: int = 0,
+    delta: float = 1e-5,
+    statistics: dict | None = None,
+    workers: int | None = None,
+    progress: bool = False,
+):
+    """Audit your own training function against the privacy it claims (``dpaudit audit-training``).
+
+    Args:
+        model: the starting model; every trial trains a copy of it (it is never changed).
+        train: ``train(model, x, y, seed) -> torch.nn.Module``: trains a copy of ``model`` on exactly ``x``, ``y``
+            with all of its randomness from ``seed`` and returns it. A picklable callable (a module-level function
+            or an object of a module-level class) runs in worker processes.
+        data: ``(x, y)``: (n, ...) features and (n,) integer class labels, the training set as it is (n ≥ 1).
+        claim: what the training code claims: a privacy event of :mod:`dpaudit.mechanisms.privacy` (e.g.
+            ``SubsampledGaussian(σ, q, T)``, ``ApproxDp(ε, δ)``), an opacus accountant after training (its history),
+            or a mapping ``{"noise", "sample_rate", "steps"}`` / ``{"epsilon", "delta"}``.
+        out: the run directory; one holding this very audit is continued.
+        trials: calls of ``train``, half with the canary (IN), half without (OUT); even.
+        neighbours: ``add-remove`` (D = data + canary, D′ = data) or ``replace-one`` (the canary replaces a row).
+        design: ``many-run`` (one membership bit per call).
+        seed: every random draw of the audit (the canary, the IN/OUT assignment, each call's seed) comes from it.
+        delta: the δ of the ε lower bounds (an (ε, δ) claim's own δ is used for it).
+        statistics: your own statistics, name → ``STATISTIC(start, trained, x_c, y_c) -> float``, higher for IN.
+        workers: processes running trials in parallel; None: one per CPU core.
+        progress: show a progress bar.
+
+    Returns:
+        The :class:`dpaudit.analysis.training.TrainingAudit`: per statistic the AUC and ε lower bounds, and the
+        verdict against the claim; ``out/summary.json`` holds the same numbers.
+    """
+    from dpaudit.analysis.training import analyse_training, summary
+    from dpaudit.formatting import json_text
+    from dpaudit.training_audit import claims, runner
+
+    if not isinstance(model, nn.Module):
+        raise UsageError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not callable(train):
+        raise UsageError(f"train must be a function train(model, x, y, seed) -> nn.Module, got {type(train).__name__}")
+    x, y = _pair(data)
+    x = np.asarray(x, dtype=np.float32)
+    y = np.asarray(y)
+    if not np.issubdtype(y.dtype, np.integer):
+        raise UsageError(f"labels y must be integers (class indices), got dtype {y.dtype}")
+    event = claims.claim_event(claim)
+    settings = runner.AuditSettings(
+        trials, neighbours, design, seed, claims.claim_delta(event, delta), workers, progress
+    )
+    named = train if hasattr(train, "__qualname__") else type(train)
+    names = {"trainer": f"{named.__module__}:{named.__qualname__}", "model": type(model).__qualname__}
+    store = runner.run(model, train, x, y.astype(np.int64), event, out, settings, names=names, statistics=statistics)
+    result = analyse_training(store)
+    write_file(store.root, "summary.json", json_text(summary(result)).encode())
+    return result

@@ -13,8 +13,18 @@ import torch
 
 # Stable ids: changing one changes every campaign's numbers.
 # "gradient-canary": when a shadow model's batches hold its gradient canaries (dpaudit.training.canaries); "membership":
-# the one-run design's draw of which canaries each model is IN for.
-_PURPOSES = {"init": 0, "data": 1, "noise": 2, "canary": 3, "gradient-canary": 4, "membership": 5, "exposure": 6}
+# the one-run design's draw of which canaries each model is IN for; "trainer": the seed a user's training function
+# gets in a trial of a training-code audit.
+_PURPOSES = {
+    "init": 0,
+    "data": 1,
+    "noise": 2,
+    "canary": 3,
+    "gradient-canary": 4,
+    "membership": 5,
+    "exposure": 6,
+    "trainer": 7,
+}
 _ROLES = {"shadow": 0, "reference": 1, "campaign": 2}
 
 
@@ -46,3 +56,9 @@ def campaign_rng(seed: int, purpose: str) -> np.random.Generator:
     """Campaign-level draws (the canary input), not tied to any model."""
     sequence = np.random.SeedSequence([seed, _ROLES["campaign"], 0, _PURPOSES[purpose]])
     return np.random.Generator(np.random.PCG64(sequence))
+
+
+def trial_seed(seed: int, trial: int) -> int:
+    """The seed a user's training function gets in trial ``trial`` of an audit with seed ``seed`` (< 2^31)."""
+    sequence = np.random.SeedSequence([seed, _ROLES["shadow"], trial, _PURPOSES["trainer"]])
+    return int(sequence.generate_state(1)[0] >> 1)

@@ -18,7 +18,15 @@ PACKAGE = Path(__file__).resolve().parents[1] / "dpaudit"
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "foundations",
-        ("dpaudit", "dpaudit.version", "dpaudit.errors", "dpaudit.seeding", "dpaudit.background", "dpaudit.formatting"),
+        (
+            "dpaudit",
+            "dpaudit.version",
+            "dpaudit.errors",
+            "dpaudit.seeding",
+            "dpaudit.background",
+            "dpaudit.formatting",
+            "dpaudit.user_code",
+        ),
     ),
     ("catalogue", ("dpaudit.mechanisms.catalogue", "dpaudit.mechanisms.privacy", "dpaudit.training.sampling")),
     ("config", ("dpaudit.config",)),
@@ -26,7 +34,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("data and models", ("dpaudit.data", "dpaudit.models")),
     ("mechanisms", ("dpaudit.mechanisms", "dpaudit.release_audit.releases")),
     ("training", ("dpaudit.training",)),
-    ("campaign", ("dpaudit.campaign",)),
+    ("campaign", ("dpaudit.campaign", "dpaudit.training_audit")),
     ("analysis", ("dpaudit.analysis", "dpaudit.release_audit")),
     ("reporting", ("dpaudit.reporting",)),
     ("entry points", ("dpaudit.api", "dpaudit.cli", "dpaudit.studies", "dpaudit.__main__")),

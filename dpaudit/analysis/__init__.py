@@ -308,8 +308,8 @@ def analyse(store: RunStore, attack: str | None = None) -> Analysis:
     bound = gdp_bound = None
     if config.design == "canary":
         # One canary, one model per trial: independent IN/OUT trials, so the lower bounds are valid.
-        bound = _best_bound(epsilon_lib.clopper_pearson_epsilon, statistics, membership, config.delta)
-        gdp_bound = _best_bound(epsilon_lib.gdp_epsilon, statistics, membership, config.delta)
+        bound = best_bound(epsilon_lib.clopper_pearson_epsilon, statistics, membership, config.delta)
+        gdp_bound = best_bound(epsilon_lib.gdp_epsilon, statistics, membership, config.delta)
     one_run_result = one_run_bounds(scores, membership, config.delta) if config.design == "one-run" else None
     task = str(plan.task)
     accuracy = accuracies(task, outputs.population_outputs, plan.population_labels).mean(axis=1)
@@ -363,7 +363,7 @@ def _claimed_bound(store: RunStore, delta: float) -> AnalyticBound:
     return event_bound(event, delta)
 
 
-def _best_bound(method, statistics: dict[str, np.ndarray], membership: np.ndarray, delta: float):
+def best_bound(method, statistics: dict[str, np.ndarray], membership: np.ndarray, delta: float):
     """The largest of the statistics' ε lower bounds, each at 1 - α/K: together they hold at 1 - α = CONFIDENCE."""
     level = 1 - (1 - CONFIDENCE) / len(statistics)
     found = [method(scores[membership], scores[~membership], delta, confidence=level) for scores in statistics.values()]
@@ -424,20 +424,29 @@ def _profile_test(analysis: Analysis) -> tuple[str | None, tradeoff.ProfileTest 
     """The statistic whose ROC comes closest to (or furthest past) the claimed profile, and its test.
 
     The name is None with a single statistic. Each test is at 1 - α/K over the K statistics, the level of
-    :func:`_best_bound`'s bounds, so the verdict's violated route errs with probability ≤ α in all.
+    :func:`best_bound`'s bounds, so the verdict's violated route errs with probability ≤ α in all.
     """
     if analysis.profile is None:
         return None, None
-    statistics = analysis.statistics or {analysis.attack: analysis.scores}
+    return strongest_profile_test(
+        analysis.statistics or {analysis.attack: analysis.scores}, analysis.membership, analysis.profile.pairs
+    )
+
+
+def strongest_profile_test(
+    statistics: dict[str, np.ndarray], membership: np.ndarray, pairs
+) -> tuple[str | None, tradeoff.ProfileTest]:
+    """The statistic whose ROC comes closest to (or furthest past) the profile ``pairs``, and its test.
+
+    Each of the K tests is at 1 - α/K (the level of :func:`best_bound`'s bounds), so together they hold at
+    CONFIDENCE; the name is None with a single statistic.
+    """
     level = 1 - (1 - CONFIDENCE) / len(statistics)
     tests = {
-        name: tradeoff.profile_test(
-            scores[analysis.membership], scores[~analysis.membership], analysis.profile.pairs, level
-        )
+        name: tradeoff.profile_test(scores[membership], scores[~membership], pairs, level)
         for name, scores in statistics.items()
     }
     name = max(tests, key=lambda name: tests[name].margin)
-    # The K tests together hold at CONFIDENCE, which is what the verdict states.
     return (name if len(tests) > 1 else None), dataclasses.replace(tests[name], confidence=CONFIDENCE)
 
 

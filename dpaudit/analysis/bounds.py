@@ -36,6 +36,7 @@ from typing import Any
 from dpaudit.config import CampaignConfig
 from dpaudit.mechanisms.privacy import (
     ZERO_NOISE,
+    ApproxDp,
     GaussianSketch,
     LayerShape,
     NoisyProjectionM2,
@@ -133,6 +134,14 @@ def _unknown(event: Unknown, delta: float) -> AnalyticBound:
     return AnalyticBound(None, None, event.reason)
 
 
+def _approx_dp(event: ApproxDp, delta: float) -> AnalyticBound:
+    """(ε, δ_c)-DP implies (ε, δ)-DP for every δ ≥ δ_c; at a smaller δ the claim says nothing."""
+    source = f"the claimed (ε, δ) = ({event.epsilon:g}, {event.delta:g})"
+    if delta < event.delta:
+        return AnalyticBound(None, source, f"the claim holds at δ = {event.delta:g}, above the audit's δ = {delta:g}")
+    return AnalyticBound(event.epsilon, source)
+
+
 # Event type → its bound at δ, the one place an accountant is chosen (dp_accounting's DpEvent → PrivacyAccountant).
 _BOUNDS: dict[type, Callable[[Any, float], AnalyticBound]] = {
     SubsampledGaussian: _subsampled_gaussian,
@@ -140,6 +149,7 @@ _BOUNDS: dict[type, Callable[[Any, float], AnalyticBound]] = {
     GaussianSketch: _gaussian_sketch,
     NotDp: _not_dp,
     Unknown: _unknown,
+    ApproxDp: _approx_dp,
 }
 
 

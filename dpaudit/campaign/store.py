@@ -216,6 +216,34 @@ def _reject_constant(token: str):
     raise ValueError(f"{token} is not JSON")
 
 
+@contextmanager
+def directory_lock(root: Path) -> Iterator[None]:
+    """Held while a process writes the run directory ``root`` (flock on root/.lock, released even by kill -9).
+
+    A second process is refused with a usage error naming the holder's pid.
+    """
+    with _usage_error_on_os_error(root / ".lock", "open"):
+        directory = _open_directory(root, ())
+        try:
+            fd = os.open(".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644, dir_fd=directory)
+        finally:
+            os.close(directory)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            raise UsageError(
+                f"{root} is being trained by another dpaudit process (pid {holder}): wait for it to"
+                " finish (then `dpaudit resume` or `analyse`), or stop it first"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
 ABSENT = object()  # what read_json returns for a file that does not exist (a JSON file may hold null)
 
 
@@ -578,29 +606,11 @@ class RunStore:
 
     @contextmanager
     def lock(self) -> Iterator[None]:
-        """Held while a process trains this campaign (flock on RUN_DIR/.lock, released even by kill -9)."""
+        """Held while a process trains this campaign (:func:`directory_lock`); stale temporaries are removed."""
         self._make_root()
-        with _usage_error_on_os_error(self.root / ".lock", "open"):
-            directory = _open_directory(self.root, ())
-            try:
-                fd = os.open(".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644, dir_fd=directory)
-            finally:
-                os.close(directory)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-                raise UsageError(
-                    f"{self.root} is being trained by another dpaudit process (pid {holder}): wait for it to"
-                    " finish (then `dpaudit resume` or `analyse`), or stop it first"
-                ) from None
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        with directory_lock(self.root):
             self._remove_stale_temporaries()
             yield
-        finally:
-            os.close(fd)
 
     def _remove_stale_temporaries(self) -> None:
         """Temporary files left by a writer that died (kill -9, full disk) before renaming them."""

@@ -15,7 +15,7 @@ import traceback
 from accountants.validation import InvalidArgument
 
 # Module names under dpaudit.cli, in the order ``dpaudit --help`` lists them.
-_SUBCOMMANDS = ("audit", "resume", "analyse", "report", "bounds", "audit_mechanism")
+_SUBCOMMANDS = ("audit", "resume", "analyse", "report", "bounds", "audit_mechanism", "audit_training")
 
 USAGE_ERROR = 2
 INTERNAL_ERROR = 3

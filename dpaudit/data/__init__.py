@@ -177,6 +177,21 @@ def _existing_file(path: Path, spec: str) -> Path:
     return path
 
 
+def _npz_arrays(path: Path) -> dict[str, np.ndarray]:
+    """Every array of the .npz archive ``path``; a usage error if it is not one."""
+    try:
+        archive = np.load(path, allow_pickle=False)
+        if not isinstance(archive, np.lib.npyio.NpzFile):
+            raise ValueError("it holds a single array")
+        with archive:
+            return {key: archive[key] for key in archive.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise UsageError(
+            f"{path} is not an .npz archive of numeric arrays ({reason}); write it with numpy.savez(path, x=..., y=...)"
+        ) from None
+
+
 def from_npz(path: str | Path) -> Dataset:
     """A user's arrays from an .npz archive: ``x`` and ``y`` (split by :func:`split_indices`) or :data:`SPLIT_KEYS`.
 
@@ -184,17 +199,7 @@ def from_npz(path: str | Path) -> Dataset:
     class labels, renumbered as in :func:`_classes`. Written e.g. by ``numpy.savez(path, x=x, y=y)``.
     """
     path = _existing_file(Path(path), f"npz:{path}")
-    try:
-        archive = np.load(path, allow_pickle=False)
-        if not isinstance(archive, np.lib.npyio.NpzFile):
-            raise ValueError("it holds a single array")
-        with archive:
-            arrays = {key: archive[key] for key in archive.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise UsageError(
-            f"{path} is not an .npz archive of numeric arrays ({reason}); write it with numpy.savez(path, x=..., y=...)"
-        ) from None
+    arrays = _npz_arrays(path)
     keys = set(arrays)
     split_keys = keys & set(SPLIT_KEYS)
     if {"x", "y"} <= keys and not split_keys:
@@ -230,9 +235,17 @@ def from_csv(path: str | Path) -> Dataset:
 
     Split by :func:`split_indices` like an .npz's ``x`` and ``y``.
     """
+    path = _existing_file(Path(path), f"csv:{path}")
+    x, y = _checked_part(path, _csv_arrays(path), "features", "label")
+    rows = split_indices(len(y))
+    _check_split_sizes(path, [len(part) for part in rows], len(y))
+    return _user_dataset(f"csv:{path}", path, [(x[part], y[part]) for part in rows])
+
+
+def _csv_arrays(path: Path) -> dict[str, np.ndarray]:
+    """A CSV table's ``features`` (every column but ``label``, numeric) and ``label``; a usage error otherwise."""
     import pandas as pd
 
-    path = _existing_file(Path(path), f"csv:{path}")
     try:
         frame = pd.read_csv(path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
@@ -252,11 +265,29 @@ def from_csv(path: str | Path) -> Dataset:
             f"{path}: every column but 'label' must be a numeric feature; "
             + (f"non-numeric column(s): {', '.join(text[:5])}; encode or drop them" if text else "there is none")
         )
-    arrays = {"features": frame[features].to_numpy(), "label": frame["label"].to_numpy()}
-    x, y = _checked_part(path, arrays, "features", "label")
-    rows = split_indices(len(y))
-    _check_split_sizes(path, [len(part) for part in rows], len(y))
-    return _user_dataset(f"csv:{path}", path, [(x[part], y[part]) for part in rows])
+    return {"features": frame[features].to_numpy(), "label": frame["label"].to_numpy()}
+
+
+def training_set(spec: str) -> tuple[np.ndarray, np.ndarray]:
+    """A training set as the user's own training code takes it: ``npz:PATH`` (arrays ``x``, ``y``) or ``csv:PATH``.
+
+    Unlike a campaign's dataset it is neither split nor standardised: the training code gets exactly these
+    arrays (features as float32, labels as int64 whole numbers, any count ≥ 1).
+
+    Returns:
+        ``(x, y)``: (n, ...) float32 features and (n,) int64 labels.
+    """
+    kind, _, name = spec.partition(":")
+    if kind not in ("npz", "csv") or not name:
+        raise UsageError(f"--dataset must be npz:PATH (arrays x and y) or csv:PATH (a label column), got {spec!r}")
+    path = _existing_file(Path(name), spec)
+    arrays = _npz_arrays(path) if kind == "npz" else _csv_arrays(path)
+    keys = ("x", "y") if kind == "npz" else ("features", "label")
+    missing = [key for key in keys if key not in arrays]
+    if missing:
+        raise UsageError(f"{path} lacks array(s) {', '.join(missing)}: write it with numpy.savez(path, x=..., y=...)")
+    x, y = _checked_part(path, arrays, *keys)
+    return x.astype(np.float32), y
 
 
 def _checked_part(path: Path, arrays: dict[str, np.ndarray], x_key: str, y_key: str) -> tuple[np.ndarray, np.ndarray]:

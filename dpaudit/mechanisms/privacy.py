@@ -14,6 +14,7 @@ event                       bound (:mod:`dpaudit.analysis.bounds`)
 :class:`GaussianSketch`      none: [S] Lemma 7.2 needs β and λ̄ over every neighbouring dataset
 :class:`NotDp`               none: the mechanism is proven not DP at any ε
 :class:`Unknown`             none: no theorem bounds the mechanism as it trains
+:class:`ApproxDp`            the (ε, δ) itself: a guarantee stated as numbers (a training-code audit's claim)
 ==========================  =================================================================================
 """
 
@@ -101,7 +102,18 @@ class Unknown:
     reason: str
 
 
-PrivacyEvent = SubsampledGaussian | NoisyProjectionM2 | GaussianSketch | NotDp | Unknown
+@dataclass(frozen=True)
+class ApproxDp:
+    """A claimed (ε, δ)-DP guarantee, given as numbers: no mechanism behind it to account for.
+
+    What ``dpaudit audit-training --claim-epsilon ε --delta δ`` audits a user's training code against.
+    """
+
+    epsilon: float
+    delta: float
+
+
+PrivacyEvent = SubsampledGaussian | NoisyProjectionM2 | GaussianSketch | NotDp | Unknown | ApproxDp
 
 ZERO_NOISE = NotDp(f"σ = 0: noise-free, {NOT_DP}")  # the event of every noisy mechanism run at σ = 0
 
@@ -118,7 +130,7 @@ def to_record(event: PrivacyEvent) -> dict:
 
 def from_record(record: dict) -> PrivacyEvent:
     """The event :func:`to_record` wrote; ValueError if the record is not one."""
-    kinds = {kind.__name__: kind for kind in (SubsampledGaussian, NoisyProjectionM2, GaussianSketch, NotDp, Unknown)}
+    kinds = {kind.__name__: kind for kind in PrivacyEvent.__args__}
     try:
         kind, fields = kinds[record["event"]], dict(record["fields"])
         if "layers" in fields:

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import importlib
-import inspect
 import math
 from dataclasses import dataclass
 
@@ -29,6 +27,7 @@ from torch import nn
 
 from dpaudit.errors import UsageError
 from dpaudit.models.transformer import CausalTransformer
+from dpaudit.user_code import load_callable
 
 PARAMETERIZATIONS = ("full", "lora", "lora-fa")
 TASKS = ("classification", "next-token")
@@ -141,30 +140,9 @@ def initialise(model: nn.Module, seed: int) -> None:
 
 def from_factory(spec: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     """The base model of ``--model MODULE:FACTORY``: ``FACTORY(input_shape, num_classes)`` from an importable module."""
-    module_name, _, factory_name = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise UsageError(
-            f"--model {spec}: cannot import module {module_name!r} ({error}); put its directory on PYTHONPATH"
-        ) from None
-    factory = getattr(module, factory_name, None)
-    if not callable(factory):
-        found = "has no attribute" if factory is None else f"has a {type(factory).__name__}, not a callable,"
-        raise UsageError(
-            f"--model {spec}: module {module_name!r} {found} {factory_name!r}; name a function or class that takes"
-            " (input_shape, num_classes) and returns a torch.nn.Module"
-        )
+    factory = load_callable("--model", spec, ("input_shape", "num_classes"), "a torch.nn.Module")
+    factory_name = spec.partition(":")[2]
     arguments = (tuple(input_shape), num_classes)
-    try:
-        inspect.signature(factory).bind(*arguments)
-    except TypeError as error:
-        raise UsageError(
-            f"--model {spec}: {factory_name} cannot be called as {factory_name}(input_shape, num_classes) ({error});"
-            " give it those two parameters"
-        ) from None
-    except ValueError:  # no signature to read (some builtins): the call below tells
-        pass
     model = factory(*arguments)
     if not isinstance(model, nn.Module):
         raise UsageError(

@@ -1,0 +1,113 @@
+"""``dpaudit audit-training``: audit your own training code as a black box against the privacy it claims.
+
+Your training function ``MODULE:FUNCTION(model, x, y, seed) -> torch.nn.Module`` trains a copy of the starting
+model (``--model MODULE:FACTORY``, called as ``FACTORY(input_shape, num_classes)``) on exactly the arrays it is
+given, with all of its randomness from ``seed``. dpaudit calls it ``--trials`` times, half on the data with a
+canary (IN), half without (OUT), observes the canary in every returned model and judges the claim: a
+Poisson-subsampled Gaussian (``--claim-noise σ --claim-sample-rate q --claim-steps T``, as opacus accounts
+DP-SGD) or an (ε, δ) (``--claim-epsilon ε --delta δ``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from dpaudit.cli.arguments import add_json, add_seed, directory
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "audit-training",
+        help="audit your own training function (opacus, your loop, HF + peft) against the privacy it claims",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--model", required=True, metavar="MODULE:FACTORY", help="the starting model's factory")
+    p.add_argument("--trainer", required=True, metavar="MODULE:FUNCTION", help="your training function")
+    p.add_argument(
+        "--dataset", required=True, metavar="npz:PATH|csv:PATH", help="the training set as it is (x, y; no split)"
+    )
+    claim = p.add_argument_group("the claim (σ, q and T; or ε)")
+    claim.add_argument("--claim-noise", type=float, metavar="σ", help="noise multiplier of the claimed DP-SGD")
+    claim.add_argument("--claim-sample-rate", type=float, metavar="q", help="its Poisson sampling rate")
+    claim.add_argument("--claim-steps", type=int, metavar="T", help="its number of steps")
+    claim.add_argument("--claim-epsilon", type=float, metavar="ε", help="a claimed (ε, δ) instead, with --delta")
+    claim.add_argument("--delta", type=float, default=1e-5, help="δ of the claim and of the ε lower bounds (1e-5)")
+    p.add_argument("--trials", type=int, default=200, help="calls of your function, half IN, half OUT (200)")
+    p.add_argument(
+        "--neighbours",
+        choices=("add-remove", "replace-one"),
+        default="add-remove",
+        help="D = data + canary vs data, or the canary replacing one row (add-remove)",
+    )
+    p.add_argument("--design", choices=("many-run",), default="many-run", help="one membership bit per call")
+    p.add_argument(
+        "--statistic",
+        action="append",
+        default=[],
+        metavar="MODULE:FUNCTION",
+        help="your own statistic STATISTIC(start, trained, x_c, y_c) -> float, higher for IN (repeatable)",
+    )
+    add_seed(p)
+    p.add_argument("--workers", type=int, help="processes running trials (one per core)")
+    p.add_argument("--out", type=directory, help="run directory (./dpaudit-runs/training-<timestamp>)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_json(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from dpaudit import api, data, models
+    from dpaudit.formatting import json_text, number
+    from dpaudit.user_code import load_callable
+
+    x, y = data.training_set(args.dataset)
+    model = models.from_factory(args.model, x.shape[1:], int(y.max()) + 1)
+    trainer = load_callable("--trainer", args.trainer, ("model", "x", "y", "seed"), "the trained torch.nn.Module")
+    statistics = {
+        spec: load_callable("--statistic", spec, ("start", "trained", "x_c", "y_c"), "a float")
+        for spec in args.statistic
+    }
+    claim = {
+        "noise": args.claim_noise,
+        "sample_rate": args.claim_sample_rate,
+        "steps": args.claim_steps,
+        "epsilon": args.claim_epsilon,
+        "delta": args.delta,
+    }
+    out = args.out or Path("dpaudit-runs") / time.strftime("training-%Y%m%d-%H%M%S")
+    result = api.audit_training(
+        model,
+        trainer,
+        (x, np.asarray(y)),
+        claim=claim,
+        out=out,
+        trials=args.trials,
+        neighbours=args.neighbours,
+        design=args.design,
+        seed=args.seed,
+        delta=args.delta,
+        statistics=statistics,
+        workers=args.workers,
+        progress=not args.quiet,
+    )
+    from dpaudit.analysis.training import summary
+
+    numbers = summary(result)
+    if args.json:
+        print(json_text(numbers), end="")
+        return 0
+    print(f"{args.trainer} on {args.dataset} ({len(y)} examples), {args.neighbours}, {args.trials} trials")
+    print(f"  claim: {result.claim.source or 'none'}; ε = {number(result.claim.epsilon)} at δ = {result.delta:g}")
+    for name, metrics in result.metrics.items():
+        low, high = metrics.auc_ci
+        print(f"  {name:<20} AUC {metrics.auc:.3f} [{low:.3f}, {high:.3f}]")
+    bounds = f"ε ≥ {result.bound.epsilon:.3f} (Clopper-Pearson), {result.gdp_bound.epsilon:.3f} (GDP)"
+    print(f"  {bounds}, {result.bound.confidence:.0%} over all {len(result.metrics)} statistics")
+    print(f"  verdict: {result.verdict.outcome} — {result.verdict.reason}")
+    print(f"  wrote {out}/: audit.json privacy.json canary.npz trials/ summary.json")
+    return 0

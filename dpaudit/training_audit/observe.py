@@ -1,0 +1,94 @@
+"""What the audit observes of a trained model: one number per statistic, larger when the canary was trained on.
+
+Black-box statistics read the model's outputs on the canary; white-box ones its parameters:
+
+=====================  ==========================================================================================
+statistic              score (higher: the canary more likely a member)
+=====================  ==========================================================================================
+canary-loss            -ℓ(θ; x_c, y_c), the cross-entropy of the canary's label
+logit-margin           f(x_c)_{y_c} - max_{j ≠ y_c} f(x_c)_j
+gradient-alignment     -⟨θ - θ_0, u⟩ / ‖u‖, u = ∇_θ ℓ(θ_0; x_c, y_c): a gradient step on the canary moves θ along -u
+update-norm            ‖θ - θ_0‖: sees what one direction cannot, e.g. a noise scale that depends on the data
+=====================  ==========================================================================================
+
+A user's statistic ``STATISTIC(start, trained, x_c, y_c) -> float`` is one more column. Parameters are every
+floating-point tensor of the model's state; the frozen ones do not move, so they add nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+STATISTICS = ("canary-loss", "logit-margin", "gradient-alignment", "update-norm")
+BLACK_BOX = ("canary-loss", "logit-margin")
+Statistic = Callable[[nn.Module, nn.Module, np.ndarray, np.ndarray], float]
+
+
+def _logits(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """A classifier's logits; a Hugging Face model's output is read through ``.logits``."""
+    output = model(x)
+    return getattr(output, "logits", output)
+
+
+def _floating_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Every floating-point tensor of the model's state (parameters and buffers), by name, in state order."""
+    return {name: tensor for name, tensor in model.state_dict(keep_vars=True).items() if tensor.is_floating_point()}
+
+
+def _flat(tensors) -> torch.Tensor:
+    return torch.cat([tensor.detach().double().flatten() for tensor in tensors])
+
+
+class Observer:
+    """The statistics of models trained from ``start``, for the canary ``(x_c, y_c)`` (one example, a batch of 1)."""
+
+    def __init__(self, start: nn.Module, x_c: np.ndarray, y_c: int, user: dict[str, Statistic] | None = None):
+        self.start, self.user = start.eval(), dict(user or {})
+        self.x_c, self.y_c = x_c, np.array([y_c], dtype=np.int64)
+        self._x, self._y = torch.from_numpy(x_c), torch.from_numpy(self.y_c)
+        self._theta0 = _flat(_floating_state(start).values())
+        self._direction = self._unit_canary_gradient()
+
+    def _unit_canary_gradient(self) -> torch.Tensor:
+        """u/‖u‖, u = ∇_θ ℓ(θ_0; x_c, y_c) over the floating state (0 for buffers and unused tensors)."""
+        duplicate = copy.deepcopy(self.start)
+        for parameter in duplicate.parameters():
+            parameter.requires_grad_(True)
+        state = _floating_state(duplicate)
+        parameters = {name: tensor for name, tensor in state.items() if isinstance(tensor, nn.Parameter)}
+        with torch.enable_grad():
+            loss = nn.functional.cross_entropy(_logits(duplicate, self._x), self._y)
+            found = torch.autograd.grad(loss, list(parameters.values()), allow_unused=True)
+        gradients = dict(zip(parameters, found))
+        direction = _flat(
+            torch.zeros_like(tensor) if gradients.get(name) is None else gradients[name]
+            for name, tensor in state.items()
+        )
+        norm = direction.norm()
+        return direction / norm if norm > 0 else direction
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (*STATISTICS, *self.user)
+
+    @torch.no_grad()
+    def observe(self, trained: nn.Module) -> dict[str, float]:
+        """Every statistic of ``trained``, a model of ``start``'s architecture."""
+        logits = _logits(trained, self._x)[0].double()
+        label = int(self.y_c[0])
+        others = torch.cat([logits[:label], logits[label + 1 :]])
+        change = _flat(_floating_state(trained).values()) - self._theta0
+        found = {
+            "canary-loss": -float(nn.functional.cross_entropy(logits[None], self._y)),
+            "logit-margin": float(logits[label] - others.max()),
+            "gradient-alignment": -float(change @ self._direction),
+            "update-norm": float(change.norm()),
+        }
+        for name, statistic in self.user.items():
+            found[name] = float(statistic(self.start, trained, self.x_c, self.y_c))
+        return found

@@ -1,0 +1,122 @@
+"""The run directory of a training-code audit: what was audited, the canary, one file per finished trial.
+
+::
+
+    RUN_DIR/audit.json          format, dpaudit version, what was audited (trainer, model, data, claim, design,
+                                neighbouring relation, statistics, seed) with their fingerprints
+    RUN_DIR/privacy.json        the claim as a privacy event (dpaudit.mechanisms.privacy.to_record)
+    RUN_DIR/canary.npz          the canary (x_c, y_c) and, for replace-one neighbours, the row it replaces
+    RUN_DIR/trials/NNNNNNN.json one finished trial: its membership bit, the seed its training got, its observations
+    RUN_DIR/summary.json        the analysis (dpaudit.analysis.training)
+
+Every file is written atomically (:func:`dpaudit.campaign.store.write_file`), so a kill loses at most the trials
+still training; resuming with anything else audited (another trainer, model, data, claim or setting) is refused,
+naming what differs, while no trial has finished a different audit may start over in the directory.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from dpaudit.campaign.store import ABSENT, directory_lock, make_directory, read_file, read_json, write_file
+from dpaudit.errors import UsageError
+from dpaudit.formatting import json_text
+from dpaudit.version import __version__
+
+FORMAT_VERSION = 1
+
+
+class TrainingAuditStore:
+    """The run directory ``root`` of one training-code audit."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self.trials_dir = self.root / "trials"
+
+    def create_or_check(self, description: dict) -> bool:
+        """Record a new audit, or check that the directory holds this very one; True if it did already.
+
+        A directory with another audit and no finished trial is started over with this one.
+        """
+        make_directory(self.trials_dir)
+        recorded = read_json(self.root, "audit.json", "delete the directory and run the audit again")
+        if recorded is not ABSENT:
+            if not (isinstance(recorded, dict) and isinstance(recorded.get("description"), dict)):
+                raise UsageError(f"{self.root / 'audit.json'} is damaged: delete the directory and run the audit again")
+            if recorded.get("format_version") != FORMAT_VERSION:
+                raise UsageError(
+                    f"{self.root} was written by dpaudit {recorded.get('dpaudit_version')} (training-audit format"
+                    f" {recorded.get('format_version')}); this dpaudit reads format {FORMAT_VERSION}: run it again"
+                )
+            old = recorded["description"]
+            differences = [
+                f"{key}: {old.get(key)!r} → {description.get(key)!r}"
+                for key in sorted(set(old) | set(description))
+                if old.get(key) != description.get(key)
+            ]
+            if not differences:
+                return True
+            if self.finished():
+                raise UsageError(
+                    f"{self.root} holds another training audit ({'; '.join(differences)}): its trials cannot be mixed"
+                    " with these; use another --out"
+                )
+            for name in ("privacy.json", "canary.npz", "summary.json"):
+                (self.root / name).unlink(missing_ok=True)
+        record = {"format_version": FORMAT_VERSION, "dpaudit_version": __version__, "description": description}
+        write_file(self.root, "audit.json", json_text(record).encode())
+        return False
+
+    def description(self) -> dict:
+        recorded = read_json(self.root, "audit.json", "delete the directory and run the audit again")
+        if recorded is ABSENT:
+            raise UsageError(f"{self.root} holds no training audit (no audit.json): run `dpaudit audit-training`")
+        return recorded["description"]
+
+    def write_claim(self, record: dict) -> None:
+        write_file(self.root, "privacy.json", json_text(record).encode())
+
+    def claim(self) -> dict:
+        record = read_json(self.root, "privacy.json", "run the audit again into a new directory")
+        if record is ABSENT:
+            raise UsageError(f"{self.root / 'privacy.json'} is missing: resume the audit, which writes it again")
+        return record
+
+    def write_canary(self, x_c: np.ndarray, y_c: int, replaced: int) -> None:
+        buffer = io.BytesIO()
+        np.savez(buffer, x=x_c, y=np.array(y_c, dtype=np.int64), replaced=np.array(replaced, dtype=np.int64))
+        write_file(self.root, "canary.npz", buffer.getvalue())
+
+    def canary(self) -> tuple[np.ndarray, int, int] | None:
+        """The stored canary (x_c (1, ...), y_c, replaced row or -1), None if absent."""
+        data = read_file(self.root, "canary.npz")
+        if data is None:
+            return None
+        with np.load(io.BytesIO(data)) as arrays:
+            return arrays["x"], int(arrays["y"]), int(arrays["replaced"])
+
+    def write_trial(self, trial: int, record: dict) -> None:
+        write_file(self.root, f"trials/{trial:07d}.json", json_text(record).encode())
+
+    def finished(self) -> dict[int, dict]:
+        """Trial index → its record, for every finished trial."""
+        if not self.trials_dir.is_dir():
+            return {}
+        found = {}
+        for path in sorted(self.trials_dir.glob("[0-9]*.json")):
+            record = read_json(self.trials_dir, path.name, "delete it; resuming trains that trial again")
+            if not (isinstance(record, dict) and isinstance(record.get("observations"), dict)):
+                raise UsageError(f"{path} is damaged: delete it; resuming trains that trial again")
+            found[int(path.stem)] = record
+        return found
+
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        make_directory(self.root)
+        with directory_lock(self.root):
+            yield
