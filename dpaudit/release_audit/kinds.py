@@ -6,7 +6,7 @@ how they build the release with its pair, the attack that scores it (its exact l
 certificate, or else a learned distinguisher), its analytic bounds, its exact privacy profile where one is known,
 and the parameters an audit reports. :mod:`dpaudit.release_audit.audit` and ``dpaudit audit-mechanism`` dispatch
 through :data:`RELEASES` and name no release themselves: a new release is its sampler in ``releases`` and one
-:func:`register` call.
+entry, registered with :func:`register` (the built-in ones are listed at the end of this module).
 
 The formulas behind each entry are those of :mod:`dpaudit.release_audit.audit` (module docstring). numpy/scipy only.
 """
@@ -137,24 +137,6 @@ def _gaussian_loss(mechanism: GaussianMechanism, statistic: np.ndarray) -> np.nd
     return (offset - 2 * statistic[:, 0]) / (2 * mechanism.sigma**2)
 
 
-register(
-    ReleaseKind(
-        GaussianMechanism,
-        "gaussian",
-        "Gaussian mechanism v + N(0, sigma^2 I) on a pair at distance --sensitivity",
-        _gaussian_arguments,
-        lambda args: GaussianMechanism(releases.vectors_at_distance(args.d, args.sensitivity, args.seed), args.sigma),
-        describe=lambda m: dict(d=m.pair.d, sensitivity=m.pair.sensitivity, sigma=m.sigma, mu=m.mu),
-        analytic_bounds=lambda m, delta, seed: (
-            gaussian.classical_epsilon(delta, m.pair.sensitivity, m.sigma),
-            gaussian.rdp_epsilon(delta, m.pair.sensitivity, m.sigma),
-        ),
-        log_likelihood_ratio=_gaussian_loss,
-        exact_profile=lambda m, delta, samples, seed, confidence: gaussian.epsilon(delta, m.pair.sensitivity, m.sigma),
-    )
-)
-
-
 # ---------------------------------------------------------------------------------------------- wishart vector
 
 
@@ -178,23 +160,6 @@ def _wishart_vector_loss(statistic: np.ndarray, d: int, r: int) -> np.ndarray:
     losses = np.where(own > 0, np.inf, -np.inf)
     losses[inside] = (r - d - 1) / 2 * (np.log(s) - np.log(s_prime)) - r * q / 2 * (1 / s - 1 / s_prime)
     return losses
-
-
-register(
-    ReleaseKind(
-        WishartVector,
-        "wishart-vector",
-        "[W] vector release M v, unit vectors with alignment --rho (Thm 1)",
-        _vector_arguments,
-        lambda args: WishartVector(releases.aligned_unit_vectors(args.d, args.rho, args.seed), args.r),
-        describe=lambda m: dict(d=m.pair.d, r=m.r, rho=m.pair.rho),
-        analytic_bounds=lambda m, delta, seed: (wishart.theorem1_epsilon(delta, m.pair.rho, m.pair.d, m.r),),
-        log_likelihood_ratio=_vector_loss,
-        exact_profile=lambda m, delta, samples, seed, confidence: wishart.vector_profile_epsilon(
-            delta, m.pair.rho, m.pair.d, m.r, samples=samples, seed=seed, confidence=confidence
-        ),
-    )
-)
 
 
 # ---------------------------------------------------------------------------------------------- matrix releases
@@ -274,19 +239,6 @@ def _m1_theorem3(mechanism: NoisyProjectionM1, delta: float, calibration: wishar
     return _relabel(bound, source)
 
 
-register(
-    ReleaseKind(
-        NoisyProjectionM1,
-        "wishart-m1",
-        "[W] M1: M V + Xi on a one-column change ([W] Def. 4; Thm 3/4)",
-        _m1_arguments,
-        lambda args: NoisyProjectionM1(_one_column_pair(args), args.r, args.sigma),
-        describe=_matrix_parameters,
-        analytic_bounds=_m1_bounds,
-    )
-)
-
-
 def _m2_arguments(p):
     p.add_argument("--d", type=int, default=32, help="rows of V (default: 32)")
     p.add_argument("--n", type=int, default=2, help="columns of V (default: 2)")
@@ -317,21 +269,6 @@ def _m2_bounds(mechanism: NoisyProjectionM2, delta: float, seed: int) -> tuple[B
     )
 
 
-register(
-    ReleaseKind(
-        NoisyProjectionM2,
-        "wishart-m2",
-        "[W] M2: M (V + Xi) on a rank-s change of Frobenius norm --frobenius (Thm 5, mixture bound)",
-        _m2_arguments,
-        lambda args: NoisyProjectionM2(
-            releases.low_rank_change(args.d, args.n, args.rank, args.frobenius, args.seed), args.r, args.sigma
-        ),
-        describe=_matrix_parameters,
-        analytic_bounds=_m2_bounds,
-    )
-)
-
-
 # ---------------------------------------------------------------------------------------------- sketch
 
 
@@ -346,7 +283,7 @@ def _sketch_arguments(p):
     p.add_argument("--lambda-min", type=float, default=1.0, help="lambda_min(Q Q^T) (default: 1)")
     p.add_argument(
         "--direction",
-        choices=("smallest", "largest"),
+        choices=releases.SKETCH_DIRECTIONS,
         default="smallest",
         help="eigenvector the removed column points along; smallest = [S]'s tight case (default)",
     )
@@ -393,27 +330,9 @@ def _sketch_lemma71(mechanism: GaussianSketch, delta: float) -> tuple[Bound, Bou
     the proof (Eq. 45 uses lambda_min(Sigma_1) only).
     """
     pair = mechanism.pair
-    stated = sketch.lemma71(
-        delta,
-        min(pair.lambda_min, pair.lambda_min_neighbour),
-        mechanism.sigma_g,
-        mechanism.sigma_a,
-        pair.norm_bound,
-        pair.sensitivity,
-        mechanism.r,
-        tau=1,
-    )
-    one_column = sketch.lemma71(
-        delta,
-        pair.lambda_min,
-        mechanism.sigma_g,
-        mechanism.sigma_a,
-        pair.norm_bound,
-        pair.sensitivity,
-        mechanism.r,
-        tau=1,
-        gram_sensitivity=pair.gram_sensitivity,
-    )
+    common = (mechanism.sigma_g, mechanism.sigma_a, pair.norm_bound, pair.sensitivity, mechanism.r)
+    stated = sketch.lemma71(delta, min(pair.lambda_min, pair.lambda_min_neighbour), *common, tau=1)
+    one_column = sketch.lemma71(delta, pair.lambda_min, *common, tau=1, gram_sensitivity=pair.gram_sensitivity)
     return (
         stated,
         _relabel(one_column, "[S] Lemma 7.1, one-column form (App. D.1: B_C = B_S^2, tau = 1) + [S] Prop. 4.3"),
@@ -466,21 +385,6 @@ def _sketch_profile(
         inputs=dict(delta=delta, r=mechanism.r),
         details=dict(variance_ratio=float(changed[0])),
     )
-
-
-register(
-    ReleaseKind(
-        GaussianSketch,
-        "sketch",
-        "[S] Gaussian sketch Q A^T + Z, Q' = Q minus one column ([S] Lemma 7.1)",
-        _sketch_arguments,
-        _sketch,
-        describe=_sketch_parameters,
-        analytic_bounds=lambda m, delta, seed: _sketch_lemma71(m, delta),
-        log_likelihood_ratio=_sketch_loss,
-        exact_profile=_sketch_profile,
-    )
-)
 
 
 # ---------------------------------------------------------------------------------------------- projection
@@ -543,7 +447,67 @@ def _lora_claim(mechanism: MatrixProjection, delta: float) -> Bound:
     )
 
 
-register(
+# ---------------------------------------------------------------------------------------------- the built-in releases
+
+for _kind in (
+    ReleaseKind(
+        GaussianMechanism,
+        "gaussian",
+        "Gaussian mechanism v + N(0, sigma^2 I) on a pair at distance --sensitivity",
+        _gaussian_arguments,
+        lambda args: GaussianMechanism(releases.vectors_at_distance(args.d, args.sensitivity, args.seed), args.sigma),
+        describe=lambda m: dict(d=m.pair.d, sensitivity=m.pair.sensitivity, sigma=m.sigma, mu=m.mu),
+        analytic_bounds=lambda m, delta, seed: (
+            gaussian.classical_epsilon(delta, m.pair.sensitivity, m.sigma),
+            gaussian.rdp_epsilon(delta, m.pair.sensitivity, m.sigma),
+        ),
+        log_likelihood_ratio=_gaussian_loss,
+        exact_profile=lambda m, delta, samples, seed, confidence: gaussian.epsilon(delta, m.pair.sensitivity, m.sigma),
+    ),
+    ReleaseKind(
+        WishartVector,
+        "wishart-vector",
+        "[W] vector release M v, unit vectors with alignment --rho (Thm 1)",
+        _vector_arguments,
+        lambda args: WishartVector(releases.aligned_unit_vectors(args.d, args.rho, args.seed), args.r),
+        describe=lambda m: dict(d=m.pair.d, r=m.r, rho=m.pair.rho),
+        analytic_bounds=lambda m, delta, seed: (wishart.theorem1_epsilon(delta, m.pair.rho, m.pair.d, m.r),),
+        log_likelihood_ratio=_vector_loss,
+        exact_profile=lambda m, delta, samples, seed, confidence: wishart.vector_profile_epsilon(
+            delta, m.pair.rho, m.pair.d, m.r, samples=samples, seed=seed, confidence=confidence
+        ),
+    ),
+    ReleaseKind(
+        NoisyProjectionM1,
+        "wishart-m1",
+        "[W] M1: M V + Xi on a one-column change ([W] Def. 4; Thm 3/4)",
+        _m1_arguments,
+        lambda args: NoisyProjectionM1(_one_column_pair(args), args.r, args.sigma),
+        describe=_matrix_parameters,
+        analytic_bounds=_m1_bounds,
+    ),
+    ReleaseKind(
+        NoisyProjectionM2,
+        "wishart-m2",
+        "[W] M2: M (V + Xi) on a rank-s change of Frobenius norm --frobenius (Thm 5, mixture bound)",
+        _m2_arguments,
+        lambda args: NoisyProjectionM2(
+            releases.low_rank_change(args.d, args.n, args.rank, args.frobenius, args.seed), args.r, args.sigma
+        ),
+        describe=_matrix_parameters,
+        analytic_bounds=_m2_bounds,
+    ),
+    ReleaseKind(
+        GaussianSketch,
+        "sketch",
+        "[S] Gaussian sketch Q A^T + Z, Q' = Q minus one column ([S] Lemma 7.1)",
+        _sketch_arguments,
+        _sketch,
+        describe=_sketch_parameters,
+        analytic_bounds=lambda m, delta, seed: _sketch_lemma71(m, delta),
+        log_likelihood_ratio=_sketch_loss,
+        exact_profile=_sketch_profile,
+    ),
     ReleaseKind(
         MatrixProjection,
         "projection",
@@ -558,5 +522,6 @@ register(
             symmetry_defect,
             _SYMMETRY_TOLERANCE,
         ),
-    )
-)
+    ),
+):
+    register(_kind)
