@@ -80,7 +80,7 @@ class ReleaseKind:
       support: the support certificate the audit uses when there is no exact likelihood ratio, or None.
 
     The audit's attack is the exact likelihood ratio when there is one, else the support certificate, else a
-    learned distinguisher trained on :meth:`statistic` draws.
+    learned distinguisher trained on draws of the release's ``statistic``.
     """
 
     release: type
