@@ -3,16 +3,21 @@
 Statistical checks use fixed seeds; each states its false-alarm rate for correct code.
 """
 
+import argparse
+import json
 import math
 import re
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
 from scipy import integrate, special, stats
 
+from accountants.result import REPLACE_ONE, Bound
 from accountants.validation import InvalidArgument
-from dpaudit.release_audit import releases
-from dpaudit.release_audit.audit import log_likelihood_ratio
+from dpaudit.cli import build_parser, main
+from dpaudit.release_audit import kinds, releases
+from dpaudit.release_audit.audit import audit, log_likelihood_ratio
 
 
 def test_aligned_unit_vectors_have_the_alignment():
@@ -185,3 +190,107 @@ def test_matrix_statistic_is_invariant_under_rotations_fixing_the_pair():
     assert np.allclose(mechanism.statistic(orthogonal @ releases_v), mechanism.statistic(releases_v), atol=1e-10)
     assert basis.shape[1] == 4  # span(V) + span(V'): n + 1 for a one-column change
     assert mechanism.statistic(releases_v).shape == (50, 4 * 3 + 6)
+
+
+# ---------------------------------------------------------------------------------------------- a new release kind
+
+
+@dataclass(frozen=True, eq=False)
+class _LaplaceRelease(releases._Release):
+    """Toy release ``x + Lap(scale)`` with ``x = 0`` under V and ``x = sensitivity`` under V'; statistic: y itself.
+
+    ``L = (|y - sensitivity| - |y|) / scale``, bounded by ``eps0 = sensitivity / scale`` (pure DP), and the exact
+    profile ``delta(eps) = 1 - e^{(eps - eps0)/2}`` on ``[0, eps0]``, so ``eps(delta) = eps0 + 2 ln(1 - delta)``.
+    ``claimed`` plays an accountant's claimed eps (default eps0, the true pure-DP guarantee).
+    """
+
+    sensitivity: float
+    scale: float
+    claimed: float | None = None
+
+    def _elements_per_draw(self) -> int:
+        return 1
+
+    def _sample(self, rng, count, side):
+        return (0.0 if side == "V" else self.sensitivity) + rng.laplace(0.0, self.scale, (count, 1))
+
+    def statistic(self, releases: np.ndarray) -> np.ndarray:
+        return releases
+
+
+def _laplace_arguments(p):
+    p.add_argument("--sensitivity", type=float, default=1.0, help="|x - x'| (default: 1)")
+    p.add_argument("--scale", type=float, default=1.0, help="Laplace scale b (default: 1)")
+    p.add_argument("--claimed-epsilon", type=float, default=None, help="eps an accountant claims (default: Delta/b)")
+
+
+def _laplace_bound(release: _LaplaceRelease, delta: float, epsilon: float, source: str) -> Bound:
+    inputs = dict(delta=delta, sensitivity=release.sensitivity, scale=release.scale)
+    return Bound(epsilon=epsilon, delta=delta, neighbouring=REPLACE_ONE, source=source, inputs=inputs)
+
+
+_LAPLACE = kinds.ReleaseKind(
+    _LaplaceRelease,
+    "laplace",
+    "toy Laplace mechanism x + Lap(b) on a pair at distance --sensitivity",
+    _laplace_arguments,
+    lambda args: _LaplaceRelease(args.sensitivity, args.scale, args.claimed_epsilon),
+    describe=lambda m: dict(sensitivity=m.sensitivity, scale=m.scale),
+    analytic_bounds=lambda m, delta, seed: (
+        _laplace_bound(
+            m, delta, m.sensitivity / m.scale if m.claimed is None else m.claimed, "claimed pure DP (Delta/b)"
+        ),
+    ),
+    # |y - Delta| - |y| = Delta - 2 clip(y, 0, Delta), exact at the atoms L = +-eps0: written as the difference, the
+    # rounding of |y - Delta| - |y| differs between V's draws and V''s (coarser near 0) and a threshold test on it
+    # "certifies" eps ~ 4 (Mironov's floating-point attack on the Laplace mechanism, in the audit's own scores).
+    log_likelihood_ratio=lambda m, t: (m.sensitivity - 2 * np.clip(t[:, 0], 0.0, m.sensitivity)) / m.scale,
+    exact_profile=lambda m, delta, samples, seed, confidence: _laplace_bound(
+        m, delta, m.sensitivity / m.scale + 2 * math.log1p(-delta), "Laplace exact profile"
+    ),
+)
+
+
+@pytest.fixture
+def laplace_kind():
+    """The toy Laplace release, registered through the release table only, and removed again afterwards."""
+    kind = kinds.register(_LAPLACE)
+    yield kind
+    del kinds.RELEASES[_LaplaceRelease]
+
+
+def test_a_release_registered_in_the_table_alone_is_audited_with_its_exact_likelihood_ratio(laplace_kind):
+    """The table is all the audit needs: exact-LR attack, exact profile, both routes (CP <= exact fails w.p. 5%)."""
+    exact = 1 + 2 * math.log1p(-1e-3)
+    result = audit(_LaplaceRelease(1.0, 1.0), delta=1e-3, samples=20_000, seed=0)
+    assert result.mechanism == "laplace" and result.parameters == dict(sensitivity=1.0, scale=1.0)
+    assert result.attack == "exact likelihood ratio log p(y)/q(y)"
+    assert result.exact_profile.epsilon == pytest.approx(exact)
+    assert result.clopper_pearson.epsilon <= exact
+    low, high = result.profile.epsilon[1:]
+    assert low <= exact <= high
+    assert result.outcome == "consistent"
+    with pytest.raises(InvalidArgument, match="registered already"):
+        kinds.register(laplace_kind)
+
+
+def test_a_release_registered_in_the_table_alone_is_a_command_of_audit_mechanism(laplace_kind, capsys):
+    """``dpaudit audit-mechanism laplace`` exists, takes the entry's options, and refutes an eps claimed too small."""
+    assert main(["audit-mechanism", "laplace", "--samples", "20000", "--scale", "2"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("audit-mechanism laplace: sensitivity=1  scale=2\n")
+    assert "verdict: CONSISTENT" in text
+    assert main(["audit-mechanism", "laplace", "--samples", "20000", "--claimed-epsilon", "0.5", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["mechanism"] == "laplace" and summary["verdict"] == "violated"
+    assert summary["epsilon_lower_bound"] > 0.5
+
+
+def test_the_release_table_drives_audit_mechanism_and_the_audit():
+    """Every registered release is a subcommand under its name, in the table's order, and nothing else is."""
+    parser = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    audit_mechanism = next(a for a in parser.choices["audit-mechanism"]._actions if a.dest == "mechanism")
+    assert list(audit_mechanism.choices) == [kind.name for kind in kinds.RELEASES.values()]
+    assert [kind.name for kind in kinds.RELEASES.values()] == [
+        *("gaussian", "wishart-vector", "wishart-m1", "wishart-m2", "sketch", "projection")
+    ]

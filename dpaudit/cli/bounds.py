@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from dpaudit.cli.arguments import add_json, add_seed
 from dpaudit.errors import UsageError
@@ -23,20 +25,19 @@ def register(subparsers) -> None:
         "eps at each --delta, or delta at each --epsilon; --json for machine-readable rows.",
     )
     names = parser.add_subparsers(dest="bound", required=True, metavar="<name>")
-    for name, (help_text, add_arguments, _) in _BOUNDS.items():
-        sub = names.add_parser(name, help=help_text, description=help_text)
-        add_arguments(sub)
+    for name, entry in _BOUNDS.items():
+        sub = names.add_parser(name, help=entry.help, description=entry.help)
+        entry.add_arguments(sub)
         query = sub.add_mutually_exclusive_group(required=True)
         query.add_argument("--delta", type=float, nargs="+", help="report eps at each of these delta")
-        if name not in _DELTA_ONLY:
+        if entry.epsilon_query:
             query.add_argument("--epsilon", type=float, nargs="+", help="report delta at each of these eps")
         add_json(sub, "print JSON instead of a table")
         sub.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    _, _, compute = _BOUNDS[args.bound]
-    bounds, extra = compute(args)
+    bounds, extra = _BOUNDS[args.bound].compute(args)
     if args.json:
         print(json_text(dict(bound=args.bound, bounds=[b.to_dict() for b in bounds], **extra)), end="")
     else:
@@ -348,26 +349,41 @@ def _prism(args):
     return bounds, extra
 
 
-# name -> (help, add_arguments, compute)
+@dataclass(frozen=True)
+class _Command:
+    """One ``dpaudit bounds <name>``: its help, its options, and the bounds (with extra lines) it reports."""
+
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    compute: Callable[[argparse.Namespace], tuple[list, dict]]
+    epsilon_query: bool = True  # whether --epsilon (delta at each eps) is offered besides --delta
+
+
 _BOUNDS = {
-    "gaussian": ("Gaussian mechanism: exact profile, classical calibration, RDP", _gaussian_arguments, _gaussian),
-    "dpsgd": ("Poisson-subsampled Gaussian composed T times (DP-SGD, DP-LoRA, DP-LoRA-FA)", _dpsgd_arguments, _dpsgd),
-    "wishart-vector": (
+    "gaussian": _Command(
+        "Gaussian mechanism: exact profile, classical calibration, RDP", _gaussian_arguments, _gaussian
+    ),
+    "dpsgd": _Command(
+        "Poisson-subsampled Gaussian composed T times (DP-SGD, DP-LoRA, DP-LoRA-FA)", _dpsgd_arguments, _dpsgd
+    ),
+    "wishart-vector": _Command(
         "[W] vector projection y = Mv: Thm 1 and the exact profile (Monte Carlo)",
         _vector_arguments,
         _vector,
     ),
-    "wishart-m1": ("[W] M1 = MV + Xi: Thm 4 (one column) and Thm 3 (k columns)", _m1_arguments, _m1),
-    "wishart-m2": ("[W] M2 = M(V + Xi): Thm 5, the mixture bound, App. F.2 multi-step", _m2_arguments, _m2),
-    "sketch": (
+    "wishart-m1": _Command(
+        "[W] M1 = MV + Xi: Thm 4 (one column) and Thm 3 (k columns)", _m1_arguments, _m1, epsilon_query=False
+    ),
+    "wishart-m2": _Command("[W] M2 = M(V + Xi): Thm 5, the mixture bound, App. F.2 multi-step", _m2_arguments, _m2),
+    "sketch": _Command(
         "[S] noisy LoRA-FA as a Gaussian sketch: Lemma 7.2 (RDP) and Cor. 7.3 (tCDP), conditional",
         _sketch_arguments,
         _sketch,
+        epsilon_query=False,
     ),
-    "prism": (
+    "prism": _Command(
         "[P] PRISM: DP-SGD accounting (Thm 3.4) and the intrinsic noise energy (Eq. 21)",
         _prism_arguments,
         _prism,
     ),
 }
-_DELTA_ONLY = {"wishart-m1", "sketch"}

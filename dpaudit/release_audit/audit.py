@@ -36,6 +36,10 @@ under each input, scores every draw with the best attack it can compute, and tur
   ``"not DP"`` (support certificate), ``"violated"`` (some bound refuted), ``"consistent"`` (the audit could
   have refuted a bound and did not), or ``"inconclusive"``.
 
+What is particular to one release (its exact likelihood ratio, support certificate, bounds, exact profile and
+reported parameters) is its entry in :data:`dpaudit.release_audit.kinds.RELEASES`; this module dispatches on the
+release's type through that table and names no release.
+
 Every random draw comes from ``numpy.random.default_rng([seed, stream])`` with the fixed streams of
 ``_STREAMS``. numpy/scipy only (scikit-learn is imported for M1/M2 audits only); no torch.
 """
@@ -49,14 +53,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from scipy import stats
 
-from accountants import gaussian, sketch, wishart
 from accountants import validation as check
 from accountants._montecarlo import SortedLosses, invert
-from accountants._numeric import solve_decreasing
 from accountants.jsondata import json_safe
-from accountants.result import REPLACE_ONE, Bound, inapplicable
+from accountants.result import Bound
 from accountants.validation import InvalidArgument
 from attacks.epsilon import (
     BonferroniThresholds,
@@ -67,28 +68,9 @@ from attacks.epsilon import (
 )
 from attacks.metrics import summarize
 from attacks.tradeoff import audit_verdict, max_auc
-from dpaudit.release_audit.releases import (
-    GaussianMechanism,
-    GaussianSketchRelease,
-    MatrixProjection,
-    NoisyProjectionM1,
-    NoisyProjectionM2Release,
-    OneColumnChange,
-    WishartVector,
-)
+from dpaudit.release_audit.kinds import RELEASES, kind_of
 
 Outcome = Literal["consistent", "violated", "inconclusive", "not DP"]
-
-_EXACT_LIKELIHOOD = (GaussianMechanism, WishartVector, GaussianSketchRelease)
-# The release classes audit() accepts → their names in ``dpaudit audit-mechanism`` and in its results.
-RELEASE_NAMES = {
-    GaussianMechanism: "gaussian",
-    WishartVector: "wishart-vector",
-    NoisyProjectionM1: "wishart-m1",
-    NoisyProjectionM2Release: "wishart-m2",
-    GaussianSketchRelease: "sketch",
-    MatrixProjection: "projection",
-}
 
 # Stable stream ids under the audit seed; the pair constructors use stream 0.
 _STREAMS = {"V": 1, "V'": 2, "train V": 3, "train V'": 4, "classifier": 5, "exact profile": 6, "threshold": 7}
@@ -97,11 +79,6 @@ _STREAMS = {"V": 1, "V'": 2, "train V": 3, "train V'": 4, "classifier": 5, "exac
 # draws per side the threshold is chosen on a seeded 10% split instead (attacks.epsilon.SplitThreshold).
 _BONFERRONI_LIMIT = 50_000
 _SELECTION_FRACTION = 0.1
-
-# Relative symmetry defect below which V^T Y counts as symmetric. Float64 rounding of the sums behind
-# Y = Z (Z^T V) leaves about 1e-15 (1e-14 at d = 400, r = 64). Under V' the defect is a continuous variable of
-# scale |Delta V| with a bounded density at 0, so P(defect <= 1e-11) is about 1e-11 / |Delta V| per draw.
-_SYMMETRY_TOLERANCE = 1e-11
 
 
 def _rng(seed: int, purpose: str) -> np.random.Generator:
@@ -127,46 +104,16 @@ def log_likelihood_ratio(mechanism, statistic: np.ndarray) -> np.ndarray:
       with ``A = s'/s``, ``B = r|y|^2/s`` ([W] Eq. 18); ``+inf`` where ``s > 0 >= s'`` (outside q's
       support), ``-inf`` where ``s' > 0 >= s``.
     * Gaussian sketch: ``L = -T/2 - (r/2) ln(det Sigma_V / det Sigma_V')``, ``T = sum_k y_k^T D y_k``.
+
+    Each formula is the ``log_likelihood_ratio`` of the release's :class:`~dpaudit.release_audit.kinds.ReleaseKind`.
     """
     statistic = np.asarray(statistic, float)
-    if isinstance(mechanism, GaussianMechanism):
-        pair = mechanism.pair
-        offset = pair.v_prime @ pair.v_prime - pair.v @ pair.v
-        return (offset - 2 * statistic[:, 0]) / (2 * mechanism.sigma**2)
-    if isinstance(mechanism, WishartVector):
-        return _wishart_vector_loss(statistic, mechanism.pair.d, mechanism.r)
-    if isinstance(mechanism, GaussianSketchRelease):
-        log_det_ratio = (
-            np.linalg.slogdet(mechanism.covariance("V"))[1] - np.linalg.slogdet(mechanism.covariance("V'"))[1]
+    kind = kind_of(mechanism)
+    if kind is None or kind.log_likelihood_ratio is None:
+        raise InvalidArgument(
+            f"no closed-form likelihood ratio for {type(mechanism).__name__}; audit it with a learned distinguisher"
         )
-        return -statistic[:, 0] / 2 - mechanism.r / 2 * log_det_ratio
-    raise InvalidArgument(
-        f"no closed-form likelihood ratio for {type(mechanism).__name__}; audit it with a learned distinguisher"
-    )
-
-
-def _wishart_vector_loss(statistic: np.ndarray, d: int, r: int) -> np.ndarray:
-    own, other, squared_norm = statistic.T
-    if np.any((own <= 0) & (other <= 0)):
-        raise ValueError("a release with v^T y <= 0 and v'^T y <= 0 lies in neither support: not a Wishart release")
-    inside = (own > 0) & (other > 0)
-    s, s_prime, q = own[inside], other[inside], squared_norm[inside]
-    losses = np.where(own > 0, np.inf, -np.inf)
-    losses[inside] = (r - d - 1) / 2 * (np.log(s) - np.log(s_prime)) - r * q / 2 * (1 / s - 1 / s_prime)
-    return losses
-
-
-def symmetry_defect(mechanism: MatrixProjection, statistic: np.ndarray) -> np.ndarray:
-    """``|V^T Y - Y^T V|_F / |V^T Y|_F`` from the invariant statistic (``V^T Y = (W^T V)^T (W^T Y)``).
-
-    0 up to rounding for every ``Y = M V`` (``V^T M V`` is symmetric); for ``Y = M V'`` it is
-    ``|V^T M V' - V'^T M V|_F / |V^T M V'|_F``, non-zero with probability 1 when n >= 2 ([W] Lemma 11).
-    """
-    projected = np.einsum(
-        "kn,ckm->cnm", mechanism.pair.span_basis().T @ mechanism.pair.V, mechanism.projected_release(statistic)
-    )
-    defect = np.linalg.norm(projected - projected.transpose(0, 2, 1), axis=(1, 2))
-    return defect / np.maximum(np.linalg.norm(projected, axis=(1, 2)), np.finfo(float).tiny)
+    return kind.log_likelihood_ratio(mechanism, statistic)
 
 
 def learned_distinguisher_scores(
@@ -283,168 +230,15 @@ def change_of_measure_check(in_losses: np.ndarray, out_losses: np.ndarray) -> Ch
 # ---------------------------------------------------------------------------------------------- bounds
 
 
-def _relabel(bound: Bound, source: str, **details) -> Bound:
-    return dataclasses.replace(bound, source=source, details=dict(bound.details, **details))
-
-
-def _sketch_lemma71(mechanism: GaussianSketchRelease, delta: float) -> tuple[Bound, Bound]:
-    """[S] Lemma 7.1 as stated, and in the one-column form of [S] App. D.1 that the paper calls tight.
-
-    As stated: ``B_C = 2 B_F B_S`` and lambda_bar bounding the Gram matrices of both inputs (the lemma's
-    assumption must hold for every dataset, so that both orders of the Renyi divergence are covered),
-    ``tau = rank(Delta Sigma) = 1``. One-column form: ``B_C = |Q Q^T - Q' Q'^T|_F = B_S^2``, ``tau = 1`` and
-    ``lambda_bar = lambda_min(Q Q^T)`` of the dataset holding the column, the first argument of the divergence in
-    the proof (Eq. 45 uses lambda_min(Sigma_1) only).
-    """
-    pair = mechanism.pair
-    stated = sketch.lemma71(
-        delta,
-        min(pair.lambda_min, pair.lambda_min_neighbour),
-        mechanism.sigma_g,
-        mechanism.sigma_a,
-        pair.norm_bound,
-        pair.sensitivity,
-        mechanism.r,
-        tau=1,
-    )
-    one_column = sketch.lemma71(
-        delta,
-        pair.lambda_min,
-        mechanism.sigma_g,
-        mechanism.sigma_a,
-        pair.norm_bound,
-        pair.sensitivity,
-        mechanism.r,
-        tau=1,
-        gram_sensitivity=pair.gram_sensitivity,
-    )
-    return (
-        stated,
-        _relabel(one_column, "[S] Lemma 7.1, one-column form (App. D.1: B_C = B_S^2, tau = 1) + [S] Prop. 4.3"),
-    )
-
-
 def analytic_bounds(mechanism, delta: float, *, seed: int = 0) -> tuple[Bound, ...]:
-    """The papers' (eps, delta) bounds for this mechanism and pair, at ``delta`` (replace-one neighbours)."""
-    if isinstance(mechanism, GaussianMechanism):
-        sensitivity = mechanism.pair.sensitivity
-        return (
-            gaussian.classical_epsilon(delta, sensitivity, mechanism.sigma),
-            gaussian.rdp_epsilon(delta, sensitivity, mechanism.sigma),
-        )
-    if isinstance(mechanism, WishartVector):
-        return (wishart.theorem1_epsilon(delta, mechanism.pair.rho, mechanism.pair.d, mechanism.r),)
-    if isinstance(mechanism, NoisyProjectionM1):
-        calibrations: tuple[wishart.GaussianCalibration, ...] = ("classical", "exact")
-        return tuple(_m1_theorem3(mechanism, delta, calibration) for calibration in calibrations)
-    if isinstance(mechanism, NoisyProjectionM2Release):
-        pair, sigma = mechanism.pair, mechanism.sigma
-        singular_values = pair.difference_singular_values
-        rank_one = singular_values.size == 1
-        baseline = gaussian.epsilon(delta, pair.frobenius_distance, sigma)
-        return (
-            wishart.theorem5_epsilon(delta, pair.frobenius_distance, sigma, pair.d, mechanism.r, pair.difference_rank),
-            wishart.m2_mixture_epsilon(
-                delta,
-                pair.frobenius_distance,
-                sigma,
-                pair.d,
-                mechanism.r,
-                None if rank_one else singular_values.tolist(),
-                seed=_seed_int(seed, "exact profile"),
-            ),
-            _relabel(baseline, "Gaussian mechanism on V + Xi, M as post-processing (docs/theory.md §2.1)"),
-        )
-    if isinstance(mechanism, GaussianSketchRelease):
-        return _sketch_lemma71(mechanism, delta)
-    if isinstance(mechanism, MatrixProjection):
-        return (_proposition2(mechanism, delta), _lora_claim(mechanism, delta))
-    raise InvalidArgument(f"unknown mechanism {type(mechanism).__name__}")
+    """The papers' (eps, delta) bounds for this mechanism and pair, at ``delta`` (replace-one neighbours).
 
-
-def _m1_theorem3(mechanism: NoisyProjectionM1, delta: float, calibration: wishart.GaussianCalibration) -> Bound:
-    """[W] Thm 3 (Thm 4 per column, Lemma 2, Lemma 14/15) with the Gaussian part calibrated as named."""
-    pair = mechanism.pair
-    source = f"[W] Thm 3 ({calibration} Gaussian calibration of Eq. 3)"
-    if not isinstance(pair, OneColumnChange):
-        return inapplicable(
-            source, REPLACE_ONE, "[W] Thm 3 needs a one-column adjacency chain ([W] Def. 4)", delta=delta
-        )
-    bound = wishart.theorem3_epsilon(
-        delta,
-        len(pair.changed_columns),
-        pair.column_sensitivity,
-        mechanism.sigma,
-        pair.d,
-        mechanism.r,
-        pair.span_dimension,
-        pair.rho_perp,
-        pair.beta_perp,
-        calibration,
-    )
-    return _relabel(bound, source)
-
-
-def _proposition2(mechanism: MatrixProjection, delta: float) -> Bound:
-    return inapplicable(
-        "[W] Prop. 2",
-        REPLACE_ONE,
-        "the noise-free matrix projection is not (eps, delta)-DP for any "
-        "eps and delta < 1: M V and M V' have disjoint supports",
-        delta=delta,
-        inputs=dict(d=mechanism.pair.d, n=mechanism.pair.n, r=mechanism.r),
-    )
-
-
-def _lora_claim(mechanism: MatrixProjection, delta: float) -> Bound:
-    """[S]'s guarantee for noise-free LoRA-FA, whose release ``V^T A^T A`` is this projection (docs/theory.md §1.2).
-
-    [S] Lemma 7.2's proof calls the released weights ``W_0 - eta (G A^T + Z) A`` a post-processing of the
-    sketch ``G A^T + Z`` and applies Lemma 7.1 to it. Here ``Q = V^T`` (rows are the records' gradients),
-    ``sigma_A^2 = 1/r`` (A = Z^T), ``sigma_g = 0``, lambda_bar over both Gram matrices, ``B_C = 2 B_F B_S``.
+    Monte-Carlo bounds (M2's mixture bound) draw from the ``"exact profile"`` stream of ``seed``.
     """
-    pair = mechanism.pair
-    gram_change = pair.V.T @ pair.V - pair.V_prime.T @ pair.V_prime
-    values = np.linalg.eigvalsh(gram_change)
-    tau = max(int(np.count_nonzero(np.abs(values) > 1e-10 * max(np.abs(values).max(), 1e-300))), 1)
-    lambda_bar = min(np.linalg.eigvalsh(pair.V.T @ pair.V)[0], np.linalg.eigvalsh(pair.V_prime.T @ pair.V_prime)[0])
-    norm_bound = max(np.linalg.norm(pair.V), np.linalg.norm(pair.V_prime))
-    claim = sketch.lemma71(
-        delta,
-        max(float(lambda_bar), 0.0),
-        0.0,
-        1 / math.sqrt(mechanism.r),
-        float(norm_bound),
-        pair.frobenius_distance,
-        mechanism.r,
-        tau,
-    )
-    return _relabel(
-        claim, "[S] Lemma 7.1 as applied to LoRA-FA's release by [S] Lemma 7.2 (sigma_g = 0) + [S] Prop. 4.3"
-    )
-
-
-def _probability_above(weight: float, offset: float, epsilon: float, r: int) -> float:
-    """``P((weight K - offset)/2 > epsilon)`` for ``K ~ chi2_r``."""
-    threshold = (2 * epsilon + offset) / weight
-    return float(stats.chi2.sf(threshold, r) if weight > 0 else stats.chi2.cdf(threshold, r))
-
-
-def _sketch_profile_delta(epsilon: float, ratio: float, r: int) -> float:
-    """Exact delta(eps) of the sketch when ``Sigma_V'^{-1} Sigma_V`` has one eigenvalue ``ratio != 1`` (tau = 1).
-
-    Along that direction the r columns are ``N(0, s_V)`` vs ``N(0, s_V')``, ``ratio = s_V/s_V'``: under V,
-    ``L = ((ratio - 1) K - r ln ratio)/2``; under V', ``L = ((1 - 1/ratio) K - r ln ratio)/2``, ``K ~ chi2_r``.
-    ``delta = max(P(L > eps) - e^eps Q(L > eps), Q(-L > eps) - e^eps P(-L > eps))``.
-    """
-    under_v, under_v_prime, offset = ratio - 1, 1 - 1 / ratio, r * math.log(ratio)
-    forward = _probability_above(under_v, offset, epsilon, r) - math.exp(epsilon) * _probability_above(
-        under_v_prime, offset, epsilon, r
-    )
-    backward = _probability_above(-under_v_prime, -offset, epsilon, r) - math.exp(epsilon) * _probability_above(
-        -under_v, -offset, epsilon, r
-    )
-    return max(forward, backward, 0.0)
+    kind = kind_of(mechanism)
+    if kind is None:
+        raise InvalidArgument(f"unknown mechanism {type(mechanism).__name__}")
+    return kind.analytic_bounds(mechanism, delta, _seed_int(seed, "exact profile"))
 
 
 def exact_profile(
@@ -454,42 +248,13 @@ def exact_profile(
 
     Gaussian: Balle-Wang closed form. Vector Wishart: [W] Lemma 8 Monte Carlo (accountants, its own seed
     stream). Sketch with a rank-one covariance change: the chi-square closed form of
-    :func:`_sketch_profile_delta`. M2's mixture bound is listed among the bounds (it is the exact profile of
-    the release together with M, an upper bound for the release alone).
+    :func:`dpaudit.release_audit.kinds._sketch_profile_delta`. M2's mixture bound is listed among the bounds (it is
+    the exact profile of the release together with M, an upper bound for the release alone).
     """
-    if isinstance(mechanism, GaussianMechanism):
-        return gaussian.epsilon(delta, mechanism.pair.sensitivity, mechanism.sigma)
-    if isinstance(mechanism, WishartVector):
-        return wishart.vector_profile_epsilon(
-            delta,
-            mechanism.pair.rho,
-            mechanism.pair.d,
-            mechanism.r,
-            samples=samples,
-            seed=_seed_int(seed, "exact profile"),
-            confidence=confidence,
-        )
-    if isinstance(mechanism, GaussianSketchRelease):
-        ratios = np.linalg.eigvals(np.linalg.solve(mechanism.covariance("V'"), mechanism.covariance("V"))).real
-        changed = ratios[np.abs(ratios - 1) > 1e-10]
-        if changed.size != 1:
-            return None
-        source = "[S] Eq. 1 sketch, exact profile (rank-one covariance change, chi-square closed form)"
-        value = solve_decreasing(
-            lambda e: math.log(max(_sketch_profile_delta(e, changed[0], mechanism.r), 1e-320)),
-            math.log(delta),
-            0.0,
-            1.0,
-        )
-        return Bound(
-            epsilon=value,
-            delta=delta,
-            neighbouring=REPLACE_ONE,
-            source=source,
-            inputs=dict(delta=delta, r=mechanism.r),
-            details=dict(variance_ratio=float(changed[0])),
-        )
-    return None
+    kind = kind_of(mechanism)
+    if kind is None or kind.exact_profile is None:
+        return None
+    return kind.exact_profile(mechanism, delta, samples, _seed_int(seed, "exact profile"), confidence)
 
 
 # ---------------------------------------------------------------------------------------------- comparison
@@ -619,8 +384,8 @@ class MechanismAudit:
     """Everything an audit of one mechanism and pair found (see the module docstring).
 
     Attributes:
-      mechanism: ``"gaussian"``, ``"wishart-vector"``, ``"wishart-m1"``, ``"wishart-m2"``, ``"sketch"``,
-        ``"projection"``.
+      mechanism: the release's name in :data:`dpaudit.release_audit.kinds.RELEASES` (``"gaussian"``,
+        ``"wishart-vector"``, ``"wishart-m1"``, ``"wishart-m2"``, ``"sketch"``, ``"projection"`` built in).
       parameters: the mechanism's and the pair's parameters, measured from the arrays.
       delta, confidence, samples, seed: the audit's settings (``samples`` draws per side are scored).
       attack: what produced the scores.
@@ -668,45 +433,10 @@ class MechanismAudit:
 
 def describe(mechanism) -> dict[str, Any]:
     """The parameters an audit reports for this mechanism and pair (measured from the arrays)."""
-    if isinstance(mechanism, GaussianMechanism):
-        return dict(d=mechanism.pair.d, sensitivity=mechanism.pair.sensitivity, sigma=mechanism.sigma, mu=mechanism.mu)
-    if isinstance(mechanism, WishartVector):
-        return dict(d=mechanism.pair.d, r=mechanism.r, rho=mechanism.pair.rho)
-    if isinstance(mechanism, GaussianSketchRelease):
-        pair = mechanism.pair
-        return dict(
-            n=pair.n,
-            m=pair.m,
-            r=mechanism.r,
-            sigma_a=mechanism.sigma_a,
-            sigma_g=mechanism.sigma_g,
-            norm_bound=pair.norm_bound,
-            sensitivity=pair.sensitivity,
-            lambda_min=pair.lambda_min,
-            lambda_min_neighbour=pair.lambda_min_neighbour,
-            gram_sensitivity=pair.gram_sensitivity,
-            direction=pair.direction,
-        )
-    pair = mechanism.pair
-    parameters = dict(
-        d=pair.d,
-        n=pair.n,
-        r=mechanism.r,
-        changed_columns=len(pair.changed_columns),
-        difference_rank=pair.difference_rank,
-        frobenius_distance=pair.frobenius_distance,
-    )
-    if isinstance(mechanism, (NoisyProjectionM1, NoisyProjectionM2Release)):
-        parameters["sigma"] = mechanism.sigma
-    if isinstance(pair, OneColumnChange):
-        parameters.update(
-            beta_perp=pair.beta_perp,
-            rho_parallel=pair.rho_parallel,
-            rho_perp=pair.rho_perp,
-            span_dimension=pair.span_dimension,
-            column_sensitivity=pair.column_sensitivity,
-        )
-    return parameters
+    kind = kind_of(mechanism)
+    if kind is None:
+        raise InvalidArgument(f"unknown mechanism {type(mechanism).__name__}")
+    return kind.describe(mechanism)
 
 
 def audit(
@@ -732,7 +462,8 @@ def audit(
       full_releases: score full releases instead of drawing the statistic from its law (exact either way; the
         full path is the slow cross-check). Matrix releases are always sampled in full.
     """
-    check.one_of("mechanism", type(mechanism).__name__, [c.__name__ for c in RELEASE_NAMES])
+    check.one_of("mechanism", type(mechanism).__name__, [c.__name__ for c in RELEASES])
+    kind = RELEASES[type(mechanism)]
     delta = check.open_unit("delta", delta)
     confidence = check.open_unit("confidence", confidence)
     seed = check.seed("seed", seed)
@@ -743,7 +474,7 @@ def audit(
     width = mechanism.sample_statistic(_rng(seed, "V"), 1, "V").shape[1]
     # per draw and side: the statistic, its scores and losses, and the sorted copies and ROC counts built from them
     check.allocation(f"{samples} releases per input", 2 * 8 * samples * (width + 24), "lower --samples")
-    if type(mechanism) not in _EXACT_LIKELIHOOD + (MatrixProjection,):
+    if kind.log_likelihood_ratio is None and kind.support is None:
         check.allocation(
             f"{training_samples} training releases per input",
             2 * 8 * training_samples * (width + 8),
@@ -753,7 +484,7 @@ def audit(
     exact = exact_profile(mechanism, delta, samples=max(samples, 10**5), seed=seed)
     tested = (*bounds, *((exact,) if exact is not None else ()))
     profile = support = None
-    if isinstance(mechanism, _EXACT_LIKELIHOOD):
+    if kind.log_likelihood_ratio is not None:
         attack = "exact likelihood ratio log p(y)/q(y)"
         in_losses, out_losses = (
             log_likelihood_ratio(
@@ -768,19 +499,20 @@ def audit(
             change_of_measure=change_of_measure_check(in_losses, out_losses),
         )
         in_scores, out_scores = _finite(in_losses, out_losses)
-    elif isinstance(mechanism, MatrixProjection):
-        attack = "support certificate: symmetry defect of V^T Y ([W] Prop. 2, Lemma 11)"
+    elif kind.support is not None:
+        certificate = kind.support
+        attack = certificate.attack
         defects = [
-            symmetry_defect(mechanism, mechanism.sample_statistic(_rng(seed, side), samples, side))
+            certificate.defect(mechanism, mechanism.sample_statistic(_rng(seed, side), samples, side))
             for side in ("V", "V'")
         ]
         support = SupportEvidence(
-            "symmetry of V^T Y",
-            _SYMMETRY_TOLERANCE,
+            certificate.statistic,
+            certificate.tolerance,
             float(defects[0].max()),
             float(defects[1].min()),
-            int(np.sum(defects[0] <= _SYMMETRY_TOLERANCE)),
-            int(np.sum(defects[1] <= _SYMMETRY_TOLERANCE)),
+            int(np.sum(defects[0] <= certificate.tolerance)),
+            int(np.sum(defects[1] <= certificate.tolerance)),
             samples,
         )
         in_scores, out_scores = -defects[0], -defects[1]
@@ -813,7 +545,7 @@ def audit(
     )
     outcome, reason = _overall(comparisons, support)
     return MechanismAudit(
-        mechanism=RELEASE_NAMES[type(mechanism)],
+        mechanism=kind.name,
         parameters=describe(mechanism),
         delta=delta,
         confidence=confidence,

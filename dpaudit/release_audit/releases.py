@@ -50,6 +50,8 @@ from accountants.validation import InvalidArgument
 
 Side = Literal["V", "V'"]
 SIDES: tuple[Side, Side] = ("V", "V'")
+# Where the changed column of a sketch pair points (:func:`sketch_pair`).
+SKETCH_DIRECTIONS = ("smallest", "largest")
 
 # Full releases are drawn in chunks of at most this many float64 numbers per array (32 MiB).
 _CHUNK_ELEMENTS = 2**22
@@ -374,7 +376,7 @@ def sketch_pair(
     norm_bound = check.scale("norm_bound", norm_bound)
     sensitivity = check.scale("sensitivity", sensitivity)
     lambda_min = check.positive("lambda_min", lambda_min)
-    check.one_of("direction", direction, ("smallest", "largest"))
+    check.one_of("direction", direction, SKETCH_DIRECTIONS)
     if norm_bound**2 < n * lambda_min * (1 - 1e-12):
         raise InvalidArgument(
             f"norm_bound^2 = {norm_bound**2:.6g} must be >= n * lambda_min = {n * lambda_min:.6g} "
