@@ -40,7 +40,7 @@ class OpacusSchedule:
 
 
 def opacus_schedule(n: int, expected_batch_size: int) -> OpacusSchedule:
-    """Opacus's own arithmetic (``make_private``, ``DPDataLoader``, ``UniformWithReplacementSampler``), float for float."""
+    """Opacus's own arithmetic (``make_private``, ``DPDataLoader``, its Poisson sampler), float for float."""
     sampled = 1 / math.ceil(n / expected_batch_size)  # 1 / len(DataLoader(data, batch_size=b)), drop_last=False
     steps = int(1 / sampled)  # the sampler's length
     accounted = 1 / steps  # make_private: 1 / len(Poisson loader)
