@@ -136,6 +136,7 @@ def audit_training(
     design: str = "many-run",
     seed: int = 0,
     delta: float = 1e-5,
+    null: bool = False,
     statistics: dict | None = None,
     workers: int | None = None,
     progress: bool = False,
@@ -157,6 +158,7 @@ def audit_training(
         design: ``many-run`` (one membership bit per call).
         seed: every random draw of the audit (the canary, the IN/OUT assignment, each call's seed) comes from it.
         delta: the δ of the ε lower bounds (an (ε, δ) claim's own δ is used for it).
+        null: never insert the canary (IN trials train on D′ too): any ε > 0 found is a false positive.
         statistics: your own statistics, name → ``STATISTIC(start, trained, x_c, y_c) -> float``, higher for IN.
         workers: processes running trials in parallel; None: one per CPU core.
         progress: show a progress bar.
@@ -180,7 +182,7 @@ def audit_training(
         raise UsageError(f"labels y must be integers (class indices), got dtype {y.dtype}")
     event = claims.claim_event(claim)
     settings = runner.AuditSettings(
-        trials, neighbours, design, seed, claims.claim_delta(event, delta), workers, progress
+        trials, neighbours, design, seed, claims.claim_delta(event, delta), null, workers, progress
     )
     named = train if hasattr(train, "__qualname__") else type(train)
     names = {"trainer": f"{named.__module__}:{named.__qualname__}", "model": type(model).__qualname__}

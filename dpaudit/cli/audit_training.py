@@ -50,6 +50,7 @@ def register(subparsers) -> None:
         metavar="MODULE:FUNCTION",
         help="your own statistic STATISTIC(start, trained, x_c, y_c) -> float, higher for IN (repeatable)",
     )
+    p.add_argument("--null", action="store_true", help="never insert the canary: checks the false-positive rate")
     add_seed(p)
     p.add_argument("--workers", type=int, help="processes running trials (one per core)")
     p.add_argument("--out", type=directory, help="run directory (./dpaudit-runs/training-<timestamp>)")
@@ -91,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
         design=args.design,
         seed=args.seed,
         delta=args.delta,
+        null=args.null,
         statistics=statistics,
         workers=args.workers,
         progress=not args.quiet,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -48,6 +49,7 @@ class AuditSettings:
     design: str = "many-run"
     seed: int = 0
     delta: float = 1e-5
+    null: bool = False  # a null audit: IN trials get D′ too, so any ε > 0 it reports is a false positive
     workers: int | None = None  # None: one process per CPU core
     progress: bool = True
 
@@ -60,6 +62,7 @@ class AuditSettings:
         object.__setattr__(self, "design", check.one_of("--design", self.design, DESIGNS))
         object.__setattr__(self, "seed", check.seed("--seed", self.seed))
         object.__setattr__(self, "delta", check.open_unit("--delta", self.delta))
+        object.__setattr__(self, "null", check.boolean("--null", self.null))
         if self.workers is not None:
             object.__setattr__(self, "workers", check.count("--workers", self.workers))
 
@@ -79,7 +82,9 @@ def _source_fingerprint(function) -> str:
         source = inspect.getsource(target)
     except (OSError, TypeError):  # built in or defined interactively: its name stands for it
         source = getattr(target, "__qualname__", repr(target))
-    return hashlib.sha256(f"{source}\n{function!r}".encode()).hexdigest()
+    # An object's fields are in its repr (a dataclass's); a memory address, which differs per process, is not.
+    fields = "" if target is function else re.sub(r" at 0x[0-9a-f]+", "", repr(function))
+    return hashlib.sha256(f"{source}\n{fields}".encode()).hexdigest()
 
 
 def _canary(start: nn.Module, x: np.ndarray, seed: int) -> tuple[np.ndarray, int]:
@@ -93,8 +98,10 @@ def _canary(start: nn.Module, x: np.ndarray, seed: int) -> tuple[np.ndarray, int
     return x_c, input_canary.least_likely_label(logits)
 
 
-def _datasets(x, y, x_c, y_c, neighbours, replaced) -> dict[bool, tuple[np.ndarray, np.ndarray]]:
-    """Membership → the dataset the training function gets (IN: D, with the canary; OUT: D′, without)."""
+def _datasets(x, y, x_c, y_c, neighbours, replaced, null) -> dict[bool, tuple[np.ndarray, np.ndarray]]:
+    """Membership → the dataset the training function gets (IN: D, with the canary; OUT: D′; null: D′ for both)."""
+    if null:
+        return {True: (x, y), False: (x, y)}
     if neighbours == "add-remove":
         with_canary = (np.concatenate([x, x_c]), np.concatenate([y, np.array([y_c], dtype=y.dtype)]))
     else:
@@ -167,7 +174,7 @@ def run(
         replaced = int(campaign_rng(settings.seed, "membership").integers(len(x)))
         replaced = replaced if settings.neighbours == "replace-one" else -1
         store.write_canary(x_c, y_c, replaced)
-        data = _datasets(x, y, x_c, y_c, settings.neighbours, replaced)
+        data = _datasets(x, y, x_c, y_c, settings.neighbours, replaced, settings.null)
         membership = designs.single_canary_design(settings.trials, settings.seed)
         done = store.finished()
         if not resumed or not done:

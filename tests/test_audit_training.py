@@ -1,0 +1,185 @@
+"""Auditing the user's own training code (``dpaudit audit-training``, ``dpaudit.audit_training``).
+
+Contract failures are one-line usage errors naming where they happened; finished trials survive a kill and a
+resume reproduces them; a null audit finds no leak; a leaking trainer is found violating its claim.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_digits
+
+import dpaudit
+from dpaudit.cli import main
+from dpaudit.mechanisms.privacy import ApproxDp, SubsampledGaussian
+from dpaudit.training_audit import claims
+from dpaudit.training_audit.store import TrainingAuditStore
+from tests import training_functions
+
+ROOT = Path(__file__).resolve().parents[1]
+_DIGITS = load_digits()
+X, Y = (_DIGITS.data[:40] / 16).astype(np.float32), _DIGITS.target[:40].astype(np.int64)
+
+
+@pytest.fixture
+def dataset(tmp_path) -> Path:
+    path = tmp_path / "train.npz"
+    np.savez(path, x=X, y=Y)
+    return path
+
+
+def _audit_training(dataset: Path, out: Path, trainer: str, *extra: str) -> list[str]:
+    return [
+        "audit-training",
+        "--model",
+        "tests.training_functions:mlp",
+        "--trainer",
+        f"tests.training_functions:{trainer}",
+        "--dataset",
+        f"npz:{dataset}",
+        "--claim-epsilon",
+        "1",
+        "--workers",
+        "1",
+        "--quiet",
+        "--out",
+        str(out),
+        *extra,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("trainer", "message"),
+    [
+        ("raises", "the determinism check: the training function raises raised RuntimeError: out of memory"),
+        ("returns_none", "returned a NoneType, not a torch.nn.Module"),
+        ("changes_architecture", "returned a model of another architecture"),
+        ("returns_nan", "returned non-finite parameters (0.weight)"),
+        ("not_deterministic", "the training function is not deterministic in its seed"),
+        ("fails_with_the_canary", "the training function fails_with_the_canary raised ValueError: batch of 41"),
+    ],
+)
+def test_a_broken_trainer_fails_in_one_line_with_exit_2(dataset, tmp_path, capsys, trainer, message):
+    assert main(_audit_training(dataset, tmp_path / "run", trainer, "--trials", "6")) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and message in err, err
+
+
+def test_a_trial_that_fails_names_itself_and_the_finished_trials_stay(dataset, tmp_path, capsys):
+    """The trainer raises on the IN dataset only: the first IN trial is named, the OUT trials before it are kept."""
+    assert main(_audit_training(dataset, tmp_path / "run", "fails_with_the_canary", "--trials", "6")) == 2
+    named = int(capsys.readouterr().err.split("trial ")[1].split(":")[0])
+    finished = TrainingAuditStore(tmp_path / "run").finished()
+    assert named not in finished and all(not record["member"] for record in finished.values())
+    assert set(finished) == set(range(named))  # one worker: every trial before the failing one finished
+
+
+def test_a_killed_audit_resumes_to_the_observations_of_an_uninterrupted_one(dataset, tmp_path):
+    killed, clean = tmp_path / "killed", tmp_path / "clean"
+    argv = [sys.executable, "-m", "dpaudit", *_audit_training(dataset, killed, "slow_noisy_step", "--trials", "40")]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while len(list((killed / "trials").glob("*.json"))) < 8 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    finished_before = len(TrainingAuditStore(killed).finished())
+    assert 8 <= finished_before < 40
+    assert main(_audit_training(dataset, killed, "slow_noisy_step", "--trials", "40")) == 0
+    assert main(_audit_training(dataset, clean, "slow_noisy_step", "--trials", "40")) == 0
+    assert TrainingAuditStore(killed).finished() == TrainingAuditStore(clean).finished()
+
+
+def test_another_trainer_or_claim_is_refused_in_a_finished_directory(dataset, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(_audit_training(dataset, run, "one_noisy_step", "--trials", "4")) == 0
+    capsys.readouterr()
+    assert main(_audit_training(dataset, run, "full_batch_sgd", "--trials", "4")) == 2
+    assert "holds another training audit (trainer:" in capsys.readouterr().err
+    assert main([*_audit_training(dataset, run, "one_noisy_step", "--trials", "4"), "--delta", "1e-6"]) == 2
+    assert "claim:" in capsys.readouterr().err
+
+
+def test_null_audits_find_no_leak_in_at_least_19_of_20_seeds(tmp_path):
+    """The canary is never inserted, so ε > 0 is a false positive: at 95% over all statistics, ≤ 1 in 20 seeds."""
+    model = training_functions.mlp((64,), 10)
+    found = []
+    for seed in range(20):
+        result = dpaudit.audit_training(
+            model,
+            training_functions.one_noisy_step,
+            (X, Y),
+            claim=ApproxDp(1.0, 1e-5),
+            out=tmp_path / f"null-{seed}",
+            trials=20,
+            seed=seed,
+            null=True,
+            workers=1,
+        )
+        found.append(result.bound.epsilon)
+    assert sum(epsilon == 0 for epsilon in found) >= 19, found
+
+
+def test_noise_free_training_violates_a_claim_of_epsilon_1(tmp_path):
+    """Full-batch gradient descent without noise: every black-box statistic separates IN from OUT."""
+    result = dpaudit.audit_training(
+        training_functions.mlp((64,), 10),
+        training_functions.full_batch_sgd,
+        (X, Y),
+        claim={"epsilon": 1.0, "delta": 1e-5},
+        out=tmp_path / "run",
+        trials=40,
+        workers=2,
+    )
+    assert result.verdict.outcome == "violated"
+    assert result.metrics["canary-loss"].auc == 1.0 and result.bound.epsilon > 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["verdict"] == "violated" and summary["n_in"] == summary["n_out"] == 20
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # opacus: secure RNG off, full backward hook on inputs
+def test_the_claim_of_an_opacus_accountant_is_its_history():
+    from examples.opacus_trainer import make_trainer
+
+    trainer = make_trainer(noise_multiplier=1.0, max_grad_norm=1.0, expected_batch_size=8, epochs=2, lr=0.1)
+    _, accountant = trainer.train(training_functions.mlp((64,), 10), X, Y, seed=3)
+    assert claims.from_opacus(accountant) == SubsampledGaussian(*trainer.claim(len(X)))
+
+
+@pytest.mark.parametrize(
+    ("claim", "expected"),
+    [
+        ({"noise": 1.0, "sample_rate": 0.1, "steps": 20}, SubsampledGaussian(1.0, 0.1, 20)),
+        ({"epsilon": 2.0, "delta": 1e-6}, ApproxDp(2.0, 1e-6)),
+    ],
+)
+def test_claims_given_as_options_become_privacy_events(claim, expected):
+    assert claims.claim_event(claim) == expected
+
+
+@pytest.mark.parametrize(
+    "claim", [{"noise": 1.0, "sample_rate": 0.1}, {"noise": 1.0, "sample_rate": 0.1, "steps": 5, "epsilon": 1.0}]
+)
+def test_a_partial_or_double_claim_is_refused(claim):
+    with pytest.raises(dpaudit.errors.UsageError, match="give the claim as"):
+        claims.claim_event(claim)
+
+
+def test_the_starting_model_is_never_changed(tmp_path):
+    model = training_functions.mlp((64,), 10)
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    dpaudit.audit_training(
+        model, training_functions.full_batch_sgd, (X, Y), claim=ApproxDp(1.0, 1e-5), out=tmp_path / "r", trials=2
+    )
+    assert all(torch.equal(before[name], tensor) for name, tensor in model.state_dict().items())
