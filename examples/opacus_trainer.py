@@ -88,7 +88,7 @@ class OpacusTrainer:
             # int(n * q) rounds to 0 for some (n, b), e.g. n = 49, b = 1; opacus would then divide by zero.
             raise ValueError(f"opacus normalises by int(n * q) = 0 for n = {len(x)}, b = {self.expected_batch_size}")
         sampling, noise = _generators(seed)
-        net = copy.deepcopy(model)
+        net = copy.deepcopy(model).train()  # opacus makes private only a module in training mode
         data = TensorDataset(torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y, dtype=torch.int64))
         # Opacus replaces this loader by a Poisson one that keeps its generator (secure_mode off).
         loader = DataLoader(data, batch_size=self.expected_batch_size, generator=sampling)

@@ -48,7 +48,7 @@ class Observer:
     """The statistics of models trained from ``start``, for the canary ``(x_c, y_c)`` (one example, a batch of 1)."""
 
     def __init__(self, start: nn.Module, x_c: np.ndarray, y_c: int, user: dict[str, Statistic] | None = None):
-        self.start, self.user = start.eval(), dict(user or {})
+        self.start, self.user = copy.deepcopy(start).eval(), dict(user or {})
         self.x_c, self.y_c = x_c, np.array([y_c], dtype=np.int64)
         self._x, self._y = torch.from_numpy(x_c), torch.from_numpy(self.y_c)
         self._theta0 = _flat(_floating_state(start).values())

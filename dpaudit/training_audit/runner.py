@@ -14,6 +14,7 @@ scale) with the label the starting model finds least likely ([W] App. F.1's stat
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import inspect
 import re
@@ -93,7 +94,7 @@ def _canary(start: nn.Module, x: np.ndarray, seed: int) -> tuple[np.ndarray, int
     scale = x.std(axis=0) if len(x) > 1 else np.ones(x.shape[1:])
     x_c = (x.mean(axis=0) + np.where(scale > 0, scale, 1.0) * z).astype(x.dtype)[None]
     with torch.no_grad():
-        output = start.eval()(torch.from_numpy(x_c))
+        output = copy.deepcopy(start).eval()(torch.from_numpy(x_c))
     logits = getattr(output, "logits", output)[0].double().numpy()
     return x_c, input_canary.least_likely_label(logits)
 
@@ -156,7 +157,7 @@ def run(
 
     if len(x) < 1 or len(x) != len(y):
         raise UsageError(f"the training set needs n >= 1 examples with one label each, got {len(x)} and {len(y)}")
-    start = model.eval()
+    start = model  # handed to the trainer as given (its mode too); the audit's own forwards use eval copies
     store = TrainingAuditStore(out)
     described = {
         **(names or {}),
