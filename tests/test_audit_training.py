@@ -201,3 +201,23 @@ def test_the_readme_opacus_example_runs_as_written(tmp_path, monkeypatch, single
     # 20 + 20 trials certify little; the claim is what opacus's own accountant says (PLD here, PRV there).
     assert outcome in ("consistent", "inconclusive") and 0 <= float(found) < float(claimed)
     assert float(claimed) == pytest.approx(namespace["trainer"].opacus_epsilon(len(namespace["x"]), 1e-5), rel=0.03)
+
+
+@pytest.mark.parametrize(("n", "steps_differ"), [(100, True), (95, False)])
+def test_a_step_count_that_depends_on_the_dataset_size_is_seen_by_the_update_norm(tmp_path, n, steps_differ):
+    """T = E·⌈n/b⌉: at n = 100, b = 10 the IN run (101 examples) takes 22 steps to OUT's 20, and ‖θ - θ₀‖ shows it.
+
+    At n = 95 both take 20 steps and the update norm does not separate IN from OUT (docs/training-audit.md §5).
+    """
+    from examples.dpsgd_handwritten import DpSgdTrainer
+    from examples.models import mlp
+
+    x, y = (_DIGITS.data[:n] / 16).astype(np.float32), _DIGITS.target[:n].astype(np.int64)
+    trainer = DpSgdTrainer(1.0, 1.0, 10, 2, 0.5)
+    assert (trainer.claim(n + 1)[2] != trainer.claim(n)[2]) is steps_differ
+    torch.manual_seed(0)
+    result = dpaudit.audit_training(
+        mlp((64,), 10), trainer, (x, y), claim=SubsampledGaussian(*trainer.claim(n + 1)), out=tmp_path / "r", trials=40
+    )
+    auc = result.metrics["update-norm"].auc
+    assert auc >= 0.9 if steps_differ else auc <= 0.8
