@@ -21,7 +21,6 @@ from dpaudit import analysis
 from dpaudit import data as data_lib
 from dpaudit.campaign import resolve as resolver
 from dpaudit.campaign import runner
-from dpaudit.campaign.store import write_file
 from dpaudit.config import PYTHON_OBJECT, TRAINING_MECHANISMS, CampaignConfig, Execution
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms.base import Mechanism
@@ -165,10 +164,10 @@ def audit_training(
 
     Returns:
         The :class:`dpaudit.analysis.training.TrainingAudit`: per statistic the AUC and ε lower bounds, and the
-        verdict against the claim; ``out/summary.json`` holds the same numbers.
+        verdict against the claim; ``out`` gets summary.json, report.html, report.md and the ROC plots.
     """
-    from dpaudit.analysis.training import analyse_training, summary
-    from dpaudit.formatting import json_text
+    from dpaudit.analysis.training import analyse_training
+    from dpaudit.reporting.training_report import write_training_report
     from dpaudit.training_audit import claims, runner
 
     if not isinstance(model, nn.Module):
@@ -188,5 +187,5 @@ def audit_training(
     names = {"trainer": f"{named.__module__}:{named.__qualname__}", "model": type(model).__qualname__}
     store = runner.run(model, train, x, y.astype(np.int64), event, out, settings, names=names, statistics=statistics)
     result = analyse_training(store)
-    write_file(store.root, "summary.json", json_text(summary(result)).encode())
+    write_training_report(result, store.root)
     return result

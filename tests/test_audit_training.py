@@ -148,6 +148,11 @@ def test_noise_free_training_violates_a_claim_of_epsilon_1(tmp_path):
     assert result.metrics["canary-loss"].auc == 1.0 and result.bound.epsilon > 0
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["verdict"] == "violated" and summary["n_in"] == summary["n_out"] == 20
+    page = (tmp_path / "run" / "report.html").read_text()
+    # The report is headed by what was audited, and names the verdict and every statistic.
+    assert "tests.training_functions:full_batch_sgd" in page and "Training-code audit: violated" in page
+    assert all(name in page for name in result.statistics) and "add-remove" in page
+    assert (tmp_path / "run" / "roc.png").read_bytes().startswith(b"\x89PNG")
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # opacus: secure RNG off, full backward hook on inputs

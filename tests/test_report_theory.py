@@ -180,7 +180,7 @@ def test_roc_without_analytic_bound_says_so_instead_of_shading(violating):
     texts = []
 
     def draw(ax):
-        figures.draw_roc(ax, no_bound, summary, "t", loglog=True)
+        figures.draw_campaign_roc(ax, no_bound, summary, "t", loglog=True)
         texts.extend(t.get_text() for t in ax.get_legend().get_texts())
         assert not ax.collections  # no fill_between
 

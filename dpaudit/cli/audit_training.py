@@ -111,5 +111,5 @@ def run(args: argparse.Namespace) -> int:
     bounds = f"ε ≥ {result.bound.epsilon:.3f} (Clopper-Pearson), {result.gdp_bound.epsilon:.3f} (GDP)"
     print(f"  {bounds}, {result.bound.confidence:.0%} over all {len(result.metrics)} statistics")
     print(f"  verdict: {result.verdict.outcome} — {result.verdict.reason}")
-    print(f"  wrote {out}/: audit.json privacy.json canary.npz trials/ summary.json")
+    print(f"  wrote {out}/: audit.json privacy.json canary.npz trials/ summary.json report.html report.md roc.png")
     return 0

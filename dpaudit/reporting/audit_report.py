@@ -23,7 +23,7 @@ from dpaudit.analysis import ATTACKS, Analysis, analyse
 from dpaudit.campaign.store import ABSENT, RunStore, make_directory, read_json, write_file
 from dpaudit.errors import UsageError
 from dpaudit.formatting import number
-from dpaudit.reporting.figures import EPSILON_SERIES, VIOLATION_COLOUR, draw_roc, figure_png
+from dpaudit.reporting.figures import EPSILON_SERIES, VIOLATION_COLOUR, draw_campaign_roc, figure_png
 from dpaudit.reporting.summary import summary as summary_of
 
 _SWEEP_PARAMETERS = ("rank", "noise", "clip", "epochs", "models")
@@ -73,7 +73,7 @@ def load(root: Path) -> RunEntry:
 
 def roc_figure(entry: RunEntry, loglog: bool) -> bytes:
     """The run's ROC (:func:`draw_roc`), linear or log-log."""
-    return figure_png(lambda ax: draw_roc(ax, entry.analysis, entry.summary, entry.label, loglog))
+    return figure_png(lambda ax: draw_campaign_roc(ax, entry.analysis, entry.summary, entry.label, loglog))
 
 
 def epsilon_figure(entries: list[RunEntry]) -> bytes:

@@ -52,34 +52,58 @@ EPSILON_SERIES = (
 )
 
 
-def draw_roc(ax, analysis: Analysis, summary: dict, title: str, loglog: bool) -> None:
-    """An attack's ROC over the region its analytic (ε, δ) allows, shaded (docs/theory.md §3.6).
+def draw_roc(
+    ax,
+    curves: dict[str, tuple[np.ndarray, np.ndarray]],
+    claim: tuple[float | None, float],
+    no_claim: str,
+    title: str,
+    loglog: bool,
+    claimed: str = "analytic",
+) -> None:
+    """ROCs over the region the claimed (ε, δ) allows, shaded (docs/theory.md §3.6).
 
-    The region is TPR ≤ min(e^ε FPR + δ, 1 - e^{-ε}(1 - δ - FPR)) (:func:`attacks.tradeoff.max_tpr_at_fpr`): a
-    curve that leaves it shows a violation. Without a finite analytic ε there is nothing to shade, and the legend
-    says why. On log axes a rate of 0 is drawn at half the smallest non-zero rate.
+    Args:
+        ax: the matplotlib axes.
+        curves: legend label → (IN scores, OUT scores), higher = member; one ROC each.
+        claim: (ε, δ): the region is TPR ≤ min(e^ε FPR + δ, 1 - e^{-ε}(1 - δ - FPR))
+            (:func:`attacks.tradeoff.max_tpr_at_fpr`), and a curve that leaves it shows a violation. ε None or
+            infinite: nothing to shade, and the legend says ``no_claim``.
+        no_claim: why there is no ε to shade.
+        title: the axes' title.
+        loglog: log axes, where a rate of 0 is drawn at half the smallest non-zero rate.
+        claimed: what the (ε, δ) is, in the legend: "analytic" (a mechanism's bound) or "claimed" (a trainer's).
     """
-    roc = metrics_lib.roc_curve(analysis.in_scores, analysis.out_scores)
-    floor = 0.5 / max(roc.n_in, roc.n_out) if loglog else 0.0
+    rocs = {label: metrics_lib.roc_curve(*scores) for label, scores in curves.items()}
+    largest = max(max(roc.n_in, roc.n_out) for roc in rocs.values())
+    floor = 0.5 / largest if loglog else 0.0
     grid = np.logspace(np.log10(floor), 0, 400) if loglog else np.linspace(0, 1, 401)
-    epsilon, delta = summary.get("analytic_epsilon"), summary["delta"]
+    epsilon, delta = claim
     if epsilon is not None and np.isfinite(epsilon):
         allowed = tradeoff.max_tpr_at_fpr(grid, (epsilon, delta))
-        label = f"allowed by analytic ε={epsilon:.3g}, δ={delta:g}"
+        label = f"allowed by {claimed} ε={epsilon:.3g}, δ={delta:g}"
         ax.fill_between(grid, floor, np.maximum(allowed, floor), color=ALLOWED_COLOUR, alpha=0.2, lw=0, label=label)
     else:
-        why = "not DP at any ε" if analysis.analytic.not_dp else (summary.get("analytic_reason") or "none computed")
-        ax.plot([], [], " ", label="\n".join(textwrap.wrap(f"no analytic ε to shade: {why}", 42)))
-    ax.plot(
-        np.maximum(roc.fpr, floor),
-        np.maximum(roc.tpr, floor),
-        drawstyle="steps-post",
-        color=ROC_COLOUR,
-        lw=1.5,
-        label=f"{summary['attack']} (AUC {summary['auc']:.3f})",
-    )
+        ax.plot([], [], " ", label="\n".join(textwrap.wrap(f"no {claimed} ε to shade: {no_claim}", 42)))
+    colours = [ROC_COLOUR, "tab:blue", "tab:orange", "tab:brown", "tab:olive", "tab:cyan"]
+    for (label, roc), colour in zip(rocs.items(), colours * len(rocs)):
+        ax.plot(
+            np.maximum(roc.fpr, floor),
+            np.maximum(roc.tpr, floor),
+            drawstyle="steps-post",
+            color=colour,
+            lw=1.5,
+            label=label,
+        )
     ax.plot(grid, grid, ":", color="grey", label="chance")
     scale = "log" if loglog else "linear"
     ax.set(xscale=scale, yscale=scale, xlabel="false positive rate", ylabel="true positive rate", title=title)
     ax.title.set_fontsize(9)
     ax.legend(loc="lower right", fontsize=7)
+
+
+def draw_campaign_roc(ax, analysis: Analysis, summary: dict, title: str, loglog: bool) -> None:
+    """A campaign's attack ROC (:func:`draw_roc`) against its analytic (ε, δ)."""
+    why = "not DP at any ε" if analysis.analytic.not_dp else (summary.get("analytic_reason") or "none computed")
+    curves = {f"{summary['attack']} (AUC {summary['auc']:.3f})": (analysis.in_scores, analysis.out_scores)}
+    draw_roc(ax, curves, (summary.get("analytic_epsilon"), summary["delta"]), why, title, loglog)

@@ -11,12 +11,12 @@ from dpaudit.analysis import Analysis
 from dpaudit.campaign.store import write_file
 from dpaudit.formatting import json_text
 from dpaudit.reporting import audit_report
-from dpaudit.reporting.figures import draw_roc, figure_png
+from dpaudit.reporting.figures import draw_campaign_roc, figure_png
 from dpaudit.reporting.summary import summary
 
 
 def _roc_png(analysis: Analysis, numbers: dict, title: str, loglog: bool) -> bytes:
-    return figure_png(lambda ax: draw_roc(ax, analysis, numbers, title, loglog), size=(4.5, 4.5), dpi=120)
+    return figure_png(lambda ax: draw_campaign_roc(ax, analysis, numbers, title, loglog), size=(4.5, 4.5), dpi=120)
 
 
 def write_run(analysis: Analysis, out: Path) -> dict:

@@ -9,6 +9,7 @@ canary-loss            -ℓ(θ; x_c, y_c), the cross-entropy of the canary's lab
 logit-margin           f(x_c)_{y_c} - max_{j ≠ y_c} f(x_c)_j
 gradient-alignment     -⟨θ - θ_0, u⟩ / ‖u‖, u = ∇_θ ℓ(θ_0; x_c, y_c): a gradient step on the canary moves θ along -u
 update-norm            ‖θ - θ_0‖: sees what one direction cannot, e.g. a noise scale that depends on the data
+negative-update-norm   -‖θ - θ_0‖: the same where the canary makes the update smaller (a larger normaliser)
 =====================  ==========================================================================================
 
 A user's statistic ``STATISTIC(start, trained, x_c, y_c) -> float`` is one more column. Parameters are every
@@ -24,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-STATISTICS = ("canary-loss", "logit-margin", "gradient-alignment", "update-norm")
+STATISTICS = ("canary-loss", "logit-margin", "gradient-alignment", "update-norm", "negative-update-norm")
 BLACK_BOX = ("canary-loss", "logit-margin")
 Statistic = Callable[[nn.Module, nn.Module, np.ndarray, np.ndarray], float]
 
@@ -88,6 +89,7 @@ class Observer:
             "logit-margin": float(logits[label] - others.max()),
             "gradient-alignment": -float(change @ self._direction),
             "update-norm": float(change.norm()),
+            "negative-update-norm": -float(change.norm()),
         }
         for name, statistic in self.user.items():
             found[name] = float(statistic(self.start, trained, self.x_c, self.y_c))
