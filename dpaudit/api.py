@@ -133,6 +133,7 @@ def audit_training(
     trials: int = 200,
     neighbours: str = "add-remove",
     design: str = "many-run",
+    canaries: int | None = None,
     seed: int = 0,
     delta: float = 1e-5,
     null: bool = False,
@@ -152,9 +153,11 @@ def audit_training(
             ``SubsampledGaussian(σ, q, T)``, ``ApproxDp(ε, δ)``), an opacus accountant after training (its history),
             or a mapping ``{"noise", "sample_rate", "steps"}`` / ``{"epsilon", "delta"}``.
         out: the run directory; one holding this very audit is continued.
-        trials: calls of ``train``, half with the canary (IN), half without (OUT); even.
+        trials: calls of ``train``; many-run: half with the canary (IN), half without (OUT), an even number.
         neighbours: ``add-remove`` (D = data + canary, D′ = data) or ``replace-one`` (the canary replaces a row).
-        design: ``many-run`` (one membership bit per call).
+        design: ``many-run`` (one canary, one membership bit per call) or ``one-run`` (each call trains on a random
+            half of ``canaries`` canaries; Steinke et al. 2023).
+        canaries: M, the one-run design's canaries.
         seed: every random draw of the audit (the canary, the IN/OUT assignment, each call's seed) comes from it.
         delta: the δ of the ε lower bounds (an (ε, δ) claim's own δ is used for it).
         null: never insert the canary (IN trials train on D′ too): any ε > 0 found is a false positive.
@@ -181,7 +184,15 @@ def audit_training(
         raise UsageError(f"labels y must be integers (class indices), got dtype {y.dtype}")
     event = claims.claim_event(claim)
     settings = runner.AuditSettings(
-        trials, neighbours, design, seed, claims.claim_delta(event, delta), null, workers, progress
+        trials=trials,
+        neighbours=neighbours,
+        design=design,
+        seed=seed,
+        delta=claims.claim_delta(event, delta),
+        canaries=canaries,
+        null=null,
+        workers=workers,
+        progress=progress,
     )
     named = train if hasattr(train, "__qualname__") else type(train)
     names = {"trainer": f"{named.__module__}:{named.__qualname__}", "model": type(model).__qualname__}

@@ -14,7 +14,7 @@ import torch
 # Stable ids: changing one changes every campaign's numbers.
 # "gradient-canary": when a shadow model's batches hold its gradient canaries (dpaudit.training.canaries); "membership":
 # the one-run design's draw of which canaries each model is IN for; "trainer": the seed a user's training function
-# gets in a trial of a training-code audit.
+# gets in a trial of a training-code audit; "neighbour": the rows replace-one canaries replace.
 _PURPOSES = {
     "init": 0,
     "data": 1,
@@ -24,6 +24,7 @@ _PURPOSES = {
     "membership": 5,
     "exposure": 6,
     "trainer": 7,
+    "neighbour": 8,
 }
 _ROLES = {"shadow": 0, "reference": 1, "campaign": 2}
 

@@ -82,7 +82,7 @@ def test_a_trial_that_fails_names_itself_and_the_finished_trials_stay(dataset, t
     assert main(_audit_training(dataset, tmp_path / "run", "fails_with_the_canary", "--trials", "6")) == 2
     named = int(capsys.readouterr().err.split("trial ")[1].split(":")[0])
     finished = TrainingAuditStore(tmp_path / "run").finished()
-    assert named not in finished and all(not record["member"] for record in finished.values())
+    assert named not in finished and not any(any(record["members"]) for record in finished.values())
     assert set(finished) == set(range(named))  # one worker: every trial before the failing one finished
 
 
@@ -226,3 +226,40 @@ def test_a_step_count_that_depends_on_the_dataset_size_is_seen_by_the_update_nor
     )
     auc = result.metrics["update-norm"].auc
     assert auc >= 0.9 if steps_differ else auc <= 0.8
+
+
+@pytest.mark.parametrize(("null", "outcome"), [(False, "violated"), (True, "consistent")])
+def test_one_run_design_bounds_epsilon_from_one_call_with_many_canaries(tmp_path, null, outcome):
+    """One call of noise-free training on the data and a random half of 40 canaries.
+
+    Inserted, the canaries it trained on stand out (pooled Steinke et al. bound above a claimed ε = 0.1); never
+    inserted (null), the bound is 0. Each call records which canaries the design drew for it.
+    """
+    result = dpaudit.audit_training(
+        training_functions.mlp((64,), 10),
+        training_functions.full_batch_sgd,
+        (X, Y),
+        claim=ApproxDp(0.1, 1e-5),
+        out=tmp_path / "run",
+        trials=1,
+        design="one-run",
+        canaries=40,
+        null=null,
+    )
+    assert result.verdict.outcome == outcome and result.bound is None
+    assert (result.one_run.steinke.epsilon > 0.1) is not null and (result.one_run.steinke.epsilon == 0) is null
+    assert len(result.membership) == 40 and 0 < result.membership.sum() < 40
+    assert set(result.statistics) == {"canary-loss", "logit-margin", "gradient-alignment"}
+
+
+def test_one_run_design_needs_canaries_within_its_delta(tmp_path):
+    with pytest.raises(dpaudit.errors.UsageError, match="--design one-run needs --canaries M"):
+        dpaudit.audit_training(
+            training_functions.mlp((64,), 10), training_functions.full_batch_sgd, (X, Y), claim=ApproxDp(1, 1e-5),
+            out=tmp_path / "r", trials=1, design="one-run",
+        )  # fmt: skip
+    with pytest.raises(dpaudit.errors.InvalidArgument, match="--canaries"):
+        dpaudit.audit_training(
+            training_functions.mlp((64,), 10), training_functions.full_batch_sgd, (X, Y), claim=ApproxDp(1, 1e-2),
+            out=tmp_path / "r", trials=1, design="one-run", canaries=100,
+        )  # fmt: skip

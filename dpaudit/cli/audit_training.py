@@ -42,7 +42,13 @@ def register(subparsers) -> None:
         default="add-remove",
         help="D = data + canary vs data, or the canary replacing one row (add-remove)",
     )
-    p.add_argument("--design", choices=("many-run",), default="many-run", help="one membership bit per call")
+    p.add_argument(
+        "--design",
+        choices=("many-run", "one-run"),
+        default="many-run",
+        help="many-run: one membership bit per call; one-run: each call trains on a random half of --canaries",
+    )
+    p.add_argument("--canaries", type=int, metavar="M", help="the one-run design's canaries (e.g. 1000)")
     p.add_argument(
         "--statistic",
         action="append",
@@ -90,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
         trials=args.trials,
         neighbours=args.neighbours,
         design=args.design,
+        canaries=args.canaries,
         seed=args.seed,
         delta=args.delta,
         null=args.null,
@@ -108,8 +115,13 @@ def run(args: argparse.Namespace) -> int:
     for name, metrics in result.metrics.items():
         low, high = metrics.auc_ci
         print(f"  {name:<20} AUC {metrics.auc:.3f} [{low:.3f}, {high:.3f}]")
-    bounds = f"ε ≥ {result.bound.epsilon:.3f} (Clopper-Pearson), {result.gdp_bound.epsilon:.3f} (GDP)"
-    print(f"  {bounds}, {result.bound.confidence:.0%} over all {len(result.metrics)} statistics")
+    if result.one_run is None:
+        assert result.bound is not None and result.gdp_bound is not None, "a many-run audit has both"
+        bounds = f"ε ≥ {result.bound.epsilon:.3f} (Clopper-Pearson), {result.gdp_bound.epsilon:.3f} (GDP)"
+    else:
+        one = result.one_run
+        bounds = f"one-run ε ≥ {one.steinke.epsilon:.3f} (Steinke et al.), {one.fdp.epsilon:.3f} (f-DP)"
+    print(f"  {bounds}, 95% over all {len(result.metrics)} statistics")
     print(f"  verdict: {result.verdict.outcome} — {result.verdict.reason}")
-    print(f"  wrote {out}/: audit.json privacy.json canary.npz trials/ summary.json report.html report.md roc.png")
+    print(f"  wrote {out}/: audit.json privacy.json canaries.npz trials/ summary.json report.html report.md roc.png")
     return 0

@@ -72,11 +72,14 @@ def write_training_report(audit: TrainingAudit, out: Path) -> dict:
     for name, _, png in figures:
         write_file(out, name, png)
     verdict = f"{audit.verdict.outcome}: {audit.verdict.reason}"
-    bounds = (
-        f"ε ≥ {audit.bound.epsilon:.3f} (Clopper-Pearson), {audit.gdp_bound.epsilon:.3f} (GDP), at"
-        f" {audit.bound.confidence:.0%} over all {len(audit.statistics)} statistics; the claim: ε ="
-        f" {number(audit.claim.epsilon)}"
-    )
+    statistics = f"{len(audit.statistics)} statistics"
+    if audit.one_run is None:
+        assert audit.bound is not None and audit.gdp_bound is not None, "a many-run audit has both"
+        found = f"ε ≥ {audit.bound.epsilon:.3f} (Clopper-Pearson), {audit.gdp_bound.epsilon:.3f} (GDP)"
+    else:
+        one = audit.one_run
+        found = f"one-run ε ≥ {one.steinke.epsilon:.3f} (Steinke et al.), {one.fdp.epsilon:.3f} (f-DP), {one.statistic}"
+    bounds = f"{found}, at 95% over all {statistics}; the claim: ε = {number(audit.claim.epsilon)}"
     header = ["statistic", "AUC [CI]", "TPR at FPR 0.1, 0.01, 0.001"]
     markdown = [
         f"# Training-code audit: {audit.verdict.outcome}",

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 STATISTICS = ("canary-loss", "logit-margin", "gradient-alignment", "update-norm", "negative-update-norm")
+PER_CANARY = STATISTICS[:3]  # the one-run design scores each of its canaries by these
 BLACK_BOX = ("canary-loss", "logit-margin")
 Statistic = Callable[[nn.Module, nn.Module, np.ndarray, np.ndarray], float]
 
@@ -46,24 +47,29 @@ def _flat(tensors) -> torch.Tensor:
 
 
 class Observer:
-    """The statistics of models trained from ``start``, for the canary ``(x_c, y_c)`` (one example, a batch of 1)."""
+    """The statistics of models trained from ``start``, for canaries ``x_c`` (M, ...) with labels ``y_c`` (M,).
 
-    def __init__(self, start: nn.Module, x_c: np.ndarray, y_c: int, user: dict[str, Statistic] | None = None):
+    The many-run design has one canary; the one-run design M, each scored on its own (the per-canary statistics:
+    ``PER_CANARY``). The update norm is the model's, not a canary's, so it is observed with one canary only.
+    """
+
+    def __init__(self, start: nn.Module, x_c: np.ndarray, y_c: np.ndarray, user: dict[str, Statistic] | None = None):
         self.start, self.user = copy.deepcopy(start).eval(), dict(user or {})
-        self.x_c, self.y_c = x_c, np.array([y_c], dtype=np.int64)
+        self.x_c, self.y_c = x_c, np.asarray(y_c, dtype=np.int64).reshape(-1)
         self._x, self._y = torch.from_numpy(x_c), torch.from_numpy(self.y_c)
         self._theta0 = _flat(_floating_state(start).values())
-        self._direction = self._unit_canary_gradient()
+        self._directions = torch.stack([self._unit_canary_gradient(i) for i in range(len(self.y_c))])
 
-    def _unit_canary_gradient(self) -> torch.Tensor:
-        """u/‖u‖, u = ∇_θ ℓ(θ_0; x_c, y_c) over the floating state (0 for buffers and unused tensors)."""
+    def _unit_canary_gradient(self, index: int) -> torch.Tensor:
+        """u/‖u‖, u = ∇_θ ℓ(θ_0; x_c, y_c) of canary ``index`` over the floating state (0 for buffers, unused)."""
         duplicate = copy.deepcopy(self.start)
         for parameter in duplicate.parameters():
             parameter.requires_grad_(True)
         state = _floating_state(duplicate)
         parameters = {name: tensor for name, tensor in state.items() if isinstance(tensor, nn.Parameter)}
         with torch.enable_grad():
-            loss = nn.functional.cross_entropy(_logits(duplicate, self._x), self._y)
+            logits = _logits(duplicate, self._x[index : index + 1])
+            loss = nn.functional.cross_entropy(logits, self._y[index : index + 1])
             found = torch.autograd.grad(loss, list(parameters.values()), allow_unused=True)
         gradients = dict(zip(parameters, found))
         direction = _flat(
@@ -75,22 +81,27 @@ class Observer:
 
     @property
     def names(self) -> tuple[str, ...]:
-        return (*STATISTICS, *self.user)
+        return (*(STATISTICS if len(self.y_c) == 1 else PER_CANARY), *self.user)
 
     @torch.no_grad()
-    def observe(self, trained: nn.Module) -> dict[str, float]:
-        """Every statistic of ``trained``, a model of ``start``'s architecture."""
-        logits = _logits(trained, self._x)[0].double()
-        label = int(self.y_c[0])
-        others = torch.cat([logits[:label], logits[label + 1 :]])
+    def observe(self, trained: nn.Module) -> dict[str, list[float]]:
+        """Every statistic of ``trained`` (a model of ``start``'s architecture), one value per canary."""
+        logits = _logits(trained, self._x).double()
+        rows = torch.arange(len(self.y_c))
+        own = logits[rows, self._y]
+        others = logits.clone()
+        others[rows, self._y] = -torch.inf
         change = _flat(_floating_state(trained).values()) - self._theta0
         found = {
-            "canary-loss": -float(nn.functional.cross_entropy(logits[None], self._y)),
-            "logit-margin": float(logits[label] - others.max()),
-            "gradient-alignment": -float(change @ self._direction),
-            "update-norm": float(change.norm()),
-            "negative-update-norm": -float(change.norm()),
+            "canary-loss": (-nn.functional.cross_entropy(logits, self._y, reduction="none")).tolist(),
+            "logit-margin": (own - others.max(dim=1).values).tolist(),
+            "gradient-alignment": (-(self._directions @ change)).tolist(),
         }
+        if len(self.y_c) == 1:
+            found |= {"update-norm": [float(change.norm())], "negative-update-norm": [-float(change.norm())]}
         for name, statistic in self.user.items():
-            found[name] = float(statistic(self.start, trained, self.x_c, self.y_c))
+            found[name] = [
+                float(statistic(self.start, trained, self.x_c[i : i + 1], self.y_c[i : i + 1]))
+                for i in range(len(self.y_c))
+            ]
         return found

@@ -1,12 +1,17 @@
-"""A training-code audit: the canary, the neighbouring datasets, the trials on worker processes, resume.
+"""A training-code audit: the canaries, the neighbouring datasets, the trials on worker processes, resume.
 
-Many-run design (Jagielski et al. 2020; the canary design of a campaign): ``trials`` calls of the user's training
-function, half on D (the canary IN), half on D′ (OUT), assigned by a shuffle of the seed; each call gets its own
-seed (:func:`dpaudit.seeding.trial_seed`). Neighbouring datasets:
+Designs (each call of the user's training function gets its own seed, :func:`dpaudit.seeding.trial_seed`):
+
+* ``many-run`` (Jagielski et al. 2020; the canary design of a campaign): ``trials`` calls, half on D (the canary
+  IN), half on D′ (OUT), assigned by a shuffle of the seed;
+* ``one-run`` (Steinke, Nasr, Jagielski 2023): ``trials`` calls (one is the design's point), each on the data plus
+  a random half of ``canaries`` M canaries, each IN with probability ½ independently.
+
+Neighbouring datasets, per canary:
 
 * ``add-remove``: D = the data plus the canary, D′ = the data (the relation of opacus's and dp-accounting's
   Poisson accountants);
-* ``replace-one``: D = the data with one fixed row (drawn from the seed) replaced by the canary, D′ = the data.
+* ``replace-one``: D = the data with one fixed row (drawn from the seed, one per canary) replaced by the canary.
 
 The canary is an input no other example resembles (x_c = μ + σ ⊙ z, z ~ N(0, I), in the data's own per-feature
 scale) with the label the starting model finds least likely ([W] App. F.1's static poison).
@@ -38,7 +43,7 @@ from dpaudit.training_audit.observe import Observer, Statistic
 from dpaudit.training_audit.store import TrainingAuditStore
 
 NEIGHBOURS = ("add-remove", "replace-one")
-DESIGNS = ("many-run",)
+DESIGNS = ("many-run", "one-run")
 
 
 @dataclass(frozen=True)
@@ -50,22 +55,43 @@ class AuditSettings:
     design: str = "many-run"
     seed: int = 0
     delta: float = 1e-5
+    canaries: int | None = None  # M, the one-run design's canaries
     null: bool = False  # a null audit: IN trials get D′ too, so any ε > 0 it reports is a false positive
     workers: int | None = None  # None: one process per CPU core
     progress: bool = True
 
     def __post_init__(self):
-        trials = check.integer("--trials", self.trials)
-        if trials < 2 or trials % 2:
-            raise UsageError(f"--trials must be an even number >= 2 (half IN, half OUT), got {trials}")
+        design = check.one_of("--design", self.design, DESIGNS)
+        object.__setattr__(self, "design", design)
+        object.__setattr__(self, "delta", check.open_unit("--delta", self.delta))
+        trials = check.count("--trials", self.trials)
+        if design == "many-run":
+            if trials < 2 or trials % 2:
+                raise UsageError(f"--trials must be an even number >= 2 (half IN, half OUT), got {trials}")
+            if self.canaries is not None:
+                raise UsageError("--canaries applies to --design one-run, not many-run (one canary per trial)")
+        else:
+            if self.canaries is None:
+                raise UsageError("--design one-run needs --canaries M, the number of canaries (e.g. --canaries 1000)")
+            largest = max(2, int(1 / (2 * trials * self.delta)))
+            canaries = check.integer("--canaries", self.canaries, 2, largest)
+            object.__setattr__(self, "canaries", canaries)
         object.__setattr__(self, "trials", trials)
         object.__setattr__(self, "neighbours", check.one_of("--neighbours", self.neighbours, NEIGHBOURS))
-        object.__setattr__(self, "design", check.one_of("--design", self.design, DESIGNS))
         object.__setattr__(self, "seed", check.seed("--seed", self.seed))
-        object.__setattr__(self, "delta", check.open_unit("--delta", self.delta))
         object.__setattr__(self, "null", check.boolean("--null", self.null))
         if self.workers is not None:
             object.__setattr__(self, "workers", check.count("--workers", self.workers))
+
+    @property
+    def canary_count(self) -> int:
+        return 1 if self.canaries is None else self.canaries
+
+    def membership(self) -> np.ndarray:
+        """(trials, M) bool: which canaries each call trains on (before a null audit drops them all)."""
+        if self.design == "many-run":
+            return designs.single_canary_design(self.trials, self.seed)[:, None]
+        return campaign_rng(self.seed, "membership").random((self.trials, self.canary_count)) < 0.5
 
 
 def _fingerprint(*arrays: np.ndarray) -> str:
@@ -88,40 +114,52 @@ def _source_fingerprint(function) -> str:
     return hashlib.sha256(f"{source}\n{fields}".encode()).hexdigest()
 
 
-def _canary(start: nn.Module, x: np.ndarray, seed: int) -> tuple[np.ndarray, int]:
-    """x_c (1, ...) in the data's per-feature scale, and the label ``start`` finds least likely for it."""
-    z = input_canary.draw_canary_input(x.shape[1:], campaign_rng(seed, "canary"))
+def _canaries(start: nn.Module, x: np.ndarray, count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``count`` canaries (count, ...) in the data's per-feature scale, and the labels ``start`` finds least likely."""
+    z = input_canary.draw_canary_input((count, *x.shape[1:]), campaign_rng(seed, "canary"))
     scale = x.std(axis=0) if len(x) > 1 else np.ones(x.shape[1:])
-    x_c = (x.mean(axis=0) + np.where(scale > 0, scale, 1.0) * z).astype(x.dtype)[None]
+    x_c = (x.mean(axis=0) + np.where(scale > 0, scale, 1.0) * z).astype(x.dtype)
     with torch.no_grad():
         output = copy.deepcopy(start).eval()(torch.from_numpy(x_c))
-    logits = getattr(output, "logits", output)[0].double().numpy()
-    return x_c, input_canary.least_likely_label(logits)
+    logits = getattr(output, "logits", output).double().numpy()
+    return x_c, np.array([input_canary.least_likely_label(row) for row in logits], dtype=np.int64)
 
 
-def _datasets(x, y, x_c, y_c, neighbours, replaced, null) -> dict[bool, tuple[np.ndarray, np.ndarray]]:
-    """Membership → the dataset the training function gets (IN: D, with the canary; OUT: D′; null: D′ for both)."""
-    if null:
-        return {True: (x, y), False: (x, y)}
-    if neighbours == "add-remove":
-        with_canary = (np.concatenate([x, x_c]), np.concatenate([y, np.array([y_c], dtype=y.dtype)]))
-    else:
-        x_in, y_in = x.copy(), y.copy()
-        x_in[replaced], y_in[replaced] = x_c[0], y_c
-        with_canary = (x_in, y_in)
-    return {True: with_canary, False: (x, y)}
+@dataclass(frozen=True)
+class _Neighbours:
+    """The data and its canaries: each trial's training set from the canaries it trains on."""
+
+    x: np.ndarray
+    y: np.ndarray
+    x_c: np.ndarray
+    y_c: np.ndarray
+    replaced: np.ndarray | None  # replace-one: the row each canary replaces; None: add-remove
+
+    def training_set(self, members: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Add-remove: the data plus the member canaries; replace-one: each member canary in its row."""
+        if self.replaced is None:
+            return np.concatenate([self.x, self.x_c[members]]), np.concatenate([self.y, self.y_c[members]])
+        x, y = self.x.copy(), self.y.copy()
+        x[self.replaced[members]], y[self.replaced[members]] = self.x_c[members], self.y_c[members]
+        return x, y
 
 
-def _trial(trainer, start, data, observer: Observer, trial: int, member: bool, seed: int) -> tuple[int, dict]:
-    """One call of the training function and what is observed of its model (run in a worker process)."""
+def _trial(
+    trainer, start, data: _Neighbours, observer: Observer, trial: int, members, null: bool, seed: int
+) -> tuple[int, dict]:
+    """One call of the training function and what is observed of its model (run in a worker process).
+
+    ``members``: the design's canaries of this call, recorded; a null audit trains on none of them.
+    """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread per worker: workers in parallel, not threads fighting
-    x, y = data[member]
+    x, y = data.training_set(members & (not null))
     try:
         trained = trainer_lib.call(trainer, start, x, y, seed, f"trial {trial}")
     finally:
         torch.set_num_threads(threads)
-    return trial, {"trial": trial, "member": member, "seed": seed, "observations": observer.observe(trained)}
+    record = {"trial": trial, "members": members.tolist(), "seed": seed, "observations": observer.observe(trained)}
+    return trial, record
 
 
 def run(
@@ -171,28 +209,32 @@ def run(
     with store.lock():
         resumed = store.create_or_check(described)
         store.write_claim(privacy.to_record(claim))
-        x_c, y_c = _canary(start, x, settings.seed)
-        replaced = int(campaign_rng(settings.seed, "membership").integers(len(x)))
-        replaced = replaced if settings.neighbours == "replace-one" else -1
-        store.write_canary(x_c, y_c, replaced)
-        data = _datasets(x, y, x_c, y_c, settings.neighbours, replaced, settings.null)
-        membership = designs.single_canary_design(settings.trials, settings.seed)
+        count = settings.canary_count
+        x_c, y_c = _canaries(start, x, count, settings.seed)
+        replaced = None
+        if settings.neighbours == "replace-one":
+            if count > len(x):
+                raise UsageError(f"replace-one needs a row per canary: {count} canaries, {len(x)} rows")
+            replaced = campaign_rng(settings.seed, "neighbour").permutation(len(x))[:count]
+        store.write_canaries(x_c, y_c, np.full(count, -1) if replaced is None else replaced)
+        data = _Neighbours(x, y, x_c, y_c, replaced)
+        membership = settings.membership()
         done = store.finished()
-        if not resumed or not done:
-            trainer_lib.check_deterministic(
-                trainer, start, *data[False], trial_seed(settings.seed, settings.trials)
-            )  # no trial's seed
+        if not resumed or not done:  # with the seed of no trial: trials.trials is one past the last
+            no_canary = data.training_set(np.zeros(count, dtype=bool))
+            trainer_lib.check_deterministic(trainer, start, *no_canary, trial_seed(settings.seed, settings.trials))
         observer = Observer(start, x_c, y_c, statistics)
         todo = [t for t in range(settings.trials) if t not in done]
         seeds = {t: trial_seed(settings.seed, t) for t in todo}
         workers = settings.workers or joblib.cpu_count()
         with tqdm(total=settings.trials, initial=len(done), unit="trial", disable=not settings.progress) as bar:
             jobs = (
-                joblib.delayed(_trial)(trainer, start, data, observer, t, bool(membership[t]), seeds[t]) for t in todo
+                joblib.delayed(_trial)(trainer, start, data, observer, t, membership[t], settings.null, seeds[t])
+                for t in todo
             )
             results = (
-                (_trial(trainer, start, data, observer, t, bool(membership[t]), seeds[t]) for t in todo)
-                if workers == 1
+                (_trial(trainer, start, data, observer, t, membership[t], settings.null, seeds[t]) for t in todo)
+                if workers == 1 or len(todo) == 1
                 else joblib.Parallel(n_jobs=workers, return_as="generator_unordered")(jobs)
             )
             for trial, record in results:

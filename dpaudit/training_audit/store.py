@@ -5,8 +5,8 @@
     RUN_DIR/audit.json          format, dpaudit version, what was audited (trainer, model, data, claim, design,
                                 neighbouring relation, statistics, seed) with their fingerprints
     RUN_DIR/privacy.json        the claim as a privacy event (dpaudit.mechanisms.privacy.to_record)
-    RUN_DIR/canary.npz          the canary (x_c, y_c) and, for replace-one neighbours, the row it replaces
-    RUN_DIR/trials/NNNNNNN.json one finished trial: its membership bit, the seed its training got, its observations
+    RUN_DIR/canaries.npz        the canaries (x_c, y_c) and, for replace-one neighbours, the rows they replace
+    RUN_DIR/trials/NNNNNNN.json one finished trial: which canaries it trained on, its seed, its observations
     RUN_DIR/summary.json        the analysis (dpaudit.analysis.training)
 
 Every file is written atomically (:func:`dpaudit.campaign.store.write_file`), so a kill loses at most the trials
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dpaudit.campaign.store import ABSENT, directory_lock, make_directory, read_file, read_json, write_file
+from dpaudit.campaign.store import ABSENT, directory_lock, make_directory, read_json, write_file
 from dpaudit.errors import UsageError
 from dpaudit.formatting import json_text
 from dpaudit.version import __version__
@@ -66,7 +66,7 @@ class TrainingAuditStore:
                     f"{self.root} holds another training audit ({'; '.join(differences)}): its trials cannot be mixed"
                     " with these; use another --out"
                 )
-            for name in ("privacy.json", "canary.npz", "summary.json"):
+            for name in ("privacy.json", "canaries.npz", "summary.json"):
                 (self.root / name).unlink(missing_ok=True)
         record = {"format_version": FORMAT_VERSION, "dpaudit_version": __version__, "description": description}
         write_file(self.root, "audit.json", json_text(record).encode())
@@ -87,18 +87,11 @@ class TrainingAuditStore:
             raise UsageError(f"{self.root / 'privacy.json'} is missing: resume the audit, which writes it again")
         return record
 
-    def write_canary(self, x_c: np.ndarray, y_c: int, replaced: int) -> None:
+    def write_canaries(self, x_c: np.ndarray, y_c: np.ndarray, replaced: np.ndarray) -> None:
+        """The canaries (M, ...) and their labels (M,), and the rows replace-one puts them in (-1: added)."""
         buffer = io.BytesIO()
-        np.savez(buffer, x=x_c, y=np.array(y_c, dtype=np.int64), replaced=np.array(replaced, dtype=np.int64))
-        write_file(self.root, "canary.npz", buffer.getvalue())
-
-    def canary(self) -> tuple[np.ndarray, int, int] | None:
-        """The stored canary (x_c (1, ...), y_c, replaced row or -1), None if absent."""
-        data = read_file(self.root, "canary.npz")
-        if data is None:
-            return None
-        with np.load(io.BytesIO(data)) as arrays:
-            return arrays["x"], int(arrays["y"]), int(arrays["replaced"])
+        np.savez(buffer, x=x_c, y=y_c.astype(np.int64), replaced=replaced.astype(np.int64))
+        write_file(self.root, "canaries.npz", buffer.getvalue())
 
     def write_trial(self, trial: int, record: dict) -> None:
         write_file(self.root, f"trials/{trial:07d}.json", json_text(record).encode())
