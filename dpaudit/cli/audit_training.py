@@ -105,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.quiet,
     )
     from dpaudit.analysis.training import summary
+    from dpaudit.reporting.training_report import found_bounds
 
     numbers = summary(result)
     if args.json:
@@ -115,13 +116,7 @@ def run(args: argparse.Namespace) -> int:
     for name, metrics in result.metrics.items():
         low, high = metrics.auc_ci
         print(f"  {name:<20} AUC {metrics.auc:.3f} [{low:.3f}, {high:.3f}]")
-    if result.one_run is None:
-        assert result.bound is not None and result.gdp_bound is not None, "a many-run audit has both"
-        bounds = f"ε ≥ {result.bound.epsilon:.3f} (Clopper-Pearson), {result.gdp_bound.epsilon:.3f} (GDP)"
-    else:
-        one = result.one_run
-        bounds = f"one-run ε ≥ {one.steinke.epsilon:.3f} (Steinke et al.), {one.fdp.epsilon:.3f} (f-DP)"
-    print(f"  {bounds}, 95% over all {len(result.metrics)} statistics")
+    print(f"  {found_bounds(result)}")
     print(f"  verdict: {result.verdict.outcome} — {result.verdict.reason}")
     print(f"  wrote {out}/: audit.json privacy.json canaries.npz trials/ summary.json report.html report.md roc.png")
     return 0

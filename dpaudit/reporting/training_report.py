@@ -55,6 +55,17 @@ def _roc_png(audit: TrainingAudit, loglog: bool) -> bytes:
     )
 
 
+def found_bounds(audit: TrainingAudit) -> str:
+    """The audit's ε lower bounds in words: Clopper-Pearson and GDP (many-run), or one-run's two, at 95% over all."""
+    if audit.one_run is None:
+        assert audit.bound is not None and audit.gdp_bound is not None, "a many-run audit has both"
+        found = f"ε ≥ {audit.bound.epsilon:.3f} (Clopper-Pearson), {audit.gdp_bound.epsilon:.3f} (GDP)"
+    else:
+        one = audit.one_run
+        found = f"one-run ε ≥ {one.steinke.epsilon:.3f} (Steinke et al.), {one.fdp.epsilon:.3f} (f-DP), {one.statistic}"
+    return f"{found}, at 95% over all {len(audit.statistics)} statistics"
+
+
 def write_training_report(audit: TrainingAudit, out: Path) -> dict:
     """Write summary.json, roc.png, roc_loglog.png, report.html and report.md of ``audit`` into ``out``.
 
@@ -72,14 +83,7 @@ def write_training_report(audit: TrainingAudit, out: Path) -> dict:
     for name, _, png in figures:
         write_file(out, name, png)
     verdict = f"{audit.verdict.outcome}: {audit.verdict.reason}"
-    statistics = f"{len(audit.statistics)} statistics"
-    if audit.one_run is None:
-        assert audit.bound is not None and audit.gdp_bound is not None, "a many-run audit has both"
-        found = f"ε ≥ {audit.bound.epsilon:.3f} (Clopper-Pearson), {audit.gdp_bound.epsilon:.3f} (GDP)"
-    else:
-        one = audit.one_run
-        found = f"one-run ε ≥ {one.steinke.epsilon:.3f} (Steinke et al.), {one.fdp.epsilon:.3f} (f-DP), {one.statistic}"
-    bounds = f"{found}, at 95% over all {statistics}; the claim: ε = {number(audit.claim.epsilon)}"
+    bounds = f"{found_bounds(audit)}; the claim: ε = {number(audit.claim.epsilon)}"
     header = ["statistic", "AUC [CI]", "TPR at FPR 0.1, 0.01, 0.001"]
     markdown = [
         f"# Training-code audit: {audit.verdict.outcome}",
