@@ -146,3 +146,24 @@ def test_mutants_script_writes_the_mutant_beside_the_correct_run(tmp_path):
     assert table["claimed_mu"].tolist() == [1.0, 1.0]
     assert table["n_in"].tolist() == [4, 4] and table["n_out"].tolist() == [4, 4]
     assert table["verdict"].isin(["violated", "inconclusive", "consistent"]).all()
+
+
+def test_training_audit_examples_script_writes_one_configuration(tmp_path):
+    """One configuration at 2 + 2 trials: its claim is the trainer's own (σ, q, T) on D and its accountant's ε."""
+    done = run_script(
+        "training_audit_examples",
+        *("--out", str(tmp_path), "--runs", str(tmp_path / "runs"), "--trials", "4", "--workers", "1"),
+        *("--only", "handwritten-no-bug"),
+    )
+    assert done.returncode == 0, done.stderr
+    table = pd.read_csv(tmp_path / "training_audit_examples.csv")
+    assert list(table["config"]) == ["handwritten-no-bug"] and list(table["trials"]) == [4]
+    row = table.iloc[0]
+    assert (row["n_in"], row["n_out"]) == (2, 2) and row["verdict"] in {"violated", "inconclusive", "consistent"}
+    # add-remove: the claim is DpSgdTrainer.claim(96) = (1.5, 10/96, 20), the same step count as on the 95 rows of D′
+    assert (row["claim_rows"], row["claim_steps"], row["steps_in"], row["steps_out"]) == (96, 20, 20, 20)
+    assert row["claimed_epsilon"] == pytest.approx(dpsgd.epsilon(1.5, 10 / 96, 20, 1e-5).epsilon, rel=1e-6)
+    assert row["epsilon_cp"] == 0.0  # 2 + 2 trials certify nothing at 95%
+    statistics = ("canary-loss", "logit-margin", "gradient-alignment", "update-norm")
+    assert np.isfinite(table[[f"auc_{s}" for s in statistics]].to_numpy(float)).all()
+    assert (tmp_path / "runs" / "handwritten-no-bug-4" / "summary.json").is_file()
