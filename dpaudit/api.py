@@ -138,6 +138,7 @@ def audit_training(
     delta: float = 1e-5,
     null: bool = False,
     statistics: dict | None = None,
+    canary: tuple[np.ndarray, np.ndarray] | None = None,
     workers: int | None = None,
     progress: bool = False,
 ):
@@ -162,6 +163,8 @@ def audit_training(
         delta: the δ of the ε lower bounds (an (ε, δ) claim's own δ is used for it).
         null: never insert the canary (IN trials train on D′ too): any ε > 0 found is a false positive.
         statistics: your own statistics, name → ``STATISTIC(start, trained, x_c, y_c) -> float``, higher for IN.
+        canary: your own canaries ``(x_c, y_c)``: (M, ...) features shaped like ``x``'s rows and (M,) labels, M = 1
+            for many-run and ``canaries`` for one-run; None: dpaudit draws them (docs/training-audit.md §2).
         workers: processes running trials in parallel; None: one per CPU core.
         progress: show a progress bar.
 
@@ -196,7 +199,9 @@ def audit_training(
     )
     named = train if hasattr(train, "__qualname__") else type(train)
     names = {"trainer": f"{named.__module__}:{named.__qualname__}", "model": type(model).__qualname__}
-    store = runner.run(model, train, x, y.astype(np.int64), event, out, settings, names=names, statistics=statistics)
+    store = runner.run(
+        model, train, x, y.astype(np.int64), event, out, settings, names=names, statistics=statistics, canaries=canary
+    )
     result = analyse_training(store)
     write_training_report(result, store.root)
     return result

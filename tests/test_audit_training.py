@@ -263,3 +263,19 @@ def test_one_run_design_needs_canaries_within_its_delta(tmp_path):
             training_functions.mlp((64,), 10), training_functions.full_batch_sgd, (X, Y), claim=ApproxDp(1, 1e-2),
             out=tmp_path / "r", trials=1, design="one-run", canaries=100,
         )  # fmt: skip
+
+
+def test_the_users_own_canary_is_audited_and_a_misshapen_one_refused(dataset, tmp_path, capsys):
+    """--canary-file: the audit trains on exactly the given canary (stored, fingerprinted); a wrong shape is refused."""
+    canary = tmp_path / "canary.npz"
+    x_c = np.full((1, 64), 0.5, dtype=np.float32)
+    np.savez(canary, x=x_c, y=np.array([3]))
+    run = tmp_path / "run"
+    assert main([*_audit_training(dataset, run, "one_noisy_step", "--trials", "4"), "--canary-file", str(canary)]) == 0
+    with np.load(run / "canaries.npz") as stored:
+        np.testing.assert_array_equal(stored["x"], x_c)
+        assert stored["y"].tolist() == [3]
+    np.savez(canary, x=np.zeros((2, 64), dtype=np.float32), y=np.array([3, 4]))
+    capsys.readouterr()
+    assert main([*_audit_training(dataset, tmp_path / "r2", "one_noisy_step"), "--canary-file", str(canary)]) == 2
+    assert "the canaries must be 1 example(s) shaped like the data" in capsys.readouterr().err

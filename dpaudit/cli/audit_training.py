@@ -50,6 +50,11 @@ def register(subparsers) -> None:
     )
     p.add_argument("--canaries", type=int, metavar="M", help="the one-run design's canaries (e.g. 1000)")
     p.add_argument(
+        "--canary-file",
+        metavar="PATH",
+        help="your own canaries: an .npz of x (M, ...) and y (M,), M = 1 for many-run (default: drawn by dpaudit)",
+    )
+    p.add_argument(
         "--statistic",
         action="append",
         default=[],
@@ -73,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
     from dpaudit.user_code import load_callable
 
     x, y = data.training_set(args.dataset)
+    canary = None if args.canary_file is None else data.training_set(f"npz:{args.canary_file}", "--canary-file")
     model = models.from_factory(args.model, x.shape[1:], int(y.max()) + 1)
     trainer = load_callable("--trainer", args.trainer, ("model", "x", "y", "seed"), "the trained torch.nn.Module")
     statistics = {
@@ -101,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
         delta=args.delta,
         null=args.null,
         statistics=statistics,
+        canary=canary,
         workers=args.workers,
         progress=not args.quiet,
     )

@@ -171,9 +171,9 @@ def cifar10(folder: str | Path, limit: int | None = None) -> Dataset:
     return _standardised_split("cifar10", x, y, 10)
 
 
-def _existing_file(path: Path, spec: str) -> Path:
+def _existing_file(path: Path, spec: str, option: str = "--dataset") -> Path:
     if not path.is_file():
-        raise UsageError(f"--dataset {spec}: no file {path}; give the path of an existing file")
+        raise UsageError(f"{option} {spec}: no file {path}; give the path of an existing file")
     return path
 
 
@@ -268,19 +268,23 @@ def _csv_arrays(path: Path) -> dict[str, np.ndarray]:
     return {"features": frame[features].to_numpy(), "label": frame["label"].to_numpy()}
 
 
-def training_set(spec: str) -> tuple[np.ndarray, np.ndarray]:
+def training_set(spec: str, option: str = "--dataset") -> tuple[np.ndarray, np.ndarray]:
     """A training set as the user's own training code takes it: ``npz:PATH`` (arrays ``x``, ``y``) or ``csv:PATH``.
 
     Unlike a campaign's dataset it is neither split nor standardised: the training code gets exactly these
     arrays (features as float32, labels as int64 whole numbers, any count ≥ 1).
+
+    Args:
+        spec: ``npz:PATH`` or ``csv:PATH``.
+        option: the option that named it, for error messages.
 
     Returns:
         ``(x, y)``: (n, ...) float32 features and (n,) int64 labels.
     """
     kind, _, name = spec.partition(":")
     if kind not in ("npz", "csv") or not name:
-        raise UsageError(f"--dataset must be npz:PATH (arrays x and y) or csv:PATH (a label column), got {spec!r}")
-    path = _existing_file(Path(name), spec)
+        raise UsageError(f"{option} must be npz:PATH (arrays x and y) or csv:PATH (a label column), got {spec!r}")
+    path = _existing_file(Path(name), spec, option)
     arrays = _npz_arrays(path) if kind == "npz" else _csv_arrays(path)
     keys = ("x", "y") if kind == "npz" else ("features", "label")
     missing = [key for key in keys if key not in arrays]

@@ -125,6 +125,19 @@ def _canaries(start: nn.Module, x: np.ndarray, count: int, seed: int) -> tuple[n
     return x_c, np.array([input_canary.least_likely_label(row) for row in logits], dtype=np.int64)
 
 
+def _given(canaries, x: np.ndarray, y: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The user's canaries checked: ``count`` of them, with ``x``'s feature shape and whole-number labels."""
+    x_c, y_c = np.asarray(canaries[0]), np.asarray(canaries[1])
+    if x_c.shape != (count, *x.shape[1:]) or y_c.shape != (count,):
+        raise UsageError(
+            f"the canaries must be {count} example(s) shaped like the data, x {(count, *x.shape[1:])} and y"
+            f" ({count},); got x {x_c.shape} and y {y_c.shape}"
+        )
+    if not np.isfinite(x_c).all() or not np.issubdtype(y_c.dtype, np.integer):
+        raise UsageError("the canaries' features must be finite and their labels integers (class indices)")
+    return x_c.astype(x.dtype), y_c.astype(y.dtype)
+
+
 @dataclass(frozen=True)
 class _Neighbours:
     """The data and its canaries: each trial's training set from the canaries it trains on."""
@@ -173,6 +186,7 @@ def run(
     *,
     names: dict[str, str] | None = None,
     statistics: dict[str, Statistic] | None = None,
+    canaries: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> TrainingAuditStore:
     """Run (or resume) the trials of a training-code audit into the run directory ``out``.
 
@@ -186,6 +200,8 @@ def run(
         settings: trials, neighbouring relation, design, seed, δ and execution.
         names: how the trainer and the model were named (``MODULE:NAME``), recorded in audit.json.
         statistics: the user's own statistics, name → ``STATISTIC(start, trained, x_c, y_c) -> float``.
+        canaries: the user's own canaries ``(x_c, y_c)``, (M, ...) features like ``x``'s and (M,) labels, M the
+            design's canary count (1 for many-run); None: dpaudit draws them.
 
     Returns:
         The store holding every trial's observations.
@@ -204,13 +220,14 @@ def run(
         "data_fingerprint": _fingerprint(x, y),
         "claim": privacy.to_record(claim),
         "statistics": sorted(statistics or {}),
+        "canary_fingerprint": None if canaries is None else _fingerprint(*canaries),
         **{key: value for key, value in asdict(settings).items() if key not in ("workers", "progress")},
     }
     with store.lock():
         resumed = store.create_or_check(described)
         store.write_claim(privacy.to_record(claim))
         count = settings.canary_count
-        x_c, y_c = _canaries(start, x, count, settings.seed)
+        x_c, y_c = _canaries(start, x, count, settings.seed) if canaries is None else _given(canaries, x, y, count)
         replaced = None
         if settings.neighbours == "replace-one":
             if count > len(x):
