@@ -52,11 +52,6 @@ class TrainingAudit:
     verdict: Verdict
     delta: float
 
-    @property
-    def epsilon_lower_bound(self) -> float:
-        """The design's ε lower bound: Clopper-Pearson (many-run) or Steinke et al. pooled (one-run)."""
-        return self.one_run.steinke.epsilon if self.one_run is not None else self.bound.epsilon  # type: ignore[union-attr]
-
 
 def analyse_training(store: TrainingAuditStore) -> TrainingAudit:
     """Every statistic and the verdict of the finished training audit in ``store``.

@@ -31,7 +31,7 @@ BLACK_BOX = ("canary-loss", "logit-margin")
 Statistic = Callable[[nn.Module, nn.Module, np.ndarray, np.ndarray], float]
 
 
-def _logits(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+def logits_of(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """A classifier's logits; a Hugging Face model's output is read through ``.logits``."""
     output = model(x)
     return getattr(output, "logits", output)
@@ -68,7 +68,7 @@ class Observer:
         state = _floating_state(duplicate)
         parameters = {name: tensor for name, tensor in state.items() if isinstance(tensor, nn.Parameter)}
         with torch.enable_grad():
-            logits = _logits(duplicate, self._x[index : index + 1])
+            logits = logits_of(duplicate, self._x[index : index + 1])
             loss = nn.functional.cross_entropy(logits, self._y[index : index + 1])
             found = torch.autograd.grad(loss, list(parameters.values()), allow_unused=True)
         gradients = dict(zip(parameters, found))
@@ -86,7 +86,7 @@ class Observer:
     @torch.no_grad()
     def observe(self, trained: nn.Module) -> dict[str, list[float]]:
         """Every statistic of ``trained`` (a model of ``start``'s architecture), one value per canary."""
-        logits = _logits(trained, self._x).double()
+        logits = logits_of(trained, self._x).double()
         rows = torch.arange(len(self.y_c))
         own = logits[rows, self._y]
         others = logits.clone()

@@ -34,12 +34,13 @@ from accountants import validation as check
 from attacks import canary as input_canary
 from attacks import designs
 from dpaudit import models
+from dpaudit.campaign.store import checksum
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms import privacy
 from dpaudit.mechanisms.privacy import PrivacyEvent
 from dpaudit.seeding import campaign_rng, trial_seed
 from dpaudit.training_audit import trainer as trainer_lib
-from dpaudit.training_audit.observe import Observer, Statistic
+from dpaudit.training_audit.observe import Observer, Statistic, logits_of
 from dpaudit.training_audit.store import TrainingAuditStore
 
 NEIGHBOURS = ("add-remove", "replace-one")
@@ -94,14 +95,6 @@ class AuditSettings:
         return campaign_rng(self.seed, "membership").random((self.trials, self.canary_count)) < 0.5
 
 
-def _fingerprint(*arrays: np.ndarray) -> str:
-    digest = hashlib.sha256()
-    for array in arrays:
-        digest.update(f"{array.dtype}:{array.shape}".encode())
-        digest.update(np.ascontiguousarray(array).tobytes())
-    return digest.hexdigest()
-
-
 def _source_fingerprint(function) -> str:
     """The function's source (its class's for a callable object) and, for an object, its fields."""
     target = function if inspect.isfunction(function) or inspect.ismethod(function) else type(function)
@@ -120,8 +113,7 @@ def _canaries(start: nn.Module, x: np.ndarray, count: int, seed: int) -> tuple[n
     scale = x.std(axis=0) if len(x) > 1 else np.ones(x.shape[1:])
     x_c = (x.mean(axis=0) + np.where(scale > 0, scale, 1.0) * z).astype(x.dtype)
     with torch.no_grad():
-        output = copy.deepcopy(start).eval()(torch.from_numpy(x_c))
-    logits = getattr(output, "logits", output).double().numpy()
+        logits = logits_of(copy.deepcopy(start).eval(), torch.from_numpy(x_c)).double().numpy()
     return x_c, np.array([input_canary.least_likely_label(row) for row in logits], dtype=np.int64)
 
 
@@ -217,10 +209,12 @@ def run(
         **(names or {}),
         "trainer_fingerprint": _source_fingerprint(trainer),
         "model_fingerprint": models.fingerprint(start),
-        "data_fingerprint": _fingerprint(x, y),
+        "data_fingerprint": checksum({"x": x, "y": y}),
         "claim": privacy.to_record(claim),
         "statistics": sorted(statistics or {}),
-        "canary_fingerprint": None if canaries is None else _fingerprint(*canaries),
+        "canary_fingerprint": None
+        if canaries is None
+        else checksum({"x": np.asarray(canaries[0]), "y": np.asarray(canaries[1])}),
         **{key: value for key, value in asdict(settings).items() if key not in ("workers", "progress")},
     }
     with store.lock():
