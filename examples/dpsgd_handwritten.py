@@ -2,6 +2,7 @@
 
     trainer = DpSgdTrainer(noise_multiplier=1.0, clip_norm=1.0, expected_batch_size=64, epochs=2, lr=0.1)
     trained = trainer(model, x, y, seed=0)     # trains a deep copy; model itself is left alone
+    trained = trainer(model, x, y, seed=0, on_step=record)  # record(model) after every step
     sigma, q, steps = trainer.claim(len(x))    # (σ, b / n, epochs * ceil(n / b))
 
 Each step: Poisson-sample a batch (every example independently with probability q = b / n), compute per-example
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 
@@ -83,8 +84,18 @@ class DpSgdTrainer:
             for _ in range(steps):
                 yield torch.nonzero(torch.rand(n, generator=generator) < q).flatten()
 
-    def __call__(self, model: nn.Module, x: np.ndarray, y: np.ndarray, seed: int) -> nn.Module:
-        """Train a copy of ``model`` on ``(x, y)``; all randomness comes from ``seed``."""
+    def __call__(
+        self,
+        model: nn.Module,
+        x: np.ndarray,
+        y: np.ndarray,
+        seed: int,
+        on_step: Callable[[nn.Module], None] | None = None,
+    ) -> nn.Module:
+        """Train a copy of ``model`` on ``(x, y)``; all randomness comes from ``seed``.
+
+        ``on_step(model)`` is called after every step: the intermediate models DP-SGD's accounting releases.
+        """
         sampling, noise_generator = _generators(seed)
         model = copy.deepcopy(model)
         inputs = torch.as_tensor(x, dtype=torch.float32)
@@ -108,4 +119,6 @@ class DpSgdTrainer:
             for k, p in params.items():
                 p.grad = (torch.einsum("i,i...->...", clip, grads[k]) + noise[k]) / divisor
             optimizer.step()
+            if on_step is not None:
+                on_step(model)
         return model

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,11 +79,28 @@ class OpacusTrainer:
         tracker.history = [self.claim(n)]  # opacus's history entries are (noise_multiplier, sample_rate, steps)
         return float(tracker.get_epsilon(delta))
 
-    def __call__(self, model: nn.Module, x: np.ndarray, y: np.ndarray, seed: int) -> nn.Module:
-        """Train a copy of ``model`` on ``(x, y)``; all randomness comes from ``seed``."""
-        return self.train(model, x, y, seed)[0]
+    def __call__(
+        self,
+        model: nn.Module,
+        x: np.ndarray,
+        y: np.ndarray,
+        seed: int,
+        on_step: Callable[[nn.Module], None] | None = None,
+    ) -> nn.Module:
+        """Train a copy of ``model`` on ``(x, y)``; all randomness comes from ``seed``.
 
-    def train(self, model: nn.Module, x: np.ndarray, y: np.ndarray, seed: int) -> tuple[nn.Module, IAccountant]:
+        ``on_step(model)`` is called after every step, if given.
+        """
+        return self.train(model, x, y, seed, on_step)[0]
+
+    def train(
+        self,
+        model: nn.Module,
+        x: np.ndarray,
+        y: np.ndarray,
+        seed: int,
+        on_step: Callable[[nn.Module], None] | None = None,
+    ) -> tuple[nn.Module, IAccountant]:
         """As ``__call__``, and also return opacus's accountant (its history is what opacus claims)."""
         if opacus_schedule(len(x), self.expected_batch_size).expected_batch_size < 1:
             # int(n * q) rounds to 0 for some (n, b), e.g. n = 49, b = 1; opacus would then divide by zero.
@@ -109,6 +127,8 @@ class OpacusTrainer:
                 optimizer.zero_grad()
                 loss(module(xb), yb).backward()
                 optimizer.step()
+                if on_step is not None:
+                    on_step(module)  # the GradSampleModule: dpaudit reads the model it wraps
         # A fresh copy of the caller's architecture, without opacus's hooks and per-sample gradient attributes.
         trained = copy.deepcopy(model)
         trained.load_state_dict(module._module.state_dict())

@@ -83,3 +83,9 @@ def fails_with_the_canary(model, x, y, seed):
     if len(x) > 40:
         raise ValueError("batch of 41 does not fit")
     return one_noisy_step(model, x, y, seed)
+
+
+def reports_another_model(model, x, y, seed, on_step):
+    """Calls ``on_step`` with a model that is not the one it trains."""
+    on_step(nn.Linear(3, 2))
+    return copy.deepcopy(model)

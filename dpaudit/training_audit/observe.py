@@ -12,6 +12,22 @@ update-norm            ‖θ - θ_0‖: sees what one direction cannot, e.g. a n
 negative-update-norm   -‖θ - θ_0‖: the same where the canary makes the update smaller (a larger normaliser)
 =====================  ==========================================================================================
 
+A training function that reports its steps (it takes an ``on_step`` argument and calls ``on_step(model)`` after
+every update) is observed at every step, as DP-SGD's accountant assumes every intermediate model is released
+(Nasr et al. 2023's white-box "all steps" adversary). Step t's update Δ_t = θ_t - θ_{t-1} is read in two numbers:
+its projection a_t = -⟨Δ_t, u_t⟩ on the canary's unit gradient u_t at θ_{t-1} (the direction a step on the canary
+takes, followed as the model moves), and its noise scale s_t, the normal-consistent median absolute value of the
+coordinates Δ_t changed (1.4826 · median |Δ_t,i|; the noise dominates the coordinates of a noisy update). With
+z_t = a_t / s_t, the canary's step in units of the noise:
+
+=====================  ==========================================================================================
+step-alignment         Σ_t z_t / √T: every step's pull toward the canary (Nasr et al. 2023's sum over steps)
+step-likelihood        Σ_t log(1 - q + q·exp(z_t/σ - 1/(2σ²))): the log likelihood ratio of the claimed
+                       Poisson-subsampled Gaussian (σ, q), where the claim is one; the most powerful test of it
+step-noise-scale       -mean_t log s_t: the noise shrinks when the canary joins a data-dependent normaliser
+step-difference        mean_t (z_t - z_{t-1})²: near 0 without the canary when every step adds the same noise
+=====================  ==========================================================================================
+
 A user's statistic ``STATISTIC(start, trained, x_c, y_c) -> float`` is one more column. Parameters are every
 floating-point tensor of the model's state; the frozen ones do not move, so they add nothing.
 """
@@ -25,9 +41,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from dpaudit.errors import UsageError
+
 STATISTICS = ("canary-loss", "logit-margin", "gradient-alignment", "update-norm", "negative-update-norm")
 PER_CANARY = STATISTICS[:3]  # the one-run design scores each of its canaries by these
 BLACK_BOX = ("canary-loss", "logit-margin")
+STEP_STATISTICS = ("step-alignment", "step-likelihood", "step-noise-scale", "step-difference")
+_NORMAL_MAD = 1.4826  # σ of a normal sample per unit of its median absolute value
 Statistic = Callable[[nn.Module, nn.Module, np.ndarray, np.ndarray], float]
 
 
@@ -50,42 +70,58 @@ class Observer:
     """The statistics of models trained from ``start``, for canaries ``x_c`` (M, ...) with labels ``y_c`` (M,).
 
     The many-run design has one canary; the one-run design M, each scored on its own (the per-canary statistics:
-    ``PER_CANARY``). The update norm is the model's, not a canary's, so it is observed with one canary only.
+    ``PER_CANARY``). The update norm and the step statistics are the model's, not a canary's, so they are observed
+    with one canary only. ``claim``: (σ, q) of a claimed Poisson-subsampled Gaussian, for ``step-likelihood``.
     """
 
-    def __init__(self, start: nn.Module, x_c: np.ndarray, y_c: np.ndarray, user: dict[str, Statistic] | None = None):
-        self.start, self.user = copy.deepcopy(start).eval(), dict(user or {})
+    def __init__(
+        self,
+        start: nn.Module,
+        x_c: np.ndarray,
+        y_c: np.ndarray,
+        user: dict[str, Statistic] | None = None,
+        claim: tuple[float, float] | None = None,
+    ):
+        self.start, self.user, self.claim = copy.deepcopy(start).eval(), dict(user or {}), claim
         self.x_c, self.y_c = x_c, np.asarray(y_c, dtype=np.int64).reshape(-1)
         self._x, self._y = torch.from_numpy(x_c), torch.from_numpy(self.y_c)
         self._theta0 = _flat(_floating_state(start).values())
-        self._directions = torch.stack([self._unit_canary_gradient(i) for i in range(len(self.y_c))])
-
-    def _unit_canary_gradient(self, index: int) -> torch.Tensor:
-        """u/‖u‖, u = ∇_θ ℓ(θ_0; x_c, y_c) of canary ``index`` over the floating state (0 for buffers, unused)."""
-        duplicate = copy.deepcopy(self.start)
-        for parameter in duplicate.parameters():
+        self._probe = copy.deepcopy(start).eval()  # where canary gradients are taken, at any parameters
+        for parameter in self._probe.parameters():
             parameter.requires_grad_(True)
-        state = _floating_state(duplicate)
-        parameters = {name: tensor for name, tensor in state.items() if isinstance(tensor, nn.Parameter)}
+        self._directions = torch.stack([self.unit_gradient(start.state_dict(), i) for i in range(len(self.y_c))])
+
+    def unit_gradient(self, state: dict[str, torch.Tensor], index: int) -> torch.Tensor:
+        """u/‖u‖, u = ∇_θ ℓ(θ; x_c, y_c) of canary ``index`` at the model state ``state``.
+
+        ``state``: a state dict of ``start``'s architecture. Over the floating state (0 for buffers and unused
+        parameters).
+        """
+        self._probe.load_state_dict(state)
+        floating = _floating_state(self._probe)
+        parameters = {name: tensor for name, tensor in floating.items() if isinstance(tensor, nn.Parameter)}
         with torch.enable_grad():
-            logits = logits_of(duplicate, self._x[index : index + 1])
+            logits = logits_of(self._probe, self._x[index : index + 1])
             loss = nn.functional.cross_entropy(logits, self._y[index : index + 1])
             found = torch.autograd.grad(loss, list(parameters.values()), allow_unused=True)
         gradients = dict(zip(parameters, found))
         direction = _flat(
             torch.zeros_like(tensor) if gradients.get(name) is None else gradients[name]
-            for name, tensor in state.items()
+            for name, tensor in floating.items()
         )
         norm = direction.norm()
         return direction / norm if norm > 0 else direction
 
-    @property
-    def names(self) -> tuple[str, ...]:
-        return (*(STATISTICS if len(self.y_c) == 1 else PER_CANARY), *self.user)
+    def steps(self) -> StepRecorder | None:
+        """A fresh recorder of one training run's steps; None where steps are not observed (several canaries)."""
+        return StepRecorder(self) if len(self.y_c) == 1 else None
 
     @torch.no_grad()
-    def observe(self, trained: nn.Module) -> dict[str, list[float]]:
-        """Every statistic of ``trained`` (a model of ``start``'s architecture), one value per canary."""
+    def observe(self, trained: nn.Module, steps: StepRecorder | None = None) -> dict[str, list[float]]:
+        """Every statistic of ``trained`` (a model of ``start``'s architecture), one value per canary.
+
+        With the step statistics of ``steps`` where the training function reported any.
+        """
         logits = logits_of(trained, self._x).double()
         rows = torch.arange(len(self.y_c))
         own = logits[rows, self._y]
@@ -99,9 +135,58 @@ class Observer:
         }
         if len(self.y_c) == 1:
             found |= {"update-norm": [float(change.norm())], "negative-update-norm": [-float(change.norm())]}
+        if steps is not None and steps.alignments:
+            found |= {name: [value] for name, value in steps.statistics(self.claim).items()}
         for name, statistic in self.user.items():
             found[name] = [
                 float(statistic(self.start, trained, self.x_c[i : i + 1], self.y_c[i : i + 1]))
                 for i in range(len(self.y_c))
             ]
+        return found
+
+
+class StepRecorder:
+    """``on_step(model)`` for a training function that reports its steps.
+
+    Each call reads the update since the previous one (module docstring: a_t and s_t) and follows the canary's
+    gradient to the new parameters.
+    """
+
+    def __init__(self, observer: Observer):
+        self._observer = observer
+        self._previous = observer._theta0
+        self._direction = observer._directions[0]
+        self.alignments: list[float] = []
+        self.scales: list[float] = []
+
+    @torch.no_grad()
+    def __call__(self, model: nn.Module) -> None:
+        # opacus's GradSampleModule holds the model as ._module: its state's names carry that prefix.
+        model = getattr(model, "_module", model)
+        theta = _flat(_floating_state(model).values())
+        if theta.shape != self._previous.shape:
+            raise UsageError(
+                f"on_step got a model of {theta.numel()} floating-point numbers, the starting model has"
+                f" {self._previous.numel()}: call on_step(model) with the model being trained"
+            )
+        change = theta - self._previous
+        moved = change[change != 0].abs()
+        if len(moved) == 0:  # nothing changed since the last call (e.g. called twice for one step)
+            return
+        self.alignments.append(float(-(change @ self._direction)))
+        self.scales.append(_NORMAL_MAD * float(np.median(moved.numpy())))  # torch.median takes the lower middle
+        self._previous = theta
+        self._direction = self._observer.unit_gradient(model.state_dict(), 0)
+
+    def statistics(self, claim: tuple[float, float] | None) -> dict[str, float]:
+        """The step statistics (module docstring); ``step-likelihood`` where ``claim`` gives (σ, q)."""
+        scales = np.array(self.scales)
+        z = np.array(self.alignments) / scales
+        found = {"step-alignment": float(z.sum() / np.sqrt(len(z)))}
+        if claim is not None:
+            sigma, q = claim
+            # log(1 - q + q·e^x), x = z/σ - 1/(2σ²), without overflow at large z: logaddexp of the two terms.
+            found["step-likelihood"] = float(np.logaddexp(np.log1p(-q), np.log(q) + z / sigma - 0.5 / sigma**2).sum())
+        found["step-noise-scale"] = float(-np.log(scales).mean())
+        found["step-difference"] = float(np.mean(np.diff(z) ** 2)) if len(z) > 1 else 0.0
         return found

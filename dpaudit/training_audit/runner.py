@@ -159,12 +159,13 @@ def _trial(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread per worker: workers in parallel, not threads fighting
     x, y = data.training_set(members & (not null))
+    steps = observer.steps()
     try:
-        trained = trainer_lib.call(trainer, start, x, y, seed, f"trial {trial}")
+        trained = trainer_lib.call(trainer, start, x, y, seed, f"trial {trial}", steps)
+        observations = observer.observe(trained, steps)
     finally:
         torch.set_num_threads(threads)
-    record = {"trial": trial, "members": members.tolist(), "seed": seed, "observations": observer.observe(trained)}
-    return trial, record
+    return trial, {"trial": trial, "members": members.tolist(), "seed": seed, "observations": observations}
 
 
 def run(
@@ -218,7 +219,7 @@ def run(
         **{key: value for key, value in asdict(settings).items() if key not in ("workers", "progress")},
     }
     with store.lock():
-        resumed = store.create_or_check(described)
+        store.create_or_check(described)
         store.write_claim(privacy.to_record(claim))
         count = settings.canary_count
         x_c, y_c = _canaries(start, x, count, settings.seed) if canaries is None else _given(canaries, x, y, count)
@@ -231,10 +232,12 @@ def run(
         data = _Neighbours(x, y, x_c, y_c, replaced)
         membership = settings.membership()
         done = store.finished()
-        if not resumed or not done:  # with the seed of no trial: trials.trials is one past the last
+        poisson = (claim.noise_multiplier, claim.sample_rate) if isinstance(claim, privacy.SubsampledGaussian) else None
+        observer = Observer(start, x_c, y_c, statistics, poisson)
+        if not done:  # with the seed of no trial: settings.trials is one past the last
             no_canary = data.training_set(np.zeros(count, dtype=bool))
-            trainer_lib.check_deterministic(trainer, start, *no_canary, trial_seed(settings.seed, settings.trials))
-        observer = Observer(start, x_c, y_c, statistics)
+            seed = trial_seed(settings.seed, settings.trials)
+            trainer_lib.check_deterministic(trainer, start, *no_canary, seed, observer.steps)
         todo = [t for t in range(settings.trials) if t not in done]
         seeds = {t: trial_seed(settings.seed, t) for t in todo}
         workers = settings.workers or joblib.cpu_count()

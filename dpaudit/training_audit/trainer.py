@@ -5,11 +5,16 @@ The contract: ``train(model, x, y, seed) -> torch.nn.Module`` trains a copy of `
 function never sees whether the canary is in ``x`` or which row it is. A call that raises, returns no module,
 changes the architecture or returns non-finite parameters fails the audit with one line naming the trial; one
 that is not deterministic in its seed is found before the audit spends its budget.
+
+A function that also takes ``on_step`` gets a callable to call as ``on_step(model)`` after each of its updates:
+the audit then observes every step, not only the returned model (:class:`dpaudit.training_audit.observe.
+StepRecorder`).
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Callable
 
 import numpy as np
@@ -25,15 +30,36 @@ def _shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
     return {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
 
 
-def call(trainer: Trainer, start: nn.Module, x: np.ndarray, y: np.ndarray, seed: int, trial: str) -> nn.Module:
+def reports_steps(trainer: Trainer) -> bool:
+    """Whether ``trainer`` takes ``on_step`` (module docstring)."""
+    try:
+        return "on_step" in inspect.signature(trainer).parameters
+    except (TypeError, ValueError):  # no signature to read: called as the plain contract
+        return False
+
+
+def call(
+    trainer: Trainer,
+    start: nn.Module,
+    x: np.ndarray,
+    y: np.ndarray,
+    seed: int,
+    trial: str,
+    on_step: Callable[[nn.Module], None] | None = None,
+) -> nn.Module:
     """``trainer`` run on a copy of ``start``, checked; a usage error naming ``trial`` for each way it fails.
+
+    ``on_step`` is passed to a trainer that :func:`reports_steps`, else left out.
 
     Returns:
         The trained module in eval mode.
     """
     name = getattr(trainer, "__qualname__", type(trainer).__name__)
     try:
-        trained = trainer(copy.deepcopy(start), x.copy(), y.copy(), seed)
+        steps = {"on_step": on_step} if on_step is not None and reports_steps(trainer) else {}
+        trained = trainer(copy.deepcopy(start), x.copy(), y.copy(), seed, **steps)
+    except UsageError as error:  # on_step's own check of what it was given
+        raise UsageError(f"{trial}: {error}") from None
     except Exception as error:  # noqa: BLE001 - the user's code may raise anything: each is the user's error
         message = str(error).splitlines()[0] if str(error) else ""
         raise UsageError(f"{trial}: the training function {name} raised {type(error).__name__}: {message}") from None
@@ -59,10 +85,20 @@ def call(trainer: Trainer, start: nn.Module, x: np.ndarray, y: np.ndarray, seed:
     return trained.eval()
 
 
-def check_deterministic(trainer: Trainer, start: nn.Module, x: np.ndarray, y: np.ndarray, seed: int) -> None:
-    """Two calls with the same seed must return bit-identical parameters, else every trial is unreproducible."""
-    first = call(trainer, start, x, y, seed, "the determinism check").state_dict()
-    second = call(trainer, start, x, y, seed, "the determinism check").state_dict()
+def check_deterministic(
+    trainer: Trainer,
+    start: nn.Module,
+    x: np.ndarray,
+    y: np.ndarray,
+    seed: int,
+    on_step: Callable[[], Callable[[nn.Module], None] | None] = lambda: None,
+) -> None:
+    """Two calls with the same seed must return bit-identical parameters, else every trial is unreproducible.
+
+    ``on_step``: makes each call's step recorder (trials get one, so the check calls the function as they do).
+    """
+    first = call(trainer, start, x, y, seed, "the determinism check", on_step()).state_dict()
+    second = call(trainer, start, x, y, seed, "the determinism check", on_step()).state_dict()
     differing = [name for name in first if not torch.equal(first[name], second[name])]
     if differing:
         raise UsageError(

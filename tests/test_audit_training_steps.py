@@ -1,0 +1,112 @@
+"""The training-code audit's step statistics: what a training function that reports its steps is observed by.
+
+The recorder's numbers are checked against a hand computation on a linear model (the cross-entropy gradient of a
+linear layer in closed form); the statistics against their formulas; and, on the hand-written DP-SGD, each step
+statistic against the planted bug it is made for.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import dpaudit
+from dpaudit.training_audit.observe import STEP_STATISTICS, Observer
+
+X_C, Y_C = np.array([[0.5, -1.0, 2.0]], dtype=np.float32), np.array([1])
+
+
+def _linear() -> nn.Linear:
+    torch.manual_seed(3)
+    return nn.Linear(3, 2)
+
+
+def _updates() -> list[torch.Tensor]:
+    """Three updates of the flat (weight, bias) state; the second leaves the bias alone."""
+    generator = torch.Generator().manual_seed(7)
+    updates = [0.1 * torch.randn(8, generator=generator) for _ in range(3)]
+    updates[1][6:] = 0
+    return updates
+
+
+def _apply_and_report(model, x, y, seed, on_step):
+    model = copy.deepcopy(model)
+    for update in _updates():
+        with torch.no_grad():
+            model.weight += update[:6].reshape(2, 3)
+            model.bias += update[6:]
+        on_step(model)
+        on_step(model)  # a second call without a step in between is not a step
+    return model
+
+
+def _unit_gradient_by_hand(weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """∇ of -log softmax(W x + b)_y over (W, b), flattened as the state is, normalised: (p - e_y) x^T and p - e_y."""
+    logits = weight @ X_C[0].astype(np.float64) + bias
+    p = np.exp(logits - logits.max())
+    p /= p.sum()
+    p[Y_C[0]] -= 1
+    gradient = np.concatenate([np.outer(p, X_C[0]).ravel(), p])
+    return gradient / np.linalg.norm(gradient)
+
+
+def test_each_step_is_read_as_its_projection_on_the_canary_gradient_and_its_noise_scale():
+    start = _linear()
+    observer = Observer(start, X_C, Y_C, claim=(1.5, 0.1))
+    recorder = observer.steps()
+    _apply_and_report(start, None, None, 0, recorder)
+    theta = np.concatenate([start.weight.detach().double().numpy().ravel(), start.bias.detach().double().numpy()])
+    alignments, scales = [], []
+    for update in _updates():
+        delta = update.double().numpy()
+        u = _unit_gradient_by_hand(theta[:6].reshape(2, 3), theta[6:])
+        alignments.append(-delta @ u)
+        scales.append(1.4826 * np.median(np.abs(delta[delta != 0])))
+        theta = theta + delta
+    # The model holds float32: its updates are rounded at the parameters' magnitude, ~1e-7 · 0.5 / 0.03 relative.
+    np.testing.assert_allclose(recorder.alignments, alignments, rtol=1e-5)
+    np.testing.assert_allclose(recorder.scales, scales, rtol=1e-5)
+    z = np.array(alignments) / np.array(scales)
+    sigma, q = 1.5, 0.1
+    expected = {
+        "step-alignment": z.sum() / np.sqrt(3),
+        "step-likelihood": np.log(1 - q + q * np.exp(z / sigma - 1 / (2 * sigma**2))).sum(),
+        "step-noise-scale": -np.log(scales).mean(),
+        "step-difference": np.mean(np.diff(z) ** 2),
+    }
+    found = recorder.statistics((sigma, q))
+    assert list(found) == list(STEP_STATISTICS)
+    for name in STEP_STATISTICS:
+        assert found[name] == pytest.approx(expected[name], rel=1e-4), name
+
+
+def test_the_likelihood_ratio_stays_finite_where_the_exponential_would_overflow():
+    recorder = Observer(_linear(), X_C, Y_C).steps()
+    recorder.alignments, recorder.scales = [1e4, -1e4], [1e-3, 1e-3]  # z = ±1e7
+    found = recorder.statistics((0.5, 0.01))
+    # log(1 - q + q e^x) → log q + x for large x and → log(1 - q) for very negative x.
+    assert found["step-likelihood"] == pytest.approx(np.log(0.01) + 1e7 / 0.5 - 2 + np.log(0.99), rel=1e-12)
+    assert "step-likelihood" not in recorder.statistics(None)
+
+
+def test_a_trainer_without_on_step_is_observed_by_its_final_model_only(tmp_path):
+    start = _linear()
+    x = np.random.default_rng(0).normal(size=(8, 3)).astype(np.float32)
+    y = np.arange(8) % 2
+
+    def final_only(model, x, y, seed):
+        return _apply_and_report(model, x, y, seed, lambda _: None)
+
+    result = dpaudit.audit_training(
+        start, final_only, (x, y), claim={"epsilon": 1.0}, out=tmp_path / "a", trials=4, workers=1
+    )
+    assert not set(STEP_STATISTICS) & set(result.statistics)
+    result = dpaudit.audit_training(
+        start, _apply_and_report, (x, y), claim={"epsilon": 1.0}, out=tmp_path / "b", trials=4, workers=1
+    )
+    # An (ε, δ) claim has no (σ, q): no likelihood ratio of it.
+    assert set(STEP_STATISTICS) - set(result.statistics) == {"step-likelihood"}
