@@ -60,23 +60,26 @@ def test_each_step_is_read_as_its_projection_on_the_canary_gradient_and_its_nois
     recorder = observer.steps()
     _apply_and_report(start, None, None, 0, recorder)
     theta = np.concatenate([start.weight.detach().double().numpy().ravel(), start.bias.detach().double().numpy()])
-    alignments, scales = [], []
+    alignments, scales, differences, previous = [], [], [], None
     for update in _updates():
         delta = update.double().numpy()
         u = _unit_gradient_by_hand(theta[:6].reshape(2, 3), theta[6:])
         alignments.append(-delta @ u)
         scales.append(1.4826 * np.median(np.abs(delta[delta != 0])))
-        theta = theta + delta
+        if previous is not None:  # no data given: ū_t = u_t
+            differences.append(-(delta - previous) @ u)
+        theta, previous = theta + delta, delta
     # The model holds float32: its updates are rounded at the parameters' magnitude, ~1e-7 · 0.5 / 0.03 relative.
     np.testing.assert_allclose(recorder.alignments, alignments, rtol=1e-5)
     np.testing.assert_allclose(recorder.scales, scales, rtol=1e-5)
+    np.testing.assert_allclose(recorder.differences, differences, rtol=1e-5)
     z = np.array(alignments) / np.array(scales)
     sigma, q = 1.5, 0.1
     expected = {
         "step-alignment": z.sum() / np.sqrt(3),
         "step-likelihood": np.log(1 - q + q * np.exp(z / sigma - 1 / (2 * sigma**2))).sum(),
-        "step-noise-scale": -np.log(scales).mean(),
-        "step-difference": np.mean(np.diff(z) ** 2),
+        "step-noise-scale": -np.log(min(scales)),
+        "step-difference": np.mean((np.array(differences) / scales[1:]) ** 2),
     }
     found = recorder.statistics((sigma, q))
     assert list(found) == list(STEP_STATISTICS)
@@ -84,9 +87,29 @@ def test_each_step_is_read_as_its_projection_on_the_canary_gradient_and_its_nois
         assert found[name] == pytest.approx(expected[name], rel=1e-4), name
 
 
+def test_the_update_difference_is_read_on_the_parameters_no_example_moves():
+    # Feature 2 is 0 in every example: no example's gradient reaches the weights W[:, 2]; the canary's does.
+    x = np.random.default_rng(0).normal(size=(8, 3)).astype(np.float32)
+    x[:, 2] = 0
+    observer = Observer(_linear(), X_C, Y_C, data=(x, np.arange(8) % 2))
+    free = np.zeros((2, 3), dtype=bool)
+    free[:, 2] = True
+    np.testing.assert_array_equal(observer.free.numpy(), np.concatenate([free.ravel(), [False, False]]))
+    recorder = observer.steps()
+    _apply_and_report(_linear(), None, None, 0, recorder)
+    theta = torch.cat([p.detach().flatten() for p in _linear().parameters()]).double().numpy()
+    updates = [update.double().numpy() for update in _updates()]
+    expected = []
+    for t in (1, 2):
+        before = theta + sum(updates[:t])
+        u = _unit_gradient_by_hand(before[:6].reshape(2, 3), before[6:]) * observer.free.numpy()
+        expected.append(-(updates[t] - updates[t - 1]) @ u / np.linalg.norm(u))
+    np.testing.assert_allclose(recorder.differences, expected, rtol=1e-5)
+
+
 def test_the_likelihood_ratio_stays_finite_where_the_exponential_would_overflow():
     recorder = Observer(_linear(), X_C, Y_C).steps()
-    recorder.alignments, recorder.scales = [1e4, -1e4], [1e-3, 1e-3]  # z = ±1e7
+    recorder.alignments, recorder.scales, recorder.differences = [1e4, -1e4], [1e-3, 1e-3], [0.0]  # z = ±1e7
     found = recorder.statistics((0.5, 0.01))
     # log(1 - q + q e^x) → log q + x for large x and → log(1 - q) for very negative x.
     assert found["step-likelihood"] == pytest.approx(np.log(0.01) + 1e7 / 0.5 - 2 + np.log(0.99), rel=1e-12)

@@ -24,9 +24,17 @@ z_t = a_t / s_t, the canary's step in units of the noise:
 step-alignment         Σ_t z_t / √T: every step's pull toward the canary (Nasr et al. 2023's sum over steps)
 step-likelihood        Σ_t log(1 - q + q·exp(z_t/σ - 1/(2σ²))): the log likelihood ratio of the claimed
                        Poisson-subsampled Gaussian (σ, q), where the claim is one; the most powerful test of it
-step-noise-scale       -mean_t log s_t: the noise shrinks when the canary joins a data-dependent normaliser
-step-difference        mean_t (z_t - z_{t-1})²: near 0 without the canary when every step adds the same noise
+step-noise-scale       -min_t log s_t: the least noisy step; where the noise is divided by a count that includes
+                       the canary, a batch larger than any without it has less noise than any step without it
+step-difference        mean_t (d_t / s_t)², d_t = -⟨Δ_t - Δ_{t-1}, ū_t⟩: consecutive updates differ by their
+                       noises and their gradients; where every step adds the same noise, only by the gradients
 =====================  ==========================================================================================
+
+ū_t is u_t restricted to the parameters no example of the data moves (coordinates where the data's gradient at θ_0
+is exactly 0, e.g. a first layer's weights of a feature the data leaves at 0; the canary's input, drawn in the
+data's spread with scale 1 where the data has none, reaches them), normalised; u_t where the canary's gradient
+has no weight there. There the update difference is the canary's alone, so without the canary it vanishes when
+the noise repeats.
 
 A user's statistic ``STATISTIC(start, trained, x_c, y_c) -> float`` is one more column. Parameters are every
 floating-point tensor of the model's state; the frozen ones do not move, so they add nothing.
@@ -71,7 +79,8 @@ class Observer:
 
     The many-run design has one canary; the one-run design M, each scored on its own (the per-canary statistics:
     ``PER_CANARY``). The update norm and the step statistics are the model's, not a canary's, so they are observed
-    with one canary only. ``claim``: (σ, q) of a claimed Poisson-subsampled Gaussian, for ``step-likelihood``.
+    with one canary only. ``claim``: (σ, q) of a claimed Poisson-subsampled Gaussian, for ``step-likelihood``;
+    ``data``: the training set without the canary, whose gradients decide ū_t (module docstring).
     """
 
     def __init__(
@@ -81,6 +90,7 @@ class Observer:
         y_c: np.ndarray,
         user: dict[str, Statistic] | None = None,
         claim: tuple[float, float] | None = None,
+        data: tuple[np.ndarray, np.ndarray] | None = None,
     ):
         self.start, self.user, self.claim = copy.deepcopy(start).eval(), dict(user or {}), claim
         self.x_c, self.y_c = x_c, np.asarray(y_c, dtype=np.int64).reshape(-1)
@@ -90,6 +100,38 @@ class Observer:
         for parameter in self._probe.parameters():
             parameter.requires_grad_(True)
         self._directions = torch.stack([self.unit_gradient(start.state_dict(), i) for i in range(len(self.y_c))])
+        free = None if data is None or len(self.y_c) > 1 else self._untouched_by(*data)
+        self.free = None if free is None or not self._directions[0][free].any() else free
+
+    def _gradient(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """∇_θ Σ_i ℓ(θ; x_i, y_i) at the probe's parameters, over the floating state (0 for buffers)."""
+        floating = _floating_state(self._probe)
+        parameters = {name: tensor for name, tensor in floating.items() if isinstance(tensor, nn.Parameter)}
+        with torch.enable_grad():
+            loss = nn.functional.cross_entropy(logits_of(self._probe, x), y, reduction="sum")
+            found = torch.autograd.grad(loss, list(parameters.values()), allow_unused=True)
+        gradients = dict(zip(parameters, found))
+        return _flat(
+            torch.zeros_like(tensor) if gradients.get(name) is None else gradients[name]
+            for name, tensor in floating.items()
+        )
+
+    def _untouched_by(self, x: np.ndarray, y: np.ndarray) -> torch.Tensor:
+        """The parameter coordinates where the gradient of every example of (x, y) at θ_0 is 0.
+
+        The sum of the examples' gradients is 0 exactly there (a sum of nonzero gradients cancelling exactly is a
+        coincidence of measure 0); buffers are not parameters, so never in it.
+        """
+        self._probe.load_state_dict(self.start.state_dict())
+        total = sum(
+            self._gradient(torch.from_numpy(x[i : i + 256]), torch.from_numpy(np.asarray(y[i : i + 256])))
+            for i in range(0, len(x), 256)
+        )
+        parameter = _flat(
+            torch.full_like(tensor, isinstance(tensor, nn.Parameter))
+            for tensor in _floating_state(self._probe).values()
+        )
+        return (total == 0) & (parameter > 0)
 
     def unit_gradient(self, state: dict[str, torch.Tensor], index: int) -> torch.Tensor:
         """u/‖u‖, u = ∇_θ ℓ(θ; x_c, y_c) of canary ``index`` at the model state ``state``.
@@ -98,17 +140,7 @@ class Observer:
         parameters).
         """
         self._probe.load_state_dict(state)
-        floating = _floating_state(self._probe)
-        parameters = {name: tensor for name, tensor in floating.items() if isinstance(tensor, nn.Parameter)}
-        with torch.enable_grad():
-            logits = logits_of(self._probe, self._x[index : index + 1])
-            loss = nn.functional.cross_entropy(logits, self._y[index : index + 1])
-            found = torch.autograd.grad(loss, list(parameters.values()), allow_unused=True)
-        gradients = dict(zip(parameters, found))
-        direction = _flat(
-            torch.zeros_like(tensor) if gradients.get(name) is None else gradients[name]
-            for name, tensor in floating.items()
-        )
+        direction = self._gradient(self._x[index : index + 1], self._y[index : index + 1])
         norm = direction.norm()
         return direction / norm if norm > 0 else direction
 
@@ -156,8 +188,10 @@ class StepRecorder:
         self._observer = observer
         self._previous = observer._theta0
         self._direction = observer._directions[0]
+        self._change: torch.Tensor | None = None  # the previous step's update
         self.alignments: list[float] = []
         self.scales: list[float] = []
+        self.differences: list[float] = []  # d_t, from the second step on
 
     @torch.no_grad()
     def __call__(self, model: nn.Module) -> None:
@@ -175,7 +209,12 @@ class StepRecorder:
             return
         self.alignments.append(float(-(change @ self._direction)))
         self.scales.append(_NORMAL_MAD * float(np.median(moved.numpy())))  # torch.median takes the lower middle
-        self._previous = theta
+        if self._change is not None:
+            free = self._observer.free
+            restricted = self._direction if free is None else self._direction * free
+            norm = float(restricted.norm())  # 0 where the canary's gradient has left the data-free coordinates
+            self.differences.append(float(-((change - self._change) @ restricted)) / norm if norm > 0 else 0.0)
+        self._previous, self._change = theta, change
         self._direction = self._observer.unit_gradient(model.state_dict(), 0)
 
     def statistics(self, claim: tuple[float, float] | None) -> dict[str, float]:
@@ -187,6 +226,6 @@ class StepRecorder:
             sigma, q = claim
             # log(1 - q + q·e^x), x = z/σ - 1/(2σ²), without overflow at large z: logaddexp of the two terms.
             found["step-likelihood"] = float(np.logaddexp(np.log1p(-q), np.log(q) + z / sigma - 0.5 / sigma**2).sum())
-        found["step-noise-scale"] = float(-np.log(scales).mean())
-        found["step-difference"] = float(np.mean(np.diff(z) ** 2)) if len(z) > 1 else 0.0
+        found["step-noise-scale"] = float(-np.log(scales).min())
+        found["step-difference"] = float(np.mean((np.array(self.differences) / scales[1:]) ** 2)) if len(z) > 1 else 0.0
         return found

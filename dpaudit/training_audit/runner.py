@@ -233,7 +233,7 @@ def run(
         membership = settings.membership()
         done = store.finished()
         poisson = (claim.noise_multiplier, claim.sample_rate) if isinstance(claim, privacy.SubsampledGaussian) else None
-        observer = Observer(start, x_c, y_c, statistics, poisson)
+        observer = Observer(start, x_c, y_c, statistics, poisson, (x, y))
         if not done:  # with the seed of no trial: settings.trials is one past the last
             no_canary = data.training_set(np.zeros(count, dtype=bool))
             seed = trial_seed(settings.seed, settings.trials)
