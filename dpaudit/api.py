@@ -107,6 +107,16 @@ def _pair(data) -> tuple[np.ndarray, np.ndarray]:
     return data[0], data[1]
 
 
+def _examples(name: str, pair) -> tuple[np.ndarray, np.ndarray]:
+    """Arrays ``(x, y)`` as a training function takes them: float32 features, int64 labels (integers required)."""
+    if not (isinstance(pair, tuple | list) and len(pair) == 2):
+        raise UsageError(f"{name} must be arrays (x, y), got {type(pair).__name__}")
+    x, y = np.asarray(pair[0], dtype=np.float32), np.asarray(pair[1])
+    if not np.issubdtype(y.dtype, np.integer):
+        raise UsageError(f"the labels y of {name} must be integers (class indices), got dtype {y.dtype}")
+    return x, y.astype(np.int64)
+
+
 def _object_name(thing: object) -> str:
     """``python:module.Class``: the config's name of an object no name rebuilds."""
     return f"{PYTHON_OBJECT}{type(thing).__module__}.{type(thing).__qualname__}"
@@ -139,13 +149,14 @@ def audit_training(
     null: bool = False,
     statistics: dict | None = None,
     canary: tuple[np.ndarray, np.ndarray] | None = None,
-    workers: int | None = None,
-    progress: bool = False,
+    pretrain: tuple[np.ndarray, np.ndarray] | None = None,
+    execution: Execution | None = None,
 ):
     """Audit your own training function against the privacy it claims (``dpaudit audit-training``).
 
     Args:
-        model: the starting model; every trial trains a copy of it (it is never changed).
+        model: the starting model; every trial trains a copy of it (it is never changed), pretrained first with
+            ``pretrain``.
         train: ``train(model, x, y, seed) -> torch.nn.Module``: trains a copy of ``model`` on exactly ``x``, ``y``
             with all of its randomness from ``seed`` and returns it. A picklable callable (a module-level function
             or an object of a module-level class) runs in worker processes.
@@ -165,8 +176,12 @@ def audit_training(
         statistics: your own statistics, name → ``STATISTIC(start, trained, x_c, y_c) -> float``, higher for IN.
         canary: your own canaries ``(x_c, y_c)``: (M, ...) features shaped like ``x``'s rows and (M,) labels, M = 1
             for many-run and ``canaries`` for one-run; None: dpaudit draws them (docs/training-audit.md §2).
-        workers: processes running trials in parallel; None: one per CPU core.
-        progress: show a progress bar.
+        pretrain: a public set ``(x_pub, y_pub)``, shaped like ``data`` (not the audited training set): the model
+            is first trained on it, once and non-privately, as a campaign pretrains its base
+            (:func:`dpaudit.models.pretrain`, deterministic in ``seed``), and every trial starts from that model.
+        execution: how it runs (:class:`dpaudit.config.Execution`: ``workers``, ``backend="dask"`` and
+            ``scheduler`` for a cluster, ``progress``; its ``device`` and ``chunk_size`` are a campaign's); None:
+            one worker process per CPU core, without a progress bar.
 
     Returns:
         The :class:`dpaudit.analysis.training.TrainingAudit`: per statistic the AUC and ε lower bounds, and the
@@ -180,11 +195,7 @@ def audit_training(
         raise UsageError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not callable(train):
         raise UsageError(f"train must be a function train(model, x, y, seed) -> nn.Module, got {type(train).__name__}")
-    x, y = _pair(data)
-    x = np.asarray(x, dtype=np.float32)
-    y = np.asarray(y)
-    if not np.issubdtype(y.dtype, np.integer):
-        raise UsageError(f"labels y must be integers (class indices), got dtype {y.dtype}")
+    x, y = _examples("data", data)
     event = claims.claim_event(claim)
     settings = runner.AuditSettings(
         trials=trials,
@@ -194,13 +205,22 @@ def audit_training(
         delta=claims.claim_delta(event, delta),
         canaries=canaries,
         null=null,
-        workers=workers,
-        progress=progress,
     )
     named = train if hasattr(train, "__qualname__") else type(train)
     names = {"trainer": f"{named.__module__}:{named.__qualname__}", "model": type(model).__qualname__}
     store = runner.run(
-        model, train, x, y.astype(np.int64), event, out, settings, names=names, statistics=statistics, canaries=canary
+        model,
+        train,
+        x,
+        y,
+        event,
+        out,
+        settings,
+        names=names,
+        statistics=statistics,
+        canaries=canary,
+        pretrain=None if pretrain is None else _examples("pretrain", pretrain),
+        execution=execution or Execution(progress=False),
     )
     result = analyse_training(store)
     write_training_report(result, store.root)

@@ -56,6 +56,7 @@ import dpaudit  # noqa: E402
 from accountants import dpsgd  # noqa: E402
 from attacks import epsilon as epsilon_lib  # noqa: E402
 from dpaudit.analysis import CONFIDENCE  # noqa: E402
+from dpaudit.config import Execution  # noqa: E402
 from dpaudit.training_audit.observe import STATISTICS  # noqa: E402
 from examples.dpsgd_handwritten import BUGS, DpSgdTrainer  # noqa: E402
 from examples.models import mlp  # noqa: E402
@@ -137,7 +138,7 @@ def audit(config: Config, trials: int, runs: Path, seed: int, workers: int) -> d
         neighbours=config.neighbours,
         seed=seed,
         delta=DELTA,
-        workers=workers,
+        execution=Execution(workers=workers, progress=False),
     )
     seconds = time.perf_counter() - started
     level = 1 - (1 - CONFIDENCE) / len(result.statistics)  # each statistic's share of the 95% (Bonferroni)

@@ -7,9 +7,11 @@ resume reproduces them; a null audit finds no leak; a leaking trainer is found v
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,7 +24,10 @@ import torch
 from sklearn.datasets import load_digits
 
 import dpaudit
+from dpaudit import models
+from dpaudit.campaign.store import checksum
 from dpaudit.cli import main
+from dpaudit.config import Execution
 from dpaudit.mechanisms.privacy import ApproxDp, SubsampledGaussian
 from dpaudit.training_audit import claims
 from dpaudit.training_audit.store import TrainingAuditStore
@@ -31,6 +36,7 @@ from tests import training_functions
 ROOT = Path(__file__).resolve().parents[1]
 _DIGITS = load_digits()
 X, Y = (_DIGITS.data[:40] / 16).astype(np.float32), _DIGITS.target[:40].astype(np.int64)
+PUBLIC = (_DIGITS.data[40:120] / 16).astype(np.float32), _DIGITS.target[40:120].astype(np.int64)  # not the data
 
 
 @pytest.fixture
@@ -128,7 +134,7 @@ def test_null_audits_find_no_leak_in_at_least_19_of_20_seeds(tmp_path):
             trials=20,
             seed=seed,
             null=True,
-            workers=1,
+            execution=Execution(workers=1, progress=False),
         )
         found.append(result.bound.epsilon)
     assert sum(epsilon == 0 for epsilon in found) >= 19, found
@@ -143,7 +149,7 @@ def test_noise_free_training_violates_a_claim_of_epsilon_1(tmp_path):
         claim={"epsilon": 1.0, "delta": 1e-5},
         out=tmp_path / "run",
         trials=40,
-        workers=2,
+        execution=Execution(workers=2, progress=False),
     )
     assert result.verdict.outcome == "violated"
     assert result.metrics["canary-loss"].auc == 1.0 and result.bound.epsilon > 0
@@ -280,3 +286,97 @@ def test_the_users_own_canary_is_audited_and_a_misshapen_one_refused(dataset, tm
     capsys.readouterr()
     assert main([*_audit_training(dataset, tmp_path / "r2", "one_noisy_step"), "--canary-file", str(canary)]) == 2
     assert "the canaries must be 1 example(s) shaped like the data" in capsys.readouterr().err
+
+
+def _trial_files(run: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted((run / "trials").glob("*.json"))}
+
+
+def test_trials_on_a_dask_local_cluster_are_the_loky_runs_bit_for_bit(dataset, tmp_path):
+    pytest.importorskip("distributed")
+    on_loky, on_dask = tmp_path / "loky", tmp_path / "dask"
+    assert main([*_audit_training(dataset, on_loky, "one_noisy_step", "--trials", "4"), "--workers", "2"]) == 0
+    argv = [*_audit_training(dataset, on_dask, "one_noisy_step", "--trials", "4"), "--workers", "2"]
+    assert main([*argv, "--backend", "dask"]) == 0
+    assert len(_trial_files(on_dask)) == 4 and _trial_files(on_dask) == _trial_files(on_loky)
+
+
+def test_execution_options_that_do_not_apply_are_one_line_errors(dataset, tmp_path, capsys):
+    argv = [*_audit_training(dataset, tmp_path / "run", "one_noisy_step", "--trials", "4")]
+    assert main([*argv, "--scheduler", "tcp://127.0.0.1:8786"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--scheduler needs --backend dask" in err, err
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(dpaudit.errors.UsageError, match="leave the Execution's device and chunk_size out"):
+        dpaudit.audit_training(
+            training_functions.mlp((64,), 10), training_functions.one_noisy_step, (X, Y), claim=ApproxDp(1, 1e-5),
+            out=tmp_path / "r", trials=2, execution=Execution(device="cpu"),
+        )  # fmt: skip
+
+
+def test_every_trial_starts_from_the_model_pretrained_on_the_public_set_deterministically(tmp_path):
+    model = training_functions.mlp((64,), 10)
+
+    def audit(out: Path, pretrain) -> dict[int, dict]:
+        dpaudit.audit_training(
+            model, training_functions.one_noisy_step, (X, Y), claim=ApproxDp(1.0, 1e-5), out=out, trials=2, seed=3,
+            pretrain=pretrain, execution=Execution(workers=1, progress=False),
+        )  # fmt: skip
+        return TrainingAuditStore(out).finished()
+
+    pretrained = audit(tmp_path / "a", PUBLIC)
+    # The campaign's pretraining from the audit's seed, handed over with the model's own trainable parameters: an
+    # OUT trial (on the data as it is) moved the weights from there as the training function does.
+    start = copy.deepcopy(model)
+    start.load_state_dict(models.pretrain(copy.deepcopy(model), *PUBLIC, seed=3).state_dict())
+    assert not all(torch.equal(start.state_dict()[name], tensor) for name, tensor in model.state_dict().items())
+    out_trial = next(record for record in pretrained.values() if not any(record["members"]))
+    trained = training_functions.one_noisy_step(start, X, Y, out_trial["seed"])
+    change = torch.cat(
+        [(a.double() - b.double()).flatten() for a, b in zip(*(m.state_dict().values() for m in (trained, start)))]
+    )
+    assert out_trial["observations"]["update-norm"] == pytest.approx([float(change.norm())], rel=1e-9)
+    assert audit(tmp_path / "b", PUBLIC) == pretrained  # same seed, same numbers
+    assert audit(tmp_path / "c", None) != pretrained  # the starting model is another one
+
+
+def test_a_pretrained_audit_resumes_from_its_model_and_refuses_another_public_set(dataset, tmp_path, capsys):
+    public, other = tmp_path / "public.npz", tmp_path / "other.npz"
+    np.savez(public, x=PUBLIC[0], y=PUBLIC[1])
+    np.savez(other, x=PUBLIC[0][::-1], y=PUBLIC[1][::-1])
+    run = tmp_path / "run"
+    argv = _audit_training(dataset, run, "one_noisy_step", "--trials", "4")
+    assert main([*argv, "--pretrain", f"npz:{public}"]) == 0
+    recorded = TrainingAuditStore(run).description()["pretrain"]
+    assert recorded == {"public_fingerprint": checksum({"x": PUBLIC[0], "y": PUBLIC[1]}), **models.PRETRAINING}
+    finished = _trial_files(run)
+    for name in list(finished)[:2]:
+        (run / "trials" / name).unlink()
+    assert main([*argv, "--pretrain", f"npz:{public}"]) == 0
+    assert _trial_files(run) == finished  # resumed from start.pt: the same observations
+    (run / "start.pt").write_bytes(b"damaged")
+    assert main([*argv, "--pretrain", f"npz:{public}"]) == 2
+    assert "start.pt is damaged: delete it; resuming pretrains again" in capsys.readouterr().err
+    capsys.readouterr()
+    assert main([*argv, "--pretrain", f"npz:{other}"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "holds another training audit (pretrain: {'public_fingerprint'" in err
+
+
+@pytest.mark.parametrize(
+    ("public", "message"),
+    [
+        (
+            (PUBLIC[0][:, :10], PUBLIC[1]),
+            "the public set must be m >= 1 examples shaped like the data's, x (80, 64) and y (80,); got x (80, 10)",
+        ),
+        ((PUBLIC[0], PUBLIC[1] + 10), "the public set's labels must be among the model's 10 outputs (0 to 9)"),
+    ],
+)
+def test_a_public_set_unlike_the_data_is_refused_before_anything_is_written(tmp_path, public, message):
+    with pytest.raises(dpaudit.errors.UsageError, match=re.escape(message)):
+        dpaudit.audit_training(
+            training_functions.mlp((64,), 10), training_functions.one_noisy_step, (X, Y), claim=ApproxDp(1, 1e-5),
+            out=tmp_path / "r", trials=2, pretrain=public,
+        )  # fmt: skip
+    assert not (tmp_path / "r").exists()

@@ -29,7 +29,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("catalogue", ("dpaudit.mechanisms.catalogue", "dpaudit.mechanisms.privacy", "dpaudit.training.sampling")),
-    ("config", ("dpaudit.config",)),
+    ("config", ("dpaudit.config", "dpaudit.parallel")),
     ("run directory", ("dpaudit.campaign.store",)),
     ("data and models", ("dpaudit.data", "dpaudit.models")),
     ("mechanisms", ("dpaudit.mechanisms", "dpaudit.release_audit.releases")),

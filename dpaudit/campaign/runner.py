@@ -18,14 +18,12 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from dpaudit import models
+from dpaudit import models, parallel
 from dpaudit.campaign import plan, resolve, sketch_inputs
 from dpaudit.campaign.shadow import Diverged, Setup, train_chunk
 from dpaudit.campaign.store import ChunkOutputs, RunStore
@@ -73,27 +71,6 @@ def _chunk_task(setup: Setup, indices: np.ndarray, device_name: str) -> ChunkOut
     """A worker's job: train one chunk on its device; only the outputs travel back."""
     _exit_with_parent()
     return train_chunk(setup, indices, torch.device(device_name))
-
-
-@contextmanager
-def _dask_backend(execution: Execution, workers: int) -> Iterator[None]:
-    """Joblib's dask backend on the given scheduler, or on a local cluster of ``workers`` one-thread processes."""
-    import joblib
-    from dask.distributed import Client, LocalCluster
-
-    if execution.scheduler:
-        client = Client(execution.scheduler)
-        cluster = None
-    else:
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
-        client = Client(cluster)
-    try:
-        with joblib.parallel_config(backend="dask"):
-            yield
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
 
 
 def run(config: CampaignConfig, execution: Execution, out: Path, inputs: resolve.Inputs | None = None) -> RunStore:
@@ -179,12 +156,7 @@ def _run_locked(config: CampaignConfig, execution: Execution, store: RunStore, i
                     train_chunk(setup, chunk, torch.device(device_name), functools.partial(_advance, bar, per_step))
                 )
         else:
-            backend = (
-                _dask_backend(execution, workers)
-                if execution.backend == "dask"
-                else joblib.parallel_config(backend="loky")
-            )
-            with backend:
+            with parallel.joblib_backend(execution, workers):
                 jobs = (joblib.delayed(_chunk_task)(setup, chunk, d) for chunk, d in zip(chunks, devices))
                 for outputs in joblib.Parallel(n_jobs=workers, return_as="generator_unordered")(jobs):
                     store.write_chunk(outputs)

@@ -1,7 +1,8 @@
 """Command-line arguments several subcommands share, each defined once.
 
 The argument types and builders of ``dpaudit``'s subcommand modules: a run directory, the membership score, the
-``--json`` switch, a seed, and the execution options of a campaign. Light: argparse and the torch-free config only.
+``--json`` switch, a seed, and the execution options of a campaign or a training audit. Light: argparse and the
+torch-free config only.
 """
 
 from __future__ import annotations
@@ -40,11 +41,16 @@ def add_seed(parser: argparse.ArgumentParser, help: str | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0, help=help)
 
 
-def add_execution_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options that change how a campaign runs, never its numbers (``dpaudit audit`` and ``dpaudit resume``)."""
+def add_execution_arguments(parser: argparse.ArgumentParser, *, campaign: bool = True) -> None:
+    """Options that change how a run goes, never its numbers (:class:`dpaudit.config.Execution`'s fields).
+
+    ``campaign``: with ``--device`` and ``--chunk-size`` (``dpaudit audit`` and ``dpaudit resume``); without them
+    for ``dpaudit audit-training``, whose training function picks its own device and trains one model per call.
+    """
     group = parser.add_argument_group("execution (never changes a score)")
-    group.add_argument("--device", choices=config_lib.DEVICES, help="auto: cuda if available")
-    group.add_argument("--chunk-size", type=int, help="models trained together (auto: from cores or GPU memory)")
+    if campaign:
+        group.add_argument("--device", choices=config_lib.DEVICES, help="auto: cuda if available")
+        group.add_argument("--chunk-size", type=int, help="models trained together (auto: from cores or GPU memory)")
     group.add_argument(
         "--workers",
         type=int,

@@ -5,7 +5,8 @@ model (``--model MODULE:FACTORY``, called as ``FACTORY(input_shape, num_classes)
 given, with all of its randomness from ``seed``. dpaudit calls it ``--trials`` times, half on the data with a
 canary (IN), half without (OUT), observes the canary in every returned model and judges the claim: a
 Poisson-subsampled Gaussian (``--claim-noise σ --claim-sample-rate q --claim-steps T``, as opacus accounts
-DP-SGD) or an (ε, δ) (``--claim-epsilon ε --delta δ``).
+DP-SGD) or an (ε, δ) (``--claim-epsilon ε --delta δ``). ``--pretrain`` trains the starting model on a public set
+first; ``--backend dask`` runs the trials on a dask cluster (``--scheduler``; a local one without).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import argparse
 import time
 from pathlib import Path
 
-from dpaudit.cli.arguments import add_json, add_seed, directory
+from dpaudit.cli.arguments import add_execution_arguments, add_json, add_seed, directory
 
 
 def register(subparsers) -> None:
@@ -61,11 +62,16 @@ def register(subparsers) -> None:
         metavar="MODULE:FUNCTION",
         help="your own statistic STATISTIC(start, trained, x_c, y_c) -> float, higher for IN (repeatable)",
     )
+    p.add_argument(
+        "--pretrain",
+        metavar="npz:PATH|csv:PATH",
+        help="a public set (x, y; not the training set) the model is first trained on, once and non-privately, as a"
+        " campaign pretrains its base (from --seed); every trial starts from that model (default: the --model as is)",
+    )
     p.add_argument("--null", action="store_true", help="never insert the canary: checks the false-positive rate")
     add_seed(p)
-    p.add_argument("--workers", type=int, help="processes running trials (one per core)")
     p.add_argument("--out", type=directory, help="run directory (./dpaudit-runs/training-<timestamp>)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_execution_arguments(p, campaign=False)
     add_json(p)
     p.set_defaults(func=run)
 
@@ -73,13 +79,22 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
+    from dpaudit.config import Execution
+
+    given = {
+        name: getattr(args, name) for name in ("workers", "backend", "scheduler") if getattr(args, name) is not None
+    }
+    execution = Execution(**given, progress=not args.quiet)
+
     from dpaudit import api, data, models
     from dpaudit.formatting import json_text, number
     from dpaudit.user_code import load_callable
 
     x, y = data.training_set(args.dataset)
     canary = None if args.canary_file is None else data.training_set(f"npz:{args.canary_file}", "--canary-file")
-    model = models.from_factory(args.model, x.shape[1:], int(y.max()) + 1)
+    public = None if args.pretrain is None else data.training_set(args.pretrain, "--pretrain")
+    labels = y if public is None else np.concatenate([y, public[1]])  # the model outputs the public set's classes too
+    model = models.from_factory(args.model, x.shape[1:], int(labels.max()) + 1)
     trainer = load_callable("--trainer", args.trainer, ("model", "x", "y", "seed"), "the trained torch.nn.Module")
     statistics = {
         spec: load_callable("--statistic", spec, ("start", "trained", "x_c", "y_c"), "a float")
@@ -108,8 +123,8 @@ def run(args: argparse.Namespace) -> int:
         null=args.null,
         statistics=statistics,
         canary=canary,
-        workers=args.workers,
-        progress=not args.quiet,
+        pretrain=public,
+        execution=execution,
     )
     from dpaudit.analysis.training import summary
     from dpaudit.reporting.training_report import found_bounds

@@ -128,6 +128,11 @@ def pretrain(
     return model
 
 
+# pretrain()'s settings where its caller gives none: a campaign's base, a training audit's starting model (whose
+# audit.json records them, so that a resume under other ones is refused).
+PRETRAINING = {name: value for name, value in (pretrain.__kwdefaults__ or {}).items() if name != "seed"}
+
+
 def initialise(model: nn.Module, seed: int) -> None:
     """Re-draw the parameters of every submodule that has ``reset_parameters`` from ``seed`` (in place)."""
     with torch.random.fork_rng(devices=[]):  # module initialisers use the global generator: seed a private fork

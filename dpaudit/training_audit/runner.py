@@ -22,7 +22,9 @@ from __future__ import annotations
 import copy
 import hashlib
 import inspect
+import io
 import re
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -33,8 +35,9 @@ from torch import nn
 from accountants import validation as check
 from attacks import canary as input_canary
 from attacks import designs
-from dpaudit import models
+from dpaudit import models, parallel
 from dpaudit.campaign.store import checksum
+from dpaudit.config import Execution
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms import privacy
 from dpaudit.mechanisms.privacy import PrivacyEvent
@@ -49,7 +52,7 @@ DESIGNS = ("many-run", "one-run")
 
 @dataclass(frozen=True)
 class AuditSettings:
-    """How a training-code audit runs; every field but ``workers`` and ``progress`` changes its numbers."""
+    """What a training-code audit computes; every field changes its numbers (how it runs: ``Execution``)."""
 
     trials: int = 200
     neighbours: str = "add-remove"
@@ -58,8 +61,6 @@ class AuditSettings:
     delta: float = 1e-5
     canaries: int | None = None  # M, the one-run design's canaries
     null: bool = False  # a null audit: IN trials get D′ too, so any ε > 0 it reports is a false positive
-    workers: int | None = None  # None: one process per CPU core
-    progress: bool = True
 
     def __post_init__(self):
         design = check.one_of("--design", self.design, DESIGNS)
@@ -81,8 +82,6 @@ class AuditSettings:
         object.__setattr__(self, "neighbours", check.one_of("--neighbours", self.neighbours, NEIGHBOURS))
         object.__setattr__(self, "seed", check.seed("--seed", self.seed))
         object.__setattr__(self, "null", check.boolean("--null", self.null))
-        if self.workers is not None:
-            object.__setattr__(self, "workers", check.count("--workers", self.workers))
 
     @property
     def canary_count(self) -> int:
@@ -168,6 +167,52 @@ def _trial(
     return trial, {"trial": trial, "members": members.tolist(), "seed": seed, "observations": observations}
 
 
+def _public(model: nn.Module, public, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The public set ``(x_pub, y_pub)`` checked: m ≥ 1 examples shaped like the data's, labels the model outputs."""
+    x_pub, y_pub = np.asarray(public[0]), np.asarray(public[1])
+    m = len(x_pub) if x_pub.ndim else 0
+    if m < 1 or x_pub.shape[1:] != x.shape[1:] or y_pub.shape != (m, *y.shape[1:]):
+        raise UsageError(
+            f"the public set must be m >= 1 examples shaped like the data's, x {(m, *x.shape[1:])} and y"
+            f" {(m, *y.shape[1:])}; got x {x_pub.shape} and y {y_pub.shape}"
+        )
+    with torch.no_grad():
+        outputs = logits_of(copy.deepcopy(model).eval(), torch.from_numpy(x_pub[:1])).shape[-1]
+    if y_pub.min() < 0 or y_pub.max() >= outputs:
+        raise UsageError(
+            f"the public set's labels must be among the model's {outputs} outputs (0 to {outputs - 1}), got"
+            f" {y_pub.min()} to {y_pub.max()}"
+        )
+    return x_pub, y_pub
+
+
+def _pretrained(
+    store: TrainingAuditStore, model: nn.Module, public: tuple[np.ndarray, np.ndarray], seed: int
+) -> nn.Module:
+    """``model`` pretrained on the public set, in the mode and with the trainable parameters it was given.
+
+    The campaign's pretraining (:func:`dpaudit.models.pretrain`: its settings, re-initialised and shuffled from
+    ``seed``), done once before the first trial: start.pt holds it, so a resumed audit starts every trial from the
+    very model its finished trials started from.
+    """
+    stored = store.read_start()
+    if stored is None:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)  # the model's own draws (dropout) come from the seed too
+            state = models.pretrain(copy.deepcopy(model), *public, seed=seed).state_dict()
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        store.write_start(buffer.getvalue())
+    else:
+        try:
+            state = torch.load(io.BytesIO(stored), weights_only=True)
+        except Exception:  # noqa: BLE001 - truncated or foreign: torch raises many types, all mean "damaged"
+            raise UsageError(f"{store.root / 'start.pt'} is damaged: delete it; resuming pretrains again") from None
+    start = copy.deepcopy(model)
+    start.load_state_dict(state)
+    return start
+
+
 def run(
     model: nn.Module,
     trainer: trainer_lib.Trainer,
@@ -180,21 +225,27 @@ def run(
     names: dict[str, str] | None = None,
     statistics: dict[str, Statistic] | None = None,
     canaries: tuple[np.ndarray, np.ndarray] | None = None,
+    pretrain: tuple[np.ndarray, np.ndarray] | None = None,
+    execution: Execution | None = None,
 ) -> TrainingAuditStore:
     """Run (or resume) the trials of a training-code audit into the run directory ``out``.
 
     Args:
-        model: the starting model every trial trains a copy of (never changed).
+        model: the starting model every trial trains a copy of (never changed; with ``pretrain``, pretrained first).
         trainer: the user's training function, ``trainer(model, x, y, seed) -> nn.Module``.
         x: (n, ...) float32 training features, n ≥ 1.
         y: (n,) int64 class labels.
         claim: the privacy event the training code claims (:mod:`dpaudit.training_audit.claims`).
         out: the run directory; one holding this very audit is continued.
-        settings: trials, neighbouring relation, design, seed, δ and execution.
+        settings: trials, neighbouring relation, design, seed and δ.
         names: how the trainer and the model were named (``MODULE:NAME``), recorded in audit.json.
         statistics: the user's own statistics, name → ``STATISTIC(start, trained, x_c, y_c) -> float``.
         canaries: the user's own canaries ``(x_c, y_c)``, (M, ...) features like ``x``'s and (M,) labels, M the
             design's canary count (1 for many-run); None: dpaudit draws them.
+        pretrain: a public set ``(x_pub, y_pub)`` shaped like ``x``, ``y``: every trial starts from ``model``
+            pretrained on it, once (:func:`_pretrained`); None: from ``model`` itself.
+        execution: worker count, joblib backend (loky, or dask on a cluster) and progress bar; None: the defaults.
+            Its device and chunk size are a campaign's: refused here.
 
     Returns:
         The store holding every trial's observations.
@@ -204,22 +255,33 @@ def run(
 
     if len(x) < 1 or len(x) != len(y):
         raise UsageError(f"the training set needs n >= 1 examples with one label each, got {len(x)} and {len(y)}")
-    start = model  # handed to the trainer as given (its mode too); the audit's own forwards use eval copies
+    public = None if pretrain is None else _public(model, pretrain, x, y)
+    execution = execution or Execution()
+    if execution.device != "auto" or execution.chunk_size is not None:
+        raise UsageError(
+            "a training audit calls your training function, which picks its own device and trains one model per"
+            " call: leave the Execution's device and chunk_size out"
+        )
     store = TrainingAuditStore(out)
     described = {
         **(names or {}),
         "trainer_fingerprint": _source_fingerprint(trainer),
-        "model_fingerprint": models.fingerprint(start),
+        "model_fingerprint": models.fingerprint(model),
         "data_fingerprint": checksum({"x": x, "y": y}),
         "claim": privacy.to_record(claim),
         "statistics": sorted(statistics or {}),
         "canary_fingerprint": None
         if canaries is None
         else checksum({"x": np.asarray(canaries[0]), "y": np.asarray(canaries[1])}),
-        **{key: value for key, value in asdict(settings).items() if key not in ("workers", "progress")},
+        "pretrain": None
+        if public is None
+        else {"public_fingerprint": checksum({"x": public[0], "y": public[1]}), **models.PRETRAINING},
+        **asdict(settings),
     }
     with store.lock():
         store.create_or_check(described)
+        # Handed to the trainer as given (its mode too); the audit's own forwards use eval copies.
+        start = model if public is None else _pretrained(store, model, public, settings.seed)
         store.write_claim(privacy.to_record(claim))
         count = settings.canary_count
         x_c, y_c = _canaries(start, x, count, settings.seed) if canaries is None else _given(canaries, x, y, count)
@@ -240,15 +302,18 @@ def run(
             trainer_lib.check_deterministic(trainer, start, *no_canary, seed, observer.steps)
         todo = [t for t in range(settings.trials) if t not in done]
         seeds = {t: trial_seed(settings.seed, t) for t in todo}
-        workers = settings.workers or joblib.cpu_count()
-        with tqdm(total=settings.trials, initial=len(done), unit="trial", disable=not settings.progress) as bar:
+        workers = execution.workers or joblib.cpu_count()
+        serial = workers == 1 or len(todo) <= 1
+        backend = nullcontext() if serial else parallel.joblib_backend(execution, workers)
+        bar = tqdm(total=settings.trials, initial=len(done), unit="trial", disable=not execution.progress)
+        with bar, backend:
             jobs = (
                 joblib.delayed(_trial)(trainer, start, data, observer, t, membership[t], settings.null, seeds[t])
                 for t in todo
             )
             results = (
                 (_trial(trainer, start, data, observer, t, membership[t], settings.null, seeds[t]) for t in todo)
-                if workers == 1 or len(todo) == 1
+                if serial
                 else joblib.Parallel(n_jobs=workers, return_as="generator_unordered")(jobs)
             )
             for trial, record in results:

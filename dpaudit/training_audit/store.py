@@ -6,6 +6,7 @@
                                 neighbouring relation, statistics, seed) with their fingerprints
     RUN_DIR/privacy.json        the claim as a privacy event (dpaudit.mechanisms.privacy.to_record)
     RUN_DIR/canaries.npz        the canaries (x_c, y_c) and, for replace-one neighbours, the rows they replace
+    RUN_DIR/start.pt            with --pretrain: the pretrained starting model's state (torch's format), made once
     RUN_DIR/trials/NNNNNNN.json one finished trial: which canaries it trained on, its seed, its observations
     RUN_DIR/summary.json        the analysis (dpaudit.analysis.training)
 
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dpaudit.campaign.store import ABSENT, directory_lock, make_directory, read_json, write_file
+from dpaudit.campaign.store import ABSENT, directory_lock, make_directory, read_file, read_json, write_file
 from dpaudit.errors import UsageError
 from dpaudit.formatting import json_text
 from dpaudit.version import __version__
@@ -66,7 +67,7 @@ class TrainingAuditStore:
                     f"{self.root} holds another training audit ({'; '.join(differences)}): its trials cannot be mixed"
                     " with these; use another --out"
                 )
-            for name in ("privacy.json", "canaries.npz", "summary.json"):
+            for name in ("privacy.json", "canaries.npz", "start.pt", "summary.json"):
                 (self.root / name).unlink(missing_ok=True)
         record = {"format_version": FORMAT_VERSION, "dpaudit_version": __version__, "description": description}
         write_file(self.root, "audit.json", json_text(record).encode())
@@ -92,6 +93,13 @@ class TrainingAuditStore:
         buffer = io.BytesIO()
         np.savez(buffer, x=x_c, y=y_c.astype(np.int64), replaced=replaced.astype(np.int64))
         write_file(self.root, "canaries.npz", buffer.getvalue())
+
+    def read_start(self) -> bytes | None:
+        """start.pt's bytes (read by dpaudit.training_audit.runner), None if absent."""
+        return read_file(self.root, "start.pt")
+
+    def write_start(self, data: bytes) -> None:
+        write_file(self.root, "start.pt", data)
 
     def write_trial(self, trial: int, record: dict) -> None:
         write_file(self.root, f"trials/{trial:07d}.json", json_text(record).encode())

@@ -1,0 +1,43 @@
+"""Where a run's parallel work goes: joblib's loky processes on this machine, or a dask cluster.
+
+Both a campaign's chunks (:mod:`dpaudit.campaign.runner`) and a training audit's trials
+(:mod:`dpaudit.training_audit.runner`) run through ``joblib.Parallel`` inside :func:`joblib_backend`. dask and
+distributed are the ``cluster`` extra, imported only when ``--backend dask`` asks for them
+(:class:`dpaudit.config.Execution` checks that they are installed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from dpaudit.config import Execution
+
+
+@contextmanager
+def joblib_backend(execution: Execution, workers: int) -> Iterator[None]:
+    """Joblib's backend for ``execution``: loky, or dask on its scheduler (a local cluster if none is given).
+
+    The local cluster has ``workers`` one-thread processes and is closed on exit, as is the client.
+    """
+    import joblib
+
+    if execution.backend != "dask":
+        with joblib.parallel_config(backend="loky"):
+            yield
+        return
+    from dask.distributed import Client, LocalCluster
+
+    if execution.scheduler:
+        client = Client(execution.scheduler)
+        cluster = None
+    else:
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+        client = Client(cluster)
+    try:
+        with joblib.parallel_config(backend="dask"):
+            yield
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
