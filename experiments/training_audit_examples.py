@@ -1,6 +1,7 @@
 """The example trainers of examples/ audited as black boxes: planted DP-SGD bugs, the dataset-size leak, opacus.
 
-Three groups of configurations, each one ``dpaudit.audit_training`` run (half of ``--trials`` calls IN, half OUT;
+Both example trainers report their steps (``on_step``), so every audit reads the returned model and every step
+(docs/training-audit.md §3): nine statistics, Bonferroni over them. Four groups of configurations, each one ``dpaudit.audit_training`` run (half of ``--trials`` calls IN, half OUT;
 the canary, trial seeds and IN/OUT assignment from ``--seed``), on the first n rows of sklearn's digits scaled by
 1/16, the model ``examples.models.mlp(hidden=32)`` built after ``torch.manual_seed(0)``, SGD with C = 1, 2 epochs,
 lr 0.5, δ = 1e-5:
@@ -8,6 +9,8 @@ lr 0.5, δ = 1e-5:
 * ``handwritten``: examples.dpsgd_handwritten.DpSgdTrainer at n = 95, b = 10, σ = 1.5 (claimed ε ≈ 1.8), without a
   bug and with each of its five planted bugs, add-remove. n = 95 keeps T = 2·⌈n/b⌉ the same on D (96 rows) and D′
   (95), so the step count does not leak the canary's presence;
+* ``small-n``: the correct trainer and the realised-batch-size bug at n = 3, b = 2 (T = 4 on 4 rows and on 3), where
+  a batch of all four rows of D is larger than any batch of D′ can be;
 * ``dataset-size``: the correct trainer at n = 100, where D (101 rows) takes 22 steps and D′ 20: the number of steps
   reveals whether the canary was added (add-remove); beside it the same at replace-one, where both have 100 rows;
 * ``opacus``: examples.opacus_trainer at σ = 0.5, at (n, b) = (8, 2) (the step count and opacus's divisor
@@ -21,15 +24,15 @@ makes the two differ by 0.02 in ε. The audit judges it as the add/remove profil
 relation); ``claimed_epsilon_replace_one`` is the same (σ, q, T) accounted for replace-one neighbours, the guarantee
 a replace-one audit's IN/OUT pair actually has.
 
-Per configuration: the verdict, the statistic it names, Clopper-Pearson and GDP ε lower bounds (95% over the four
+Per configuration: the verdict, the statistic it names, Clopper-Pearson and GDP ε lower bounds (95% over the nine
 statistics), the claimed ε, the largest AUC the claim allows, per statistic its AUC with the lower limit of its
 interval and its own CP ε bound, the step counts on D and D′, wall seconds. Run directories go under ``--runs``
 (default: a folder in the system's temporary directory), the CSV to ``--out``/training_audit_examples.csv.
 
-    python experiments/training_audit_examples.py --trials 500           # every configuration, ~6 min on 2 cores
-    python experiments/training_audit_examples.py --trials 1000 --merge \
-        --only handwritten-no-bug handwritten-half-noise handwritten-no-clipping         # ~3 min, rows added
-    python experiments/training_audit_examples.py --trials 3000 --merge --only handwritten-half-noise  # ~3 min
+    python experiments/training_audit_examples.py --trials 500           # every configuration, ~15 min on 2 cores
+    python experiments/training_audit_examples.py --trials 2000 --merge --only handwritten-no-bug \
+        handwritten-shuffle-as-poisson small-n3-no-bug small-n3-realised-batch-size         # ~15 min, rows added
+    python experiments/training_audit_examples.py --trials 4000 --merge --only handwritten-half-noise   # ~8 min
 """
 
 from __future__ import annotations
@@ -57,11 +60,12 @@ from accountants import dpsgd  # noqa: E402
 from attacks import epsilon as epsilon_lib  # noqa: E402
 from dpaudit.analysis import CONFIDENCE  # noqa: E402
 from dpaudit.config import Execution  # noqa: E402
-from dpaudit.training_audit.observe import STATISTICS  # noqa: E402
+from dpaudit.training_audit.observe import STATISTICS, STEP_STATISTICS  # noqa: E402
 from examples.dpsgd_handwritten import BUGS, DpSgdTrainer  # noqa: E402
 from examples.models import mlp  # noqa: E402
 
 NAME = "training_audit_examples"
+ALL_STATISTICS = (*STATISTICS, *STEP_STATISTICS)  # both example trainers report their steps (on_step)
 DELTA = 1e-5
 CLIP, EPOCHS, LR, HIDDEN = 1.0, 2, 0.5, 32
 
@@ -95,6 +99,8 @@ class Config:
 CONFIGS = (
     Config("handwritten-no-bug", "handwritten", "handwritten", 95, 10, 1.5, "add-remove"),
     *(Config(f"handwritten-{bug}", "handwritten", "handwritten", 95, 10, 1.5, "add-remove", bug) for bug in BUGS),
+    Config("small-n3-no-bug", "small-n", "handwritten", 3, 2, 1.5, "add-remove"),
+    Config("small-n3-realised-batch-size", "small-n", "handwritten", 3, 2, 1.5, "add-remove", "realised-batch-size"),
     Config("size-n100-add-remove", "dataset-size", "handwritten", 100, 10, 1.5, "add-remove"),
     Config("size-n100-replace-one", "dataset-size", "handwritten", 100, 10, 1.5, "replace-one"),
     *(
@@ -115,7 +121,7 @@ def digits(n: int) -> tuple[np.ndarray, np.ndarray]:
 def named_statistic(reason: str) -> str:
     """The statistic a verdict's reason names (``"update-norm: ..."``), else ''."""
     found = re.match(r"([a-z-]+): ", reason)
-    return found.group(1) if found and found.group(1) in STATISTICS else ""
+    return found.group(1) if found and found.group(1) in ALL_STATISTICS else ""
 
 
 def audit(config: Config, trials: int, runs: Path, seed: int, workers: int) -> dict:
@@ -171,7 +177,7 @@ def audit(config: Config, trials: int, runs: Path, seed: int, workers: int) -> d
         "claimed_epsilon_replace_one": dpsgd.epsilon(sigma, q, steps, DELTA, neighbouring="replace-one").epsilon,
         "max_allowed_auc": result.verdict.max_allowed_auc,
     }
-    for name in STATISTICS:
+    for name in ALL_STATISTICS:
         scores, metrics = result.statistics[name], result.metrics[name]
         row[f"auc_{name}"] = metrics.auc
         row[f"auc_low_{name}"] = metrics.auc_ci[0]
@@ -209,7 +215,7 @@ def main(argv: list[str] | None = None) -> None:
             continue
         row = audit(config, args.trials, args.runs, args.seed, args.workers)
         rows.append(row)
-        aucs = " ".join(f"{row['auc_' + name]:.2f}" for name in STATISTICS)
+        aucs = " ".join(f"{row['auc_' + name]:.2f}" for name in ALL_STATISTICS)
         print(
             f"{config.name:<34} {row['verdict']:<12} {row['verdict_statistic']:<18} CP {row['epsilon_cp']:.2f}"
             f" GDP {row['epsilon_gdp']:.2f} claim {row['claimed_epsilon']:.2f}"

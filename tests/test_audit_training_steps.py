@@ -15,8 +15,10 @@ import torch
 from torch import nn
 
 import dpaudit
+from dpaudit.config import Execution
 from dpaudit.training_audit.observe import STEP_STATISTICS, Observer
 
+SERIAL = Execution(workers=1, progress=False)
 X_C, Y_C = np.array([[0.5, -1.0, 2.0]], dtype=np.float32), np.array([1])
 
 
@@ -125,11 +127,11 @@ def test_a_trainer_without_on_step_is_observed_by_its_final_model_only(tmp_path)
         return _apply_and_report(model, x, y, seed, lambda _: None)
 
     result = dpaudit.audit_training(
-        start, final_only, (x, y), claim={"epsilon": 1.0}, out=tmp_path / "a", trials=4, workers=1
+        start, final_only, (x, y), claim={"epsilon": 1.0}, out=tmp_path / "a", trials=4, execution=SERIAL
     )
     assert not set(STEP_STATISTICS) & set(result.statistics)
     result = dpaudit.audit_training(
-        start, _apply_and_report, (x, y), claim={"epsilon": 1.0}, out=tmp_path / "b", trials=4, workers=1
+        start, _apply_and_report, (x, y), claim={"epsilon": 1.0}, out=tmp_path / "b", trials=4, execution=SERIAL
     )
     # An (ε, δ) claim has no (σ, q): no likelihood ratio of it.
     assert set(STEP_STATISTICS) - set(result.statistics) == {"step-likelihood"}
