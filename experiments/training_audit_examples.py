@@ -1,10 +1,10 @@
 """The example trainers of examples/ audited as black boxes: planted DP-SGD bugs, the dataset-size leak, opacus.
 
 Both example trainers report their steps (``on_step``), so every audit reads the returned model and every step
-(docs/training-audit.md §3): nine statistics, Bonferroni over them. Four groups of configurations, each one ``dpaudit.audit_training`` run (half of ``--trials`` calls IN, half OUT;
-the canary, trial seeds and IN/OUT assignment from ``--seed``), on the first n rows of sklearn's digits scaled by
-1/16, the model ``examples.models.mlp(hidden=32)`` built after ``torch.manual_seed(0)``, SGD with C = 1, 2 epochs,
-lr 0.5, δ = 1e-5:
+(docs/training-audit.md §3): nine statistics, Bonferroni over them. Four groups of configurations, each one
+``dpaudit.audit_training`` run (half of ``--trials`` calls IN, half OUT; the canary, trial seeds and IN/OUT
+assignment from ``--seed``), on the first n rows of sklearn's digits scaled by 1/16, the model
+``examples.models.mlp(hidden=32)`` built after ``torch.manual_seed(0)``, SGD with C = 1, 2 epochs, lr 0.5, δ = 1e-5:
 
 * ``handwritten``: examples.dpsgd_handwritten.DpSgdTrainer at n = 95, b = 10, σ = 1.5 (claimed ε ≈ 1.8), without a
   bug and with each of its five planted bugs, add-remove. n = 95 keeps T = 2·⌈n/b⌉ the same on D (96 rows) and D′
