@@ -175,7 +175,8 @@ def delta_curve(
     return tuple(
         Bound(
             epsilon=e,
-            delta=min(float(d), 1.0),
+            # dp_accounting's sums round to about -1e-15 where δ(ε) is 0 (e.g. σ = 1.5, q ≈ 0.01, T = 2020, ε ≈ 3).
+            delta=min(max(float(d), 0.0), 1.0),
             neighbouring=neighbouring,
             source=_SOURCE,
             inputs=_inputs(noise_multiplier, sample_rate, steps, epsilon=e),

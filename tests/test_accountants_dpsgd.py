@@ -48,6 +48,12 @@ def test_delta_inverts_epsilon():
     assert dpsgd.delta(1.0, 0.02, 500, eps).delta == pytest.approx(1e-5, rel=0.05)
 
 
+def test_delta_is_never_negative_where_the_accountant_rounds_below_zero():
+    # At these inputs dp_accounting returns δ(2.63) = -2.2e-15, a sum of truncated tails rounded below 0.
+    (bound,) = dpsgd.delta_curve(1.5, 0.009930915371329879, 2020, [2.639720312056761])
+    assert bound.delta == 0.0
+
+
 def test_profile_non_increasing_in_epsilon_and_sigma_over_random_points():
     # 8 random (q, T, sigma) x 25 eps = 200 points: delta(eps) falls with eps and with sigma, i.e.
     # eps(delta) falls with delta and with sigma.
