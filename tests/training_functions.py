@@ -90,3 +90,8 @@ def reports_another_model(model, x, y, seed, on_step=None):
     if on_step is not None:
         on_step(nn.Linear(3, 2))
     return copy.deepcopy(model)
+
+
+def never_reports_a_step(model, x, y, seed, on_step=None):
+    """Takes ``on_step`` and never calls it."""
+    return one_noisy_step(model, x, y, seed)

@@ -152,7 +152,7 @@ class Observer:
     def observe(self, trained: nn.Module, steps: StepRecorder | None = None) -> dict[str, list[float]]:
         """Every statistic of ``trained`` (a model of ``start``'s architecture), one value per canary.
 
-        With the step statistics of ``steps`` where the training function reported any.
+        With the step statistics of ``steps``, the recorder a training function that takes ``on_step`` was given.
         """
         logits = logits_of(trained, self._x).double()
         rows = torch.arange(len(self.y_c))
@@ -167,7 +167,12 @@ class Observer:
         }
         if len(self.y_c) == 1:
             found |= {"update-norm": [float(change.norm())], "negative-update-norm": [-float(change.norm())]}
-        if steps is not None and steps.alignments:
+        if steps is not None:
+            if not steps.alignments:
+                raise UsageError(
+                    "the training function takes on_step but called it after no update: call on_step(model) after"
+                    " every optimizer step, or drop the argument"
+                )
             found |= {name: [value] for name, value in steps.statistics(self.claim).items()}
         for name, statistic in self.user.items():
             found[name] = [

@@ -158,10 +158,13 @@ def _trial(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread per worker: workers in parallel, not threads fighting
     x, y = data.training_set(members & (not null))
-    steps = observer.steps()
+    steps = observer.steps() if trainer_lib.reports_steps(trainer) else None
     try:
         trained = trainer_lib.call(trainer, start, x, y, seed, f"trial {trial}", steps)
-        observations = observer.observe(trained, steps)
+        try:
+            observations = observer.observe(trained, steps)
+        except UsageError as error:
+            raise UsageError(f"trial {trial}: {error}") from None
     finally:
         torch.set_num_threads(threads)
     return trial, {"trial": trial, "members": members.tolist(), "seed": seed, "observations": observations}
