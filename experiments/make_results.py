@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
-from results_doc import audits, denoise, prism, sketch, wishart
+from results_doc import audits, denoise, prism, sketch, training_audits, wishart
 from results_doc.formatting import ranks_text, reflow, table
 from results_doc.sources import Section, Sources
 from results_doc.statistics import LEVEL
@@ -62,6 +62,7 @@ SECTIONS: tuple[Callable[[Sources], Section], ...] = (
     audits.audit_tightness,
     prism.prism_leak,
     audits.mutant_table,
+    training_audits.training_audits,
 )
 
 

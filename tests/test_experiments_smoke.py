@@ -164,6 +164,24 @@ def test_training_audit_examples_script_writes_one_configuration(tmp_path):
     assert (row["claim_rows"], row["claim_steps"], row["steps_in"], row["steps_out"]) == (96, 20, 20, 20)
     assert row["claimed_epsilon"] == pytest.approx(dpsgd.epsilon(1.5, 10 / 96, 20, 1e-5).epsilon, rel=1e-6)
     assert row["epsilon_cp"] == 0.0  # 2 + 2 trials certify nothing at 95%
-    statistics = ("canary-loss", "logit-margin", "gradient-alignment", "update-norm")
+    statistics = ("canary-loss", "logit-margin", "gradient-alignment", "update-norm", "step-likelihood")
     assert np.isfinite(table[[f"auc_{s}" for s in statistics]].to_numpy(float)).all()
     assert (tmp_path / "runs" / "handwritten-no-bug-4" / "summary.json").is_file()
+
+
+def test_training_audit_one_run_script_bounds_below_its_ceiling(tmp_path):
+    """One call with 1000 canaries per row: the claim is the trainer's on the rows it trained on, the bounds at most
+    the ceiling (every guess right)."""
+    done = run_script(
+        "training_audit_one_run",
+        *("--out", str(tmp_path), "--runs", str(tmp_path / "runs"), "--sigmas", "1.0", "--batch", "230"),
+        *("--epochs", "1"),
+    )
+    assert done.returncode == 0, done.stderr
+    table = pd.read_csv(tmp_path / "training_audit_one_run.csv", keep_default_na=False)
+    assert list(table["bug"]) == ["", "half-noise"] and (table["canaries"] == 1000).all()
+    rows = 1797 + table["canaries_in"].iloc[0]
+    assert table["claim_steps"].tolist() == [int(np.ceil(rows / 230))] * 2
+    expected = dpsgd.epsilon(1.0, 230 / rows, int(np.ceil(rows / 230)), 1e-5).epsilon
+    assert table["claimed_epsilon"].tolist() == pytest.approx([expected] * 2, rel=1e-6)
+    assert ((table["epsilon_steinke"] >= 0) & (table["epsilon_steinke"] <= table["ceiling_steinke"])).all()

@@ -1,0 +1,136 @@
+"""The section of ``experiments/RESULTS.md`` on training-code audits: the example trainers of ``examples/``.
+
+Many-run audits of the hand-written DP-SGD (with and without its planted bugs), of the dataset-size leak and of
+opacus (``training_audit_examples.py``), and the one-run design on the hand-written DP-SGD
+(``training_audit_one_run.py``).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .formatting import num, table
+from .sources import Section, Sources
+
+_CORRECT_CONFIGS = ("handwritten-no-bug", "small-n3-no-bug")  # correct DP-SGD whose step count does not leak n
+
+
+def _best_auc(row: pd.Series) -> str:
+    """The row's largest AUC over its statistics, with the lower limit of its interval and the statistic."""
+    aucs = {
+        column[len("auc_") :]: row[column] for column in row.index if column.startswith("auc_") and "low" not in column
+    }
+    name = max((name for name, value in aucs.items() if not pd.isna(value)), key=lambda name: aucs[name])
+    return f"{num(aucs[name])} (≥ {num(row['auc_low_' + name])}, {name})"
+
+
+def _verdict(row: pd.Series) -> str:
+    return row["verdict"] + (f" ({row['verdict_statistic']})" if row["verdict_statistic"] else "")
+
+
+def training_audits(src: Sources) -> Section:
+    """Both tables and what they show."""
+    examples = src.table("training_audit_examples").fillna({"bug": "", "verdict_statistic": ""})
+    rows = [
+        [
+            row["config"],
+            row["bug"] or "—",
+            row["neighbours"],
+            f"{row['n']:g}, {row['batch_size']:g}, {row['sigma']:g}",
+            f"{row['steps_in']:g} / {row['steps_out']:g}",
+            f"{row['n_in']:g} + {row['n_out']:g}",
+            num(row["claimed_epsilon"], 2),
+            num(row["max_allowed_auc"]),
+            _best_auc(row),
+            num(row["epsilon_cp"], 2),
+            num(row["epsilon_gdp"], 2),
+            _verdict(row),
+        ]
+        for _, row in examples.iterrows()
+    ]
+    handwritten = examples[examples["group"].isin(["handwritten", "small-n"])]
+    bugs = sorted(set(handwritten["bug"]) - {""})
+    caught = sorted(set(handwritten.loc[handwritten["verdict"] == "violated", "bug"]) - {""})
+    false_alarms = sorted(
+        set(examples.loc[examples["config"].isin(_CORRECT_CONFIGS) & (examples["verdict"] == "violated"), "config"])
+    )
+    one_run = src.table("training_audit_one_run").fillna({"bug": ""})
+    one_run_rows = [
+        [
+            f"{row['sigma']:g}",
+            row["bug"] or "—",
+            f"{row['batch_size']:g}, {row['epochs']:g}, {row['claim_steps']:g}",
+            f"{row['canaries']:g} ({row['canaries_in']:g} IN)",
+            num(row["claimed_epsilon"], 2),
+            f"{row['correct_guesses']:g} of {row['guesses']:g} ({row['statistic']})",
+            num(row["epsilon_steinke"], 3),
+            num(row["epsilon_fdp"], 3),
+            num(row["ceiling_steinke"], 2),
+            row["verdict"],
+        ]
+        for _, row in one_run.iterrows()
+    ]
+    body = f"""## Training-code audits: the example trainers (`training_audit_examples.py`, `training_audit_one_run.py`)
+
+`python experiments/training_audit_examples.py` → `results/training_audit_examples.csv` (its docstring: the
+configurations and the commands that made each row). `dpaudit audit-training` calls each trainer of `examples/` as a
+black box on the first n digits, half of the trials with a canary (IN) and half without; both trainers report their
+steps, so nine statistics (docs/training-audit.md §3) are tried, Bonferroni over them. The claim is the trainer's
+own (σ, q, T) on the dataset with the canary. Steps IN / OUT: the step counts on D and D′; "best AUC": the largest
+AUC over the statistics, with the lower limit of its interval (at 1 − 0.05/9) and the statistic.
+
+{
+        table(
+            [
+                "configuration",
+                "bug",
+                "neighbours",
+                "n, b, σ",
+                "steps IN / OUT",
+                "trials",
+                "claimed ε",
+                "largest AUC allowed",
+                "best AUC",
+                "CP ε",
+                "GDP ε",
+                "verdict",
+            ],
+            rows,
+        )
+    }
+
+Planted bugs violated: {", ".join(caught) or "none"}; not caught: {
+        ", ".join(b for b in bugs if b not in caught) or "none"
+    }. The correct trainer (where its step count does not depend on n) is violated in {
+        ", ".join(false_alarms) or "none of its configurations"
+    }.
+
+`python experiments/training_audit_one_run.py` → `results/training_audit_one_run.csv`: one call of the hand-written
+DP-SGD on all 1797 digits plus each of 1000 canaries with probability ½ (Steinke, Nasr, Jagielski 2023), the
+canaries scored by the returned model. Ceiling: the Steinke bound if every guess were right, at the same level.
+
+{
+        table(
+            [
+                "σ",
+                "bug",
+                "b, epochs, T",
+                "canaries",
+                "claimed ε",
+                "correct guesses",
+                "Steinke ε",
+                "f-DP ε",
+                "ceiling",
+                "verdict",
+            ],
+            one_run_rows,
+        )
+    }
+"""
+    summary = (
+        "Training-code audits (hand-written DP-SGD)",
+        "planted bugs violate the claim; the correct trainer does not",
+        f"{len(caught)} of {len(bugs)} bugs violated; correct trainer violated in {len(false_alarms)}",
+        "**yes**" if not false_alarms else "**no**: " + ", ".join(false_alarms),
+    )
+    return Section([summary], body)
