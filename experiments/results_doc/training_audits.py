@@ -40,6 +40,7 @@ def training_audits(src: Sources) -> Section:
             f"{row['steps_in']:g} / {row['steps_out']:g}",
             f"{row['n_in']:g} + {row['n_out']:g}",
             num(row["claimed_epsilon"], 2),
+            "—" if pd.isna(row["opacus_epsilon_prv"]) else num(row["opacus_epsilon_prv"], 2),
             num(row["max_allowed_auc"]),
             _best_auc(row),
             num(row["epsilon_cp"], 2),
@@ -76,7 +77,8 @@ def training_audits(src: Sources) -> Section:
 configurations and the commands that made each row). `dpaudit audit-training` calls each trainer of `examples/` as a
 black box on the first n digits, half of the trials with a canary (IN) and half without; both trainers report their
 steps, so nine statistics (docs/training-audit.md §3) are tried, Bonferroni over them. The claim is the trainer's
-own (σ, q, T) on the dataset with the canary. Steps IN / OUT: the step counts on D and D′; "best AUC": the largest
+own (σ, q, T) on the dataset with the canary; for opacus, beside it, the ε of opacus's own PRV accountant for the
+history it records. Steps IN / OUT: the step counts on D and D′; "best AUC": the largest
 AUC over the statistics, with the lower limit of its interval (at 1 − 0.05/9) and the statistic.
 
 {
@@ -89,6 +91,7 @@ AUC over the statistics, with the lower limit of its interval (at 1 − 0.05/9) 
                 "steps IN / OUT",
                 "trials",
                 "claimed ε",
+                "opacus's ε",
                 "largest AUC allowed",
                 "best AUC",
                 "CP ε",
