@@ -22,6 +22,7 @@ from dpaudit import data as data_lib
 from dpaudit.campaign import resolve as resolver
 from dpaudit.campaign import runner
 from dpaudit.config import PYTHON_OBJECT, TRAINING_MECHANISMS, CampaignConfig, Execution
+from dpaudit.data import training_sets
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms.base import Mechanism
 from dpaudit.reporting import run_report
@@ -149,7 +150,10 @@ def audit_training(
         train: ``train(model, x, y, seed) -> torch.nn.Module``: trains a copy of ``model`` on exactly ``x``, ``y``
             with all of its randomness from ``seed`` and returns it. A picklable callable (a module-level function
             or an object of a module-level class) runs in worker processes.
-        data: ``(x, y)``: (n, ...) features and (n,) integer class labels, the training set as it is (n ≥ 1).
+        data: ``(x, y)``, the training set as it is (n ≥ 1): (n, ...) features and (n,) integer class labels, or
+            next-token data, (n, L) integer token ids and (n, L) their next tokens (``y[i, t]`` follows
+            ``x[i, t]``: :class:`dpaudit.data.text.TextDataset`'s layout); the model then maps (n, L) tokens to
+            (n, L, V) logits (a Hugging Face model's ``.logits`` too). docs/training-audit.md §6.
         claim: what the training code claims: a privacy event of :mod:`dpaudit.mechanisms.privacy` (e.g.
             ``SubsampledGaussian(σ, q, T)``, ``ApproxDp(ε, δ)``), an opacus accountant after training (its history),
             or a mapping ``{"noise", "sample_rate", "steps"}`` / ``{"epsilon", "delta"}``.
@@ -163,8 +167,9 @@ def audit_training(
         delta: the δ of the ε lower bounds (an (ε, δ) claim's own δ is used for it).
         null: never insert the canary (IN trials train on D′ too): any ε > 0 found is a false positive.
         statistics: your own statistics, name → ``STATISTIC(start, trained, x_c, y_c) -> float``, higher for IN.
-        canary: your own canaries ``(x_c, y_c)``: (M, ...) features shaped like ``x``'s rows and (M,) labels, M = 1
-            for many-run and ``canaries`` for one-run; None: dpaudit draws them (docs/training-audit.md §2).
+        canary: your own canaries ``(x_c, y_c)``: (M, ...) features shaped like ``x``'s rows and (M,) labels (for
+            next-token data (M, L) windows and (M, L) next tokens), M = 1 for many-run and ``canaries`` for one-run;
+            None: dpaudit draws them (docs/training-audit.md §2).
         workers: processes running trials in parallel; None: one per CPU core.
         progress: show a progress bar.
 
@@ -181,10 +186,13 @@ def audit_training(
     if not callable(train):
         raise UsageError(f"train must be a function train(model, x, y, seed) -> nn.Module, got {type(train).__name__}")
     x, y = _pair(data)
-    x = np.asarray(x, dtype=np.float32)
     y = np.asarray(y)
-    if not np.issubdtype(y.dtype, np.integer):
-        raise UsageError(f"labels y must be integers (class indices), got dtype {y.dtype}")
+    if y.ndim == 1:
+        x = np.asarray(x, dtype=np.float32)
+        if not np.issubdtype(y.dtype, np.integer):
+            raise UsageError(f"labels y must be integers (class indices), got dtype {y.dtype}")
+    else:
+        x, y = training_sets.token_windows("data", x, y)
     event = claims.claim_event(claim)
     settings = runner.AuditSettings(
         trials=trials,
