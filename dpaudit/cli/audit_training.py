@@ -8,7 +8,7 @@ Poisson-subsampled Gaussian (``--claim-noise σ --claim-sample-rate q --claim-st
 DP-SGD) or an (ε, δ) (``--claim-epsilon ε --delta δ``).
 
 The training set is classification data (``npz:PATH`` of x (n, ...) and y (n,), ``csv:PATH``) or next-token data:
-``text`` (every 64-byte window of the embedded corpus, 1008 of them), ``text:PATH`` (a UTF-8 file's windows) or an
+``text`` (every window of 64 bytes of the embedded corpus, 1008 of them), ``text:PATH`` (a UTF-8 file's windows) or an
 .npz whose y (n, L) holds the next token of each of x's (n, L) token ids. Next-token models map (n, L) tokens to
 (n, L, V) logits (a Hugging Face model's .logits, e.g. examples/hf_lora.py: ``--model
 examples.hf_lora:gpt2_lora``, V = ``num_classes``, 256 for text); the canary is then a window of random tokens.
