@@ -22,6 +22,7 @@ from dpaudit import data as data_lib
 from dpaudit.campaign import resolve as resolver
 from dpaudit.campaign import runner
 from dpaudit.config import PYTHON_OBJECT, TRAINING_MECHANISMS, CampaignConfig, Execution
+from dpaudit.data import training_sets
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms.base import Mechanism
 from dpaudit.reporting import run_report
@@ -108,10 +109,16 @@ def _pair(data) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _examples(name: str, pair) -> tuple[np.ndarray, np.ndarray]:
-    """Arrays ``(x, y)`` as a training function takes them: float32 features, int64 labels (integers required)."""
+    """Arrays ``(x, y)`` as a training function takes them.
+
+    Float32 features and int64 labels (integers required), or int64 token windows and their next tokens, (n, L) each.
+    """
     if not (isinstance(pair, tuple | list) and len(pair) == 2):
         raise UsageError(f"{name} must be arrays (x, y), got {type(pair).__name__}")
-    x, y = np.asarray(pair[0], dtype=np.float32), np.asarray(pair[1])
+    y = np.asarray(pair[1])
+    if y.ndim != 1:  # next-token data: (n, L) token windows and their next tokens
+        return training_sets.token_windows(name, pair[0], y)
+    x = np.asarray(pair[0], dtype=np.float32)
     if not np.issubdtype(y.dtype, np.integer):
         raise UsageError(f"the labels y of {name} must be integers (class indices), got dtype {y.dtype}")
     return x, y.astype(np.int64)
@@ -160,7 +167,10 @@ def audit_training(
         train: ``train(model, x, y, seed) -> torch.nn.Module``: trains a copy of ``model`` on exactly ``x``, ``y``
             with all of its randomness from ``seed`` and returns it. A picklable callable (a module-level function
             or an object of a module-level class) runs in worker processes.
-        data: ``(x, y)``: (n, ...) features and (n,) integer class labels, the training set as it is (n ≥ 1).
+        data: ``(x, y)``, the training set as it is (n ≥ 1): (n, ...) features and (n,) integer class labels, or
+            next-token data, (n, L) integer token ids and (n, L) their next tokens (``y[i, t]`` follows
+            ``x[i, t]``: :class:`dpaudit.data.text.TextDataset`'s layout); the model then maps (n, L) tokens to
+            (n, L, V) logits (a Hugging Face model's ``.logits`` too). docs/training-audit.md §6.
         claim: what the training code claims: a privacy event of :mod:`dpaudit.mechanisms.privacy` (e.g.
             ``SubsampledGaussian(σ, q, T)``, ``ApproxDp(ε, δ)``), an opacus accountant after training (its history),
             or a mapping ``{"noise", "sample_rate", "steps"}`` / ``{"epsilon", "delta"}``.
@@ -174,11 +184,13 @@ def audit_training(
         delta: the δ of the ε lower bounds (an (ε, δ) claim's own δ is used for it).
         null: never insert the canary (IN trials train on D′ too): any ε > 0 found is a false positive.
         statistics: your own statistics, name → ``STATISTIC(start, trained, x_c, y_c) -> float``, higher for IN.
-        canary: your own canaries ``(x_c, y_c)``: (M, ...) features shaped like ``x``'s rows and (M,) labels, M = 1
-            for many-run and ``canaries`` for one-run; None: dpaudit draws them (docs/training-audit.md §2).
+        canary: your own canaries ``(x_c, y_c)``: (M, ...) features shaped like ``x``'s rows and (M,) labels (for
+            next-token data (M, L) windows and (M, L) next tokens), M = 1 for many-run and ``canaries`` for one-run;
+            None: dpaudit draws them (docs/training-audit.md §2).
         pretrain: a public set ``(x_pub, y_pub)``, shaped like ``data`` (not the audited training set): the model
             is first trained on it, once and non-privately, as a campaign pretrains its base
-            (:func:`dpaudit.models.pretrain`, deterministic in ``seed``), and every trial starts from that model.
+            (:func:`dpaudit.models.pretrain`, deterministic in ``seed``), and every trial starts from that model;
+            classification data only.
         execution: how it runs (:class:`dpaudit.config.Execution`: ``workers``, ``backend="dask"`` and
             ``scheduler`` for a cluster, ``progress``; its ``device`` and ``chunk_size`` are a campaign's); None:
             one worker process per CPU core, without a progress bar.
@@ -196,6 +208,11 @@ def audit_training(
     if not callable(train):
         raise UsageError(f"train must be a function train(model, x, y, seed) -> nn.Module, got {type(train).__name__}")
     x, y = _examples("data", data)
+    if pretrain is not None and y.ndim == 2:
+        raise UsageError(
+            "pretrain applies to classification data (dpaudit.models.pretrain); pretrain a language model in your"
+            " model factory instead"
+        )
     event = claims.claim_event(claim)
     settings = runner.AuditSettings(
         trials=trials,

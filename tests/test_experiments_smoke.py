@@ -170,8 +170,10 @@ def test_training_audit_examples_script_writes_one_configuration(tmp_path):
 
 
 def test_training_audit_one_run_script_bounds_below_its_ceiling(tmp_path):
-    """One call with 1000 canaries per row: the claim is the trainer's on the rows it trained on, the bounds at most
-    the ceiling (every guess right)."""
+    """One call with 1000 canaries per row.
+
+    The claim is the trainer's on the rows it trained on; the bounds are at most the ceiling (every guess right).
+    """
     done = run_script(
         "training_audit_one_run",
         *("--out", str(tmp_path), "--runs", str(tmp_path / "runs"), "--sigmas", "1.0", "--batch", "230"),

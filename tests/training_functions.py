@@ -95,3 +95,25 @@ def reports_another_model(model, x, y, seed, on_step=None):
 def never_reports_a_step(model, x, y, seed, on_step=None):
     """Takes ``on_step`` and never calls it."""
     return one_noisy_step(model, x, y, seed)
+
+
+def bigram(input_shape, num_classes):
+    """A next-token starting model: a bigram table, logits (n, L, V) = table[x] for token windows x (n, L)."""
+    generator = torch.Generator().manual_seed(0)
+    model = nn.Embedding(num_classes, num_classes)
+    with torch.no_grad():
+        model.weight.copy_(torch.randn(model.weight.shape, generator=generator))
+    return model
+
+
+def next_token_step(model, x, y, seed):
+    """One gradient step on the windows' mean token cross-entropy plus seeded noise: a cheap next-token trainer."""
+    model = copy.deepcopy(model)
+    generator = torch.Generator().manual_seed(seed)
+    logits = model(torch.from_numpy(x))
+    nn.functional.cross_entropy(logits.flatten(0, 1), torch.from_numpy(y).flatten()).backward()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.sub_(parameter.grad + 0.01 * torch.randn(parameter.shape, generator=generator))
+            parameter.grad = None
+    return model

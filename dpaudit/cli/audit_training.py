@@ -7,6 +7,12 @@ canary (IN), half without (OUT), observes the canary in every returned model and
 Poisson-subsampled Gaussian (``--claim-noise σ --claim-sample-rate q --claim-steps T``, as opacus accounts
 DP-SGD) or an (ε, δ) (``--claim-epsilon ε --delta δ``). ``--pretrain`` trains the starting model on a public set
 first; ``--backend dask`` runs the trials on a dask cluster (``--scheduler``; a local one without).
+
+The training set is classification data (``npz:PATH`` of x (n, ...) and y (n,), ``csv:PATH``) or next-token data:
+``text`` (every window of 64 bytes of the embedded corpus, 1008 of them), ``text:PATH`` (a UTF-8 file's windows) or an
+.npz whose y (n, L) holds the next token of each of x's (n, L) token ids. Next-token models map (n, L) tokens to
+(n, L, V) logits (a Hugging Face model's .logits, e.g. examples/hf_lora.py: ``--model
+examples.hf_lora:gpt2_lora``, V = ``num_classes``, 256 for text); the canary is then a window of random tokens.
 """
 
 from __future__ import annotations
@@ -28,7 +34,10 @@ def register(subparsers) -> None:
     p.add_argument("--model", required=True, metavar="MODULE:FACTORY", help="the starting model's factory")
     p.add_argument("--trainer", required=True, metavar="MODULE:FUNCTION", help="your training function")
     p.add_argument(
-        "--dataset", required=True, metavar="npz:PATH|csv:PATH", help="the training set as it is (x, y; no split)"
+        "--dataset",
+        required=True,
+        metavar="npz:PATH|csv:PATH|text|text:PATH",
+        help="the training set as it is (x, y; no split): classification, or next-token windows (text: all of them)",
     )
     claim = p.add_argument_group("the claim (σ, q and T; or ε)")
     claim.add_argument("--claim-noise", type=float, metavar="σ", help="noise multiplier of the claimed DP-SGD")
@@ -53,7 +62,8 @@ def register(subparsers) -> None:
     p.add_argument(
         "--canary-file",
         metavar="PATH",
-        help="your own canaries: an .npz of x (M, ...) and y (M,), M = 1 for many-run (default: drawn by dpaudit)",
+        help="your own canaries: an .npz of x (M, ...) and y (M,) (next-token: (M, L) both), M = 1 for many-run"
+        " (default: drawn by dpaudit)",
     )
     p.add_argument(
         "--statistic",
@@ -86,15 +96,20 @@ def run(args: argparse.Namespace) -> int:
     }
     execution = Execution(**given, progress=not args.quiet)
 
-    from dpaudit import api, data, models
+    from dpaudit import api, models
+    from dpaudit.data import training_sets
     from dpaudit.formatting import json_text, number
     from dpaudit.user_code import load_callable
 
-    x, y = data.training_set(args.dataset)
-    canary = None if args.canary_file is None else data.training_set(f"npz:{args.canary_file}", "--canary-file")
-    public = None if args.pretrain is None else data.training_set(args.pretrain, "--pretrain")
-    labels = y if public is None else np.concatenate([y, public[1]])  # the model outputs the public set's classes too
-    model = models.from_factory(args.model, x.shape[1:], int(labels.max()) + 1)
+    x, y = training_sets.training_set(args.dataset)
+    canary = (
+        None if args.canary_file is None else training_sets.training_set(f"npz:{args.canary_file}", "--canary-file")
+    )
+    public = None if args.pretrain is None else training_sets.training_set(args.pretrain, "--pretrain")
+    classes = training_sets.training_classes(args.dataset, x, y)
+    if public is not None:  # the model outputs the public set's classes too
+        classes = max(classes, int(public[1].max()) + 1)
+    model = models.from_factory(args.model, x.shape[1:], classes)
     trainer = load_callable("--trainer", args.trainer, ("model", "x", "y", "seed"), "the trained torch.nn.Module")
     statistics = {
         spec: load_callable("--statistic", spec, ("start", "trained", "x_c", "y_c"), "a float")

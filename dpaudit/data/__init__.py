@@ -11,7 +11,8 @@ a dataset audits the same private pool. Features are standardised with the publi
 
 A user's own data (:func:`from_npz`, :func:`from_csv`) is checked as it is read: every defect (a missing array, a
 shape mismatch, a NaN feature, a label that is not a whole number, too small a split) is a one-line
-:class:`UsageError` naming the file and the fix. Byte-level text (``text``, ``text:PATH``) is in :mod:`.text`.
+:class:`UsageError` naming the file and the fix. Byte-level text (``text``, ``text:PATH``) is in :mod:`.text`; the
+unsplit training sets of ``dpaudit audit-training`` in :mod:`.training_sets`.
 """
 
 from __future__ import annotations
@@ -266,32 +267,6 @@ def _csv_arrays(path: Path) -> dict[str, np.ndarray]:
             + (f"non-numeric column(s): {', '.join(text[:5])}; encode or drop them" if text else "there is none")
         )
     return {"features": frame[features].to_numpy(), "label": frame["label"].to_numpy()}
-
-
-def training_set(spec: str, option: str = "--dataset") -> tuple[np.ndarray, np.ndarray]:
-    """A training set as the user's own training code takes it: ``npz:PATH`` (arrays ``x``, ``y``) or ``csv:PATH``.
-
-    Unlike a campaign's dataset it is neither split nor standardised: the training code gets exactly these
-    arrays (features as float32, labels as int64 whole numbers, any count ≥ 1).
-
-    Args:
-        spec: ``npz:PATH`` or ``csv:PATH``.
-        option: the option that named it, for error messages.
-
-    Returns:
-        ``(x, y)``: (n, ...) float32 features and (n,) int64 labels.
-    """
-    kind, _, name = spec.partition(":")
-    if kind not in ("npz", "csv") or not name:
-        raise UsageError(f"{option} must be npz:PATH (arrays x and y) or csv:PATH (a label column), got {spec!r}")
-    path = _existing_file(Path(name), spec, option)
-    arrays = _npz_arrays(path) if kind == "npz" else _csv_arrays(path)
-    keys = ("x", "y") if kind == "npz" else ("features", "label")
-    missing = [key for key in keys if key not in arrays]
-    if missing:
-        raise UsageError(f"{path} lacks array(s) {', '.join(missing)}: write it with numpy.savez(path, x=..., y=...)")
-    x, y = _checked_part(path, arrays, *keys)
-    return x.astype(np.float32), y
 
 
 def _checked_part(path: Path, arrays: dict[str, np.ndarray], x_key: str, y_key: str) -> tuple[np.ndarray, np.ndarray]:

@@ -9,7 +9,8 @@ bytes, disjoint, cut from the corpus in order: ``x`` (n, L) int64 holds bytes 0.
 ``--dataset text`` is the first 64 KiB of the reference documentation of Python's ``pydoc_data.topics`` (about
 466 kB in all, shipped with Python, no download; its text, and so the fingerprint, can change with the Python
 version): 1008 sequences of 65 bytes, 403 private ones, so that a 64-model campaign of 10 epochs runs in minutes on
-two cores. ``text:PATH`` is a UTF-8 file, all of it.
+two cores. ``text:PATH`` is a UTF-8 file, all of it. ``dpaudit audit-training --dataset text`` trains on every window,
+unsplit (:func:`training_windows`).
 
 Canaries (Carlini et al. 2019, "The Secret Sharer", arXiv 1802.08232): :func:`secret_sequences` draws random
 secrets in a format such as ``"my secret number is "`` + 9 digits; the exposure of a secret (its rank among all
@@ -34,6 +35,7 @@ from dpaudit import data
 from dpaudit.errors import UsageError
 
 SEQUENCE_LENGTH = 64
+VOCABULARY = 256  # bytes
 EMBEDDED_BYTES = 2**16  # of the corpus in --dataset text (module docstring)
 SECRET_PREFIX = b"my secret number is "
 SECRET_ALPHABET = b"0123456789"
@@ -77,13 +79,32 @@ def from_bytes(name: str, text: bytes, length: int = SEQUENCE_LENGTH) -> TextDat
             f"split needs {data.MIN_SPLIT_EXAMPLES}, so give at least {needed * (length + 1)} bytes of text"
         )
     public, private, test = parts
-    return TextDataset(name, public, private, test, num_classes=256)
+    return TextDataset(name, public, private, test, num_classes=VOCABULARY)
 
 
 def load(path: str | None = None, length: int = SEQUENCE_LENGTH) -> TextDataset:
     """``--dataset text`` (path None: the embedded corpus) or ``text:PATH`` (a UTF-8 file)."""
+    name, raw = _text(path)
+    return from_bytes(name, raw, length)
+
+
+def training_windows(path: str | None = None, length: int = SEQUENCE_LENGTH) -> tuple[np.ndarray, np.ndarray]:
+    """(x, y): every window of ``--dataset text`` (path None) or ``text:PATH``, unsplit, as :func:`sequences` cuts them.
+
+    The training set of ``dpaudit audit-training --dataset text``: your training code gets all of the text's windows
+    (1008 of the embedded corpus), not the private part of a campaign's split.
+    """
+    name, raw = _text(path)
+    x, y = sequences(raw, length)
+    if not len(x):
+        raise UsageError(f"{name} has {len(raw)} bytes: a training window needs {length + 1}; give a longer text")
+    return x, y
+
+
+def _text(path: str | None) -> tuple[str, bytes]:
+    """The name and bytes of the embedded corpus (path None) or of the UTF-8 file ``path``."""
     if path is None:
-        return from_bytes("text", corpus()[:EMBEDDED_BYTES], length)
+        return "text", corpus()[:EMBEDDED_BYTES]
     file = Path(path)
     if not file.is_file():
         raise UsageError(f"--dataset text:{path}: no file {file}; give the path of an existing UTF-8 text file")
@@ -94,7 +115,7 @@ def load(path: str | None = None, length: int = SEQUENCE_LENGTH) -> TextDataset:
         raise UsageError(
             f"{file} is not UTF-8 text (byte {raw[error.start]:#04x} at offset {error.start}); convert it to UTF-8"
         ) from None
-    return from_bytes(f"text:{path}", raw, length)
+    return f"text:{path}", raw
 
 
 def secret_sequences(

@@ -36,6 +36,10 @@ data's spread with scale 1 where the data has none, reaches them), normalised; u
 has no weight there. There the update difference is the canary's alone, so without the canary it vanishes when
 the noise repeats.
 
+Next-token data (a canary is a window x_c (L,) with next tokens y_c (L,), the model's logits (L, V)): ℓ is the
+window's mean token cross-entropy, the sequence loss, in canary-loss and in u; logit-margin is the mean over the L
+positions of the target token's logit minus the largest other one.
+
 A user's statistic ``STATISTIC(start, trained, x_c, y_c) -> float`` is one more column. Parameters are every
 floating-point tensor of the model's state; the frozen ones do not move, so they add nothing.
 """
@@ -65,6 +69,23 @@ def logits_of(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return getattr(output, "logits", output)
 
 
+def canary_losses(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """(M,) ℓ of each canary: the cross-entropy of its label, or of its window the mean over positions.
+
+    Classification: logits (M, C), y (M,). Next-token: logits (M, L, V), y (M, L), the mean over the L positions of
+    the next token's cross-entropy.
+    """
+    losses = nn.functional.cross_entropy(logits.flatten(0, -2), y.flatten(), reduction="none").view(y.shape)
+    return losses if y.ndim == 1 else losses.mean(-1)
+
+
+def logit_margins(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """(M,) each canary's label logit minus its largest other logit; a window's: the mean of that over positions."""
+    own = logits.gather(-1, y.unsqueeze(-1)).squeeze(-1)
+    margins = own - logits.scatter(-1, y.unsqueeze(-1), -torch.inf).max(-1).values
+    return margins if y.ndim == 1 else margins.mean(-1)
+
+
 def _floating_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """Every floating-point tensor of the model's state (parameters and buffers), by name, in state order."""
     return {name: tensor for name, tensor in model.state_dict(keep_vars=True).items() if tensor.is_floating_point()}
@@ -76,6 +97,8 @@ def _flat(tensors) -> torch.Tensor:
 
 class Observer:
     """The statistics of models trained from ``start``, for canaries ``x_c`` (M, ...) with labels ``y_c`` (M,).
+
+    Next-token canaries: windows ``x_c`` (M, L) with their next tokens ``y_c`` (M, L) (module docstring).
 
     The many-run design has one canary; the one-run design M, each scored on its own (the per-canary statistics:
     ``PER_CANARY``). The update norm and the step statistics are the model's, not a canary's, so they are observed
@@ -93,7 +116,8 @@ class Observer:
         data: tuple[np.ndarray, np.ndarray] | None = None,
     ):
         self.start, self.user, self.claim = copy.deepcopy(start).eval(), dict(user or {}), claim
-        self.x_c, self.y_c = x_c, np.asarray(y_c, dtype=np.int64).reshape(-1)
+        labels = np.asarray(y_c, dtype=np.int64)
+        self.x_c, self.y_c = x_c, labels if labels.ndim == 2 else labels.reshape(-1)  # 2-D: next-token windows
         self._x, self._y = torch.from_numpy(x_c), torch.from_numpy(self.y_c)
         self._theta0 = _flat(_floating_state(start).values())
         self._probe = copy.deepcopy(start).eval()  # where canary gradients are taken, at any parameters
@@ -108,7 +132,7 @@ class Observer:
         floating = _floating_state(self._probe)
         parameters = {name: tensor for name, tensor in floating.items() if isinstance(tensor, nn.Parameter)}
         with torch.enable_grad():
-            loss = nn.functional.cross_entropy(logits_of(self._probe, x), y, reduction="sum")
+            loss = canary_losses(logits_of(self._probe, x), y).sum()
             found = torch.autograd.grad(loss, list(parameters.values()), allow_unused=True)
         gradients = dict(zip(parameters, found))
         return _flat(
@@ -120,18 +144,19 @@ class Observer:
         """The parameter coordinates where the gradient of every example of (x, y) at θ_0 is 0.
 
         The sum of the examples' gradients is 0 exactly there (a sum of nonzero gradients cancelling exactly is a
-        coincidence of measure 0); buffers are not parameters, so never in it.
+        coincidence of measure 0); buffers, and parameters the starting model does not train, are never in it.
         """
         self._probe.load_state_dict(self.start.state_dict())
         total = sum(
             self._gradient(torch.from_numpy(x[i : i + 256]), torch.from_numpy(np.asarray(y[i : i + 256])))
             for i in range(0, len(x), 256)
         )
-        parameter = _flat(
-            torch.full_like(tensor, isinstance(tensor, nn.Parameter))
-            for tensor in _floating_state(self._probe).values()
+        # The parameters the starting model trains: a frozen one (a LoRA model's base) never moves, canary or not.
+        trained = _flat(
+            torch.full_like(tensor, isinstance(tensor, nn.Parameter) and tensor.requires_grad)
+            for tensor in _floating_state(self.start).values()
         )
-        return (total == 0) & (parameter > 0)
+        return (total == 0) & (trained > 0)
 
     def unit_gradient(self, state: dict[str, torch.Tensor], index: int) -> torch.Tensor:
         """u/‖u‖, u = ∇_θ ℓ(θ; x_c, y_c) of canary ``index`` at the model state ``state``.
@@ -155,14 +180,10 @@ class Observer:
         With the step statistics of ``steps``, the recorder a training function that takes ``on_step`` was given.
         """
         logits = logits_of(trained, self._x).double()
-        rows = torch.arange(len(self.y_c))
-        own = logits[rows, self._y]
-        others = logits.clone()
-        others[rows, self._y] = -torch.inf
         change = _flat(_floating_state(trained).values()) - self._theta0
         found = {
-            "canary-loss": (-nn.functional.cross_entropy(logits, self._y, reduction="none")).tolist(),
-            "logit-margin": (own - others.max(dim=1).values).tolist(),
+            "canary-loss": (-canary_losses(logits, self._y)).tolist(),
+            "logit-margin": logit_margins(logits, self._y).tolist(),
             "gradient-alignment": (-(self._directions @ change)).tolist(),
         }
         if len(self.y_c) == 1:

@@ -14,7 +14,9 @@ Neighbouring datasets, per canary:
 * ``replace-one``: D = the data with one fixed row (drawn from the seed, one per canary) replaced by the canary.
 
 The canary is an input no other example resembles (x_c = μ + σ ⊙ z, z ~ N(0, I), in the data's own per-feature
-scale) with the label the starting model finds least likely ([W] App. F.1's static poison).
+scale) with the label the starting model finds least likely ([W] App. F.1's static poison). For next-token data
+(x (n, L) token ids, y (n, L) next tokens) it is a window of L + 1 tokens drawn uniformly from the model's
+vocabulary, which no text resembles: x_c its first L tokens, y_c its last L (the window shifted by one).
 """
 
 from __future__ import annotations
@@ -116,17 +118,56 @@ def _canaries(start: nn.Module, x: np.ndarray, count: int, seed: int) -> tuple[n
     return x_c, np.array([input_canary.least_likely_label(row) for row in logits], dtype=np.int64)
 
 
+def _token_canaries(vocabulary: int, x: np.ndarray, count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``count`` windows of L + 1 tokens uniform in 0..vocabulary-1 (module docstring): (count, L) x_c and y_c."""
+    window = campaign_rng(seed, "canary").integers(vocabulary, size=(count, x.shape[1] + 1), dtype=np.int64)
+    return window[:, :-1].copy(), window[:, 1:].copy()
+
+
+def _vocabulary(start: nn.Module, x: np.ndarray) -> int:
+    """V of a next-token model: the last axis of its (1, L, V) logits for a window of L tokens 0 (a valid id)."""
+    length = x.shape[1]
+    needed = (
+        f"next-token data needs a model that maps (n, L) token ids to (n, L, V) next-token logits; for (1, {length})"
+    )
+    try:
+        with torch.no_grad():
+            shape = tuple(logits_of(copy.deepcopy(start).eval(), torch.zeros((1, length), dtype=torch.int64)).shape)
+    except Exception as error:  # noqa: BLE001 - the user's model may raise anything on token ids
+        raise UsageError(
+            f"{needed} it raised {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        ) from None
+    if len(shape) != 3 or shape[:2] != (1, length):
+        raise UsageError(f"{needed} it returned {shape}")
+    return shape[2]
+
+
 def _given(canaries, x: np.ndarray, y: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """The user's canaries checked: ``count`` of them, with ``x``'s feature shape and whole-number labels."""
+    """The user's canaries checked: ``count`` of them, shaped like the data's rows, with whole-number labels.
+
+    Next-token data's canaries are token windows: integers, like their next tokens.
+    """
     x_c, y_c = np.asarray(canaries[0]), np.asarray(canaries[1])
-    if x_c.shape != (count, *x.shape[1:]) or y_c.shape != (count,):
+    if x_c.shape != (count, *x.shape[1:]) or y_c.shape != (count, *y.shape[1:]):
         raise UsageError(
             f"the canaries must be {count} example(s) shaped like the data, x {(count, *x.shape[1:])} and y"
-            f" ({count},); got x {x_c.shape} and y {y_c.shape}"
+            f" {(count, *y.shape[1:])}; got x {x_c.shape} and y {y_c.shape}"
         )
     if not np.isfinite(x_c).all() or not np.issubdtype(y_c.dtype, np.integer):
         raise UsageError("the canaries' features must be finite and their labels integers (class indices)")
+    if y.ndim > 1 and not np.issubdtype(x_c.dtype, np.integer):
+        raise UsageError(f"next-token canaries must be token ids (integers), got x of dtype {x_c.dtype}")
     return x_c.astype(x.dtype), y_c.astype(y.dtype)
+
+
+def _checked_tokens(vocabulary: int, **arrays: np.ndarray) -> None:
+    """Every token id below the model's vocabulary (an embedding would fail on the first larger one)."""
+    for name, array in arrays.items():
+        if array.size and array.max() >= vocabulary:
+            raise UsageError(
+                f"{name} holds token id {array.max()} but the model's vocabulary has {vocabulary} tokens (0.."
+                f"{vocabulary - 1}): build the model with a larger vocabulary (num_classes)"
+            )
 
 
 @dataclass(frozen=True)
@@ -236,14 +277,14 @@ def run(
     Args:
         model: the starting model every trial trains a copy of (never changed; with ``pretrain``, pretrained first).
         trainer: the user's training function, ``trainer(model, x, y, seed) -> nn.Module``.
-        x: (n, ...) float32 training features, n ≥ 1.
-        y: (n,) int64 class labels.
+        x: (n, ...) float32 training features, n ≥ 1; next-token data: (n, L) int64 token ids.
+        y: (n,) int64 class labels; next-token data: (n, L) int64, the token following each of ``x``'s.
         claim: the privacy event the training code claims (:mod:`dpaudit.training_audit.claims`).
         out: the run directory; one holding this very audit is continued.
         settings: trials, neighbouring relation, design, seed and δ.
         names: how the trainer and the model were named (``MODULE:NAME``), recorded in audit.json.
         statistics: the user's own statistics, name → ``STATISTIC(start, trained, x_c, y_c) -> float``.
-        canaries: the user's own canaries ``(x_c, y_c)``, (M, ...) features like ``x``'s and (M,) labels, M the
+        canaries: the user's own canaries ``(x_c, y_c)``, (M, ...) rows like ``x``'s and ``y``'s, M the
             design's canary count (1 for many-run); None: dpaudit draws them.
         pretrain: a public set ``(x_pub, y_pub)`` shaped like ``x``, ``y``: every trial starts from ``model``
             pretrained on it, once (:func:`_pretrained`); None: from ``model`` itself.
@@ -287,7 +328,17 @@ def run(
         start = model if public is None else _pretrained(store, model, public, settings.seed)
         store.write_claim(privacy.to_record(claim))
         count = settings.canary_count
-        x_c, y_c = _canaries(start, x, count, settings.seed) if canaries is None else _given(canaries, x, y, count)
+        if y.ndim == 1:
+            x_c, y_c = _canaries(start, x, count, settings.seed) if canaries is None else _given(canaries, x, y, count)
+        else:  # next-token data
+            vocabulary = _vocabulary(start, x)
+            _checked_tokens(vocabulary, x=x, y=y)
+            x_c, y_c = (
+                _token_canaries(vocabulary, x, count, settings.seed)
+                if canaries is None
+                else _given(canaries, x, y, count)
+            )
+            _checked_tokens(vocabulary, canaries=np.concatenate([x_c, y_c], axis=1))
         replaced = None
         if settings.neighbours == "replace-one":
             if count > len(x):
