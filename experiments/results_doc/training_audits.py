@@ -1,8 +1,8 @@
 """The section of ``experiments/RESULTS.md`` on training-code audits: the example trainers of ``examples/``.
 
 Many-run audits of the hand-written DP-SGD (with and without its planted bugs), of the dataset-size leak and of
-opacus (``training_audit_examples.py``), and the one-run design on the hand-written DP-SGD
-(``training_audit_one_run.py``).
+opacus (``training_audit_examples.py``), the one-run design on the hand-written DP-SGD (``training_audit_one_run.py``)
+and LoRA fine-tuning of Hugging Face language models (``training_audit_lm.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ _CORRECT_CONFIGS = ("handwritten-no-bug", "small-n3-no-bug")  # correct DP-SGD w
 def _best_auc(row: pd.Series) -> str:
     """The row's largest AUC over its statistics, with the lower limit of its interval and the statistic."""
     aucs = {
-        column[len("auc_") :]: row[column] for column in row.index if column.startswith("auc_") and "low" not in column
+        column[len("auc_") :]: row[column]
+        for column in row.index
+        if column.startswith("auc_") and not column.startswith(("auc_low_", "auc_high_"))
     }
     name = max((name for name, value in aucs.items() if not pd.isna(value)), key=lambda name: aucs[name])
     return f"{num(aucs[name])} (≥ {num(row['auc_low_' + name])}, {name})"
@@ -127,6 +129,47 @@ canaries scored by the returned model. Ceiling: the Steinke bound if every guess
                 "verdict",
             ],
             one_run_rows,
+        )
+    }
+"""
+    language = src.table("training_audit_lm")
+    language_rows = [
+        [
+            row["model"],
+            "DP-SGD" if row["dp"] else "noise-free (AdamW)",
+            f"{row['windows']:g} × {row['length']:g}, {row['epochs']:g}, {row['batch_size']:g}",
+            f"{row['n_in']:g} + {row['n_out']:g}",
+            num(row["claimed_epsilon"], 2),
+            _best_auc(row),
+            num(row["epsilon_cp"], 2),
+            f"{row['perplexity_start']:.1f} → {row['perplexity_trained']:.1f}",
+            _verdict(row.fillna({"verdict_statistic": ""})),
+            f"{row['seconds']:.0f}",
+        ]
+        for _, row in language.iterrows()
+    ]
+    body += f"""
+`python experiments/training_audit_lm.py` → `results/training_audit_lm.csv`: `examples/hf_lora.py`, a 2-layer
+`GPT2LMHeadModel` (LoRA rank 4 on its Conv1D `c_attn`) and `LlamaForCausalLM` (on `q_proj`, `v_proj`) built from
+configs, trained on windows of the embedded text by the user's own loop (hand-written DP-SGD on the LoRA parameters,
+or noise-free AdamW that claims the same σ, q, T), black box, the canary a window of random bytes; seconds on 2
+workers.
+
+{
+        table(
+            [
+                "model",
+                "training",
+                "windows × bytes, epochs, b",
+                "trials",
+                "claimed ε",
+                "best AUC",
+                "CP ε",
+                "perplexity",
+                "verdict",
+                "seconds",
+            ],
+            language_rows,
         )
     }
 """
