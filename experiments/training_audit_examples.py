@@ -124,6 +124,41 @@ def named_statistic(reason: str) -> str:
     return found.group(1) if found and found.group(1) in ALL_STATISTICS else ""
 
 
+def timed_audit(model, trainer, data, claim, directory: Path, trials: int, seed: int, workers: int, **settings):
+    """``dpaudit.audit_training`` of the claimed (σ, q, T) into the fresh ``directory``; the result and its seconds."""
+    shutil.rmtree(directory, ignore_errors=True)  # always a fresh audit: its numbers and its seconds
+    sigma, q, steps = claim
+    started = time.perf_counter()
+    result = dpaudit.audit_training(
+        model,
+        trainer,
+        data,
+        claim={"noise": sigma, "sample_rate": q, "steps": steps},
+        out=directory,
+        trials=trials,
+        seed=seed,
+        delta=DELTA,
+        execution=Execution(workers=workers, progress=False),
+        **settings,
+    )
+    return result, time.perf_counter() - started
+
+
+def verdict_numbers(result) -> dict:
+    """The columns every many-run training audit reports: IN and OUT trials, the verdict, the ε bounds, the claim."""
+    member = result.membership
+    return {
+        "n_in": int(member.sum()),
+        "n_out": int((~member).sum()),
+        "verdict": result.verdict.outcome,
+        "verdict_statistic": named_statistic(result.verdict.reason),
+        "epsilon_cp": result.bound.epsilon,
+        "epsilon_gdp": result.gdp_bound.epsilon,
+        "claimed_epsilon": result.claim.epsilon,
+        "max_allowed_auc": result.verdict.max_allowed_auc,
+    }
+
+
 def audit(config: Config, trials: int, runs: Path, seed: int, workers: int) -> dict:
     """One audit of ``config`` into the fresh directory ``runs/NAME-TRIALS``; its CSV row."""
     x, y = digits(config.n)
@@ -131,22 +166,17 @@ def audit(config: Config, trials: int, runs: Path, seed: int, workers: int) -> d
     model = mlp(x.shape[1:], 10, hidden=HIDDEN)
     trainer = config.build()
     sigma, q, steps = trainer.claim(config.rows_with_canary)
-    directory = runs / f"{config.name}-{trials}"
-    shutil.rmtree(directory, ignore_errors=True)  # always a fresh audit: its numbers and its seconds
-    started = time.perf_counter()
-    result = dpaudit.audit_training(
+    result, seconds = timed_audit(
         model,
         trainer,
         (x, y),
-        claim={"noise": sigma, "sample_rate": q, "steps": steps},
-        out=directory,
-        trials=trials,
+        (sigma, q, steps),
+        runs / f"{config.name}-{trials}",
+        trials,
+        seed,
+        workers,
         neighbours=config.neighbours,
-        seed=seed,
-        delta=DELTA,
-        execution=Execution(workers=workers, progress=False),
     )
-    seconds = time.perf_counter() - started
     level = 1 - (1 - CONFIDENCE) / len(result.statistics)  # each statistic's share of the 95% (Bonferroni)
     member = result.membership
     row = {
@@ -167,15 +197,8 @@ def audit(config: Config, trials: int, runs: Path, seed: int, workers: int) -> d
         "steps_in": trainer.claim(config.rows_with_canary)[2],
         "steps_out": trainer.claim(config.n)[2],
         "trials": trials,
-        "n_in": int(member.sum()),
-        "n_out": int((~member).sum()),
-        "verdict": result.verdict.outcome,
-        "verdict_statistic": named_statistic(result.verdict.reason),
-        "epsilon_cp": result.bound.epsilon,
-        "epsilon_gdp": result.gdp_bound.epsilon,
-        "claimed_epsilon": result.claim.epsilon,
+        **verdict_numbers(result),
         "claimed_epsilon_replace_one": dpsgd.epsilon(sigma, q, steps, DELTA, neighbouring="replace-one").epsilon,
-        "max_allowed_auc": result.verdict.max_allowed_auc,
     }
     for name in ALL_STATISTICS:
         scores, metrics = result.statistics[name], result.metrics[name]

@@ -29,10 +29,8 @@ Run directories go under ``--runs`` (default: a folder in the system's temporary
 
 from __future__ import annotations
 
-import shutil
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,16 +40,13 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
 import _common  # noqa: E402
 import numpy as np  # noqa: E402
-from training_audit_examples import named_statistic  # noqa: E402
+from training_audit_examples import timed_audit, verdict_numbers  # noqa: E402
 
-import dpaudit  # noqa: E402
-from dpaudit.config import Execution  # noqa: E402
 from dpaudit.data import text  # noqa: E402
 from dpaudit.training_audit.observe import STATISTICS  # noqa: E402
 from examples import hf_lora  # noqa: E402
 
 NAME = "training_audit_lm"
-DELTA = 1e-5
 LENGTH, WINDOWS = 32, 63
 MODELS = ("gpt2", "llama")
 
@@ -92,22 +87,9 @@ def audit(config: Config, dataset: str, trials: int, runs: Path, seed: int, work
     model = config.factory()((LENGTH,), text.VOCABULARY)
     trainer = config.trainer()
     sigma, q, steps = trainer.claim(len(x) + 1)
-    directory = runs / f"{config.name}-{trials}"
-    shutil.rmtree(directory, ignore_errors=True)  # always a fresh audit: its numbers and its seconds
-    started = time.perf_counter()
-    result = dpaudit.audit_training(
-        model,
-        trainer,
-        (x, y),
-        claim={"noise": sigma, "sample_rate": q, "steps": steps},
-        out=directory,
-        trials=trials,
-        seed=seed,
-        delta=DELTA,
-        execution=Execution(workers=workers, progress=False),
+    result, seconds = timed_audit(
+        model, trainer, (x, y), (sigma, q, steps), runs / f"{config.name}-{trials}", trials, seed, workers
     )
-    seconds = time.perf_counter() - started
-    member = result.membership
     row = {
         "config": config.name,
         "dataset": dataset,
@@ -125,14 +107,7 @@ def audit(config: Config, dataset: str, trials: int, runs: Path, seed: int, work
         "claim_q": q,
         "claim_steps": steps,
         "trials": trials,
-        "n_in": int(member.sum()),
-        "n_out": int((~member).sum()),
-        "verdict": result.verdict.outcome,
-        "verdict_statistic": named_statistic(result.verdict.reason),
-        "epsilon_cp": result.bound.epsilon,
-        "epsilon_gdp": result.gdp_bound.epsilon,
-        "claimed_epsilon": result.claim.epsilon,
-        "max_allowed_auc": result.verdict.max_allowed_auc,
+        **verdict_numbers(result),
     }
     for name in STATISTICS:
         metrics = result.metrics[name]

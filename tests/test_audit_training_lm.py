@@ -162,7 +162,13 @@ def test_noise_free_lora_fine_tuning_of_a_hugging_face_model_shows_the_canary(tm
     trainer = hf_lora.LoraTrainer(dp=False, epochs=8, batch_size=8, lr=2e-2)
     assert trainer.claim(23)[2] == trainer.claim(24)[2]
     result = dpaudit.audit_training(
-        model, trainer, (x, y), claim=ApproxDp(1.0, 1e-5), out=tmp_path / "run", trials=24, execution=Execution(workers=2)
+        model,
+        trainer,
+        (x, y),
+        claim=ApproxDp(1.0, 1e-5),
+        out=tmp_path / "run",
+        trials=24,
+        execution=Execution(workers=2),
     )
     metrics = result.metrics["canary-loss"]
     assert metrics.auc_ci[0] > 0.6 and result.verdict.outcome == "violated", (metrics, result.verdict)
