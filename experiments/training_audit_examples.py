@@ -29,10 +29,18 @@ statistics), the claimed ε, the largest AUC the claim allows, per statistic its
 interval and its own CP ε bound, the step counts on D and D′, wall seconds. Run directories go under ``--runs``
 (default: a folder in the system's temporary directory), the CSV to ``--out``/training_audit_examples.csv.
 
-    python experiments/training_audit_examples.py --trials 500           # every configuration, ~15 min on 2 cores
-    python experiments/training_audit_examples.py --trials 2000 --merge --only handwritten-no-bug \
-        handwritten-shuffle-as-poisson small-n3-no-bug small-n3-realised-batch-size         # ~15 min, rows added
-    python experiments/training_audit_examples.py --trials 4000 --merge --only handwritten-half-noise   # ~8 min
+    python experiments/training_audit_examples.py --trials 500           # every configuration, ~25 min on 2 cores
+
+The committed CSV (the load of other jobs in the seconds):
+
+    python experiments/training_audit_examples.py --trials 2000 --only handwritten-no-bug \
+        handwritten-shuffle-as-poisson small-n3-no-bug small-n3-realised-batch-size                  # ~10 min
+    python experiments/training_audit_examples.py --trials 4000 --merge --only handwritten-half-noise  # ~6 min
+    python experiments/training_audit_examples.py --trials 1000 --merge --only handwritten-no-clipping \
+        handwritten-reused-noise handwritten-realised-batch-size                                      # ~5 min
+    python experiments/training_audit_examples.py --trials 500 --merge --only size-n100-add-remove \
+        size-n100-replace-one opacus-n8-b2-add-remove opacus-n8-b2-replace-one opacus-n10-b3-add-remove \
+        opacus-n10-b3-replace-one opacus-n95-b10-add-remove opacus-n95-b10-replace-one                # ~11 min
 """
 
 from __future__ import annotations
