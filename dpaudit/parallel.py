@@ -8,6 +8,7 @@ distributed are the ``cluster`` extra, imported only when ``--backend dask`` ask
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -18,7 +19,10 @@ from dpaudit.config import Execution
 def joblib_backend(execution: Execution, workers: int) -> Iterator[None]:
     """Joblib's backend for ``execution``: loky, or dask on its scheduler (a local cluster if none is given).
 
-    The local cluster has ``workers`` one-thread processes and is closed on exit, as is the client.
+    The local cluster has ``workers`` one-thread processes and is closed on exit, as is the client. distributed
+    sets OMP_NUM_THREADS=1 (and its BLAS and malloc kin) in this process's environment for the workers it spawns
+    and leaves them there; the environment is restored on exit, so that later processes (a resumed run, a
+    subprocess) get the thread count they would have had, and with it the same rounding.
     """
     import joblib
 
@@ -28,16 +32,21 @@ def joblib_backend(execution: Execution, workers: int) -> Iterator[None]:
         return
     from dask.distributed import Client, LocalCluster
 
-    if execution.scheduler:
-        client = Client(execution.scheduler)
-        cluster = None
-    else:
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
-        client = Client(cluster)
+    environment = dict(os.environ)
     try:
-        with joblib.parallel_config(backend="dask"):
-            yield
+        if execution.scheduler:
+            client = Client(execution.scheduler)
+            cluster = None
+        else:
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+            client = Client(cluster)
+        try:
+            with joblib.parallel_config(backend="dask"):
+                yield
+        finally:
+            client.close()
+            if cluster is not None:
+                cluster.close()
     finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
+        os.environ.clear()
+        os.environ.update(environment)

@@ -298,8 +298,11 @@ def test_trials_on_a_dask_local_cluster_are_the_loky_runs_bit_for_bit(dataset, t
     on_loky, on_dask = tmp_path / "loky", tmp_path / "dask"
     assert main([*_audit_training(dataset, on_loky, "one_noisy_step", "--trials", "4"), "--workers", "2"]) == 0
     argv = [*_audit_training(dataset, on_dask, "one_noisy_step", "--trials", "4"), "--workers", "2"]
+    environment = dict(os.environ)
     assert main([*argv, "--backend", "dask"]) == 0
     assert len(_trial_files(on_dask)) == 4 and _trial_files(on_dask) == _trial_files(on_loky)
+    # distributed sets OMP_NUM_THREADS=1 here for its workers; later subprocesses must not inherit it.
+    assert dict(os.environ) == environment
 
 
 def test_execution_options_that_do_not_apply_are_one_line_errors(dataset, tmp_path, capsys):
