@@ -349,7 +349,8 @@ def run(
         membership = settings.membership()
         done = store.finished()
         poisson = (claim.noise_multiplier, claim.sample_rate) if isinstance(claim, privacy.SubsampledGaussian) else None
-        observer = Observer(start, x_c, y_c, statistics, poisson, (x, y))
+        steps = trainer_lib.reports_steps(trainer)  # the data's gradients matter to the step statistics only
+        observer = Observer(start, x_c, y_c, statistics, poisson, (x, y) if steps else None)
         if not done:  # with the seed of no trial: settings.trials is one past the last
             no_canary = data.training_set(np.zeros(count, dtype=bool))
             seed = trial_seed(settings.seed, settings.trials)
