@@ -36,9 +36,9 @@ from torch.nn import functional as F
 BUGS = ("half-noise", "no-clipping", "reused-noise", "shuffle-as-poisson", "realised-batch-size")
 
 
-def _generators(seed: int) -> tuple[torch.Generator, torch.Generator]:
-    # Two independent streams (batch sampling, noise) from one seed. SeedSequence rather than seed and seed + 1, so
-    # that trial s's noise is not trial s + 1's sampling.
+def seeded_generators(seed: int) -> tuple[torch.Generator, torch.Generator]:
+    """Two independent generators (batch sampling, noise) from one seed; the examples' trainers all draw so."""
+    # SeedSequence rather than seed and seed + 1, so that trial s's noise is not trial s + 1's sampling.
     states = np.random.SeedSequence(seed).generate_state(2, dtype=np.uint64)
     return tuple(torch.Generator().manual_seed(int(s)) for s in states)  # type: ignore[return-value]
 
@@ -96,7 +96,7 @@ class DpSgdTrainer:
 
         ``on_step(model)`` is called after every step: the intermediate models DP-SGD's accounting releases.
         """
-        sampling, noise_generator = _generators(seed)
+        sampling, noise_generator = seeded_generators(seed)
         model = copy.deepcopy(model)
         inputs = torch.as_tensor(x, dtype=torch.float32)
         labels = torch.as_tensor(y, dtype=torch.int64)

@@ -45,7 +45,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 
-from examples.dpsgd_handwritten import DpSgdTrainer, _generators
+from examples.dpsgd_handwritten import DpSgdTrainer, seeded_generators
 
 RANK = 4
 
@@ -158,7 +158,7 @@ class LoraTrainer:
 
         Returns the trained peft model: the same state-dict names and shapes as ``model``.
         """
-        sampling, noise_generator = _generators(seed)
+        sampling, noise_generator = seeded_generators(seed)
         model = copy.deepcopy(model).train()
         inputs, targets = torch.as_tensor(x, dtype=torch.int64), torch.as_tensor(y, dtype=torch.int64)
         trainable = {name: p for name, p in model.named_parameters() if p.requires_grad}

@@ -29,6 +29,8 @@ from opacus.accountants import IAccountant, create_accountant
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from examples.dpsgd_handwritten import seeded_generators
+
 
 @dataclass(frozen=True)
 class OpacusSchedule:
@@ -46,13 +48,6 @@ def opacus_schedule(n: int, expected_batch_size: int) -> OpacusSchedule:
     steps = int(1 / sampled)  # the sampler's length
     accounted = 1 / steps  # make_private: 1 / len(Poisson loader)
     return OpacusSchedule(sampled, accounted, steps, int(n * accounted))
-
-
-def _generators(seed: int) -> tuple[torch.Generator, torch.Generator]:
-    # Two independent streams (batch sampling, noise) from one seed. SeedSequence rather than seed and seed + 1, so
-    # that trial s's noise is not trial s + 1's sampling.
-    states = np.random.SeedSequence(seed).generate_state(2, dtype=np.uint64)
-    return tuple(torch.Generator().manual_seed(int(s)) for s in states)  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -105,7 +100,7 @@ class OpacusTrainer:
         if opacus_schedule(len(x), self.expected_batch_size).expected_batch_size < 1:
             # int(n * q) rounds to 0 for some (n, b), e.g. n = 49, b = 1; opacus would then divide by zero.
             raise ValueError(f"opacus normalises by int(n * q) = 0 for n = {len(x)}, b = {self.expected_batch_size}")
-        sampling, noise = _generators(seed)
+        sampling, noise = seeded_generators(seed)
         net = copy.deepcopy(model).train()  # opacus makes private only a module in training mode
         data = TensorDataset(torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y, dtype=torch.int64))
         # Opacus replaces this loader by a Poisson one that keeps its generator (secure_mode off).
