@@ -75,7 +75,7 @@ def _audit_training(dataset: Path, out: Path, trainer: str, *extra: str) -> list
         ("returns_nan", "returned non-finite parameters (0.weight)"),
         ("not_deterministic", "the training function is not deterministic in its seed"),
         ("fails_with_the_canary", "the training function fails_with_the_canary raised ValueError: batch of 41"),
-        ("reports_another_model", "the determinism check: on_step got a model of 8 floating-point numbers"),
+        ("reports_another_model", "trial 0: on_step got a model of 8 floating-point numbers"),
         ("never_reports_a_step", "trial 0: the training function takes on_step but called it after no update"),
     ],
 )

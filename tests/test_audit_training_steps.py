@@ -16,6 +16,7 @@ from torch import nn
 
 import dpaudit
 from dpaudit.config import Execution
+from dpaudit.training_audit import observe
 from dpaudit.training_audit.observe import STEP_STATISTICS, Observer
 
 SERIAL = Execution(workers=1, progress=False)
@@ -46,13 +47,13 @@ def _apply_and_report(model, x, y, seed, on_step):
     return model
 
 
-def _unit_gradient_by_hand(weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
+def _unit_gradient_by_hand(weight: np.ndarray, bias: np.ndarray, x=X_C[0], y=Y_C[0]) -> np.ndarray:
     """∇ of -log softmax(W x + b)_y over (W, b), flattened as the state is, normalised: (p - e_y) x^T and p - e_y."""
-    logits = weight @ X_C[0].astype(np.float64) + bias
+    logits = weight @ x.astype(np.float64) + bias
     p = np.exp(logits - logits.max())
     p /= p.sum()
-    p[Y_C[0]] -= 1
-    gradient = np.concatenate([np.outer(p, X_C[0]).ravel(), p])
+    p[y] -= 1
+    gradient = np.concatenate([np.outer(p, x).ravel(), p])
     return gradient / np.linalg.norm(gradient)
 
 
@@ -72,7 +73,7 @@ def test_each_step_is_read_as_its_projection_on_the_canary_gradient_and_its_nois
             differences.append(-(delta - previous) @ u)
         theta, previous = theta + delta, delta
     # The model holds float32: its updates are rounded at the parameters' magnitude, ~1e-7 · 0.5 / 0.03 relative.
-    np.testing.assert_allclose(recorder.alignments, alignments, rtol=1e-5)
+    np.testing.assert_allclose(np.ravel(recorder.alignments), alignments, rtol=1e-5)
     np.testing.assert_allclose(recorder.scales, scales, rtol=1e-5)
     np.testing.assert_allclose(recorder.differences, differences, rtol=1e-5)
     z = np.array(alignments) / np.array(scales)
@@ -86,7 +87,39 @@ def test_each_step_is_read_as_its_projection_on_the_canary_gradient_and_its_nois
     found = recorder.statistics((sigma, q))
     assert list(found) == list(STEP_STATISTICS)
     for name in STEP_STATISTICS:
-        assert found[name] == pytest.approx(expected[name], rel=1e-4), name
+        assert found[name] == pytest.approx([expected[name]], rel=1e-4), name
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_each_of_the_one_run_canaries_is_followed_at_every_step(monkeypatch, batched):
+    """M canaries: each step projected on each canary's own unit gradient, by vmap or (without it) canary by canary."""
+    x_c = np.array([[0.5, -1.0, 2.0], [1.0, 0.3, -0.7], [-2.0, 0.0, 0.4]], dtype=np.float32)
+    y_c = np.array([1, 0, 0])
+    if not batched:  # a model vmap cannot batch: the same numbers, one canary at a time
+
+        def no_batching_rule(*args, **kwargs):
+            raise RuntimeError("vmap: no batching rule")
+
+        monkeypatch.setattr(observe, "vmap", no_batching_rule)
+    start = _linear()
+    recorder = Observer(start, x_c, y_c, claim=(1.5, 0.1)).steps()
+    _apply_and_report(start, None, None, 0, recorder)
+    theta = np.concatenate([start.weight.detach().double().numpy().ravel(), start.bias.detach().double().numpy()])
+    alignments = []
+    for update in _updates():
+        delta = update.double().numpy()
+        alignments.append(
+            [-delta @ _unit_gradient_by_hand(theta[:6].reshape(2, 3), theta[6:], *c) for c in zip(x_c, y_c)]
+        )
+        theta = theta + delta
+    # float32 parameters: errors at ~1e-7 of the updates' scale, so a projection near 0 is compared in absolute terms.
+    scale = np.abs(alignments).max()
+    np.testing.assert_allclose(np.array(recorder.alignments), alignments, rtol=1e-5, atol=1e-5 * scale)
+    found = recorder.statistics((1.5, 0.1))
+    # The noise scale and the update difference are the model's: read with one canary only.
+    assert set(found) == {"step-alignment", "step-likelihood"}
+    z = np.array(alignments) / np.array(recorder.scales)[:, None]
+    np.testing.assert_allclose(found["step-alignment"], z.sum(axis=0) / np.sqrt(3), rtol=1e-4, atol=1e-4 * scale)
 
 
 def test_the_update_difference_is_read_on_the_parameters_no_example_moves():
@@ -111,10 +144,11 @@ def test_the_update_difference_is_read_on_the_parameters_no_example_moves():
 
 def test_the_likelihood_ratio_stays_finite_where_the_exponential_would_overflow():
     recorder = Observer(_linear(), X_C, Y_C).steps()
-    recorder.alignments, recorder.scales, recorder.differences = [1e4, -1e4], [1e-3, 1e-3], [0.0]  # z = ±1e7
+    recorder.alignments = [np.array([1e4]), np.array([-1e4])]  # z = ±1e7
+    recorder.scales, recorder.differences = [1e-3, 1e-3], [0.0]
     found = recorder.statistics((0.5, 0.01))
     # log(1 - q + q e^x) → log q + x for large x and → log(1 - q) for very negative x.
-    assert found["step-likelihood"] == pytest.approx(np.log(0.01) + 1e7 / 0.5 - 2 + np.log(0.99), rel=1e-12)
+    assert found["step-likelihood"] == pytest.approx([np.log(0.01) + 1e7 / 0.5 - 2 + np.log(0.99)], rel=1e-12)
     assert "step-likelihood" not in recorder.statistics(None)
 
 

@@ -30,6 +30,10 @@ step-difference        mean_t (d_t / s_t)², d_t = -⟨Δ_t - Δ_{t-1}, ū_t⟩:
                        noises and their gradients; where every step adds the same noise, only by the gradients
 =====================  ==========================================================================================
 
+The one-run design's M canaries each get their own step-alignment and step-likelihood (Steinke et al. 2023's
+white-box one-run audit, which observes every step); step-noise-scale and step-difference are the model's, read
+with one canary only. Following M canaries costs a per-example gradient of each at every step (``vmap``).
+
 ū_t is u_t restricted to the parameters no example of the data moves (coordinates where the data's gradient at θ_0
 is exactly 0, e.g. a first layer's weights of a feature the data leaves at 0; the canary's input, drawn in the
 data's spread with scale 1 where the data has none, reaches them), normalised; u_t where the canary's gradient
@@ -41,7 +45,8 @@ window's mean token cross-entropy, the sequence loss, in canary-loss and in u; l
 positions of the target token's logit minus the largest other one.
 
 A user's statistic ``STATISTIC(start, trained, x_c, y_c) -> float`` is one more column. Parameters are every
-floating-point tensor of the model's state; the frozen ones do not move, so they add nothing.
+floating-point tensor of the model's state; u is the canary's gradient over the parameters the starting model
+trains (requires_grad), 0 on buffers and frozen parameters (a LoRA model's base), which no update moves.
 """
 
 from __future__ import annotations
@@ -52,11 +57,11 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from torch import nn
+from torch.func import functional_call, grad, vmap
 
 from dpaudit.errors import UsageError
 
 STATISTICS = ("canary-loss", "logit-margin", "gradient-alignment", "update-norm", "negative-update-norm")
-PER_CANARY = STATISTICS[:3]  # the one-run design scores each of its canaries by these
 BLACK_BOX = ("canary-loss", "logit-margin")
 STEP_STATISTICS = ("step-alignment", "step-likelihood", "step-noise-scale", "step-difference")
 _NORMAL_MAD = 1.4826  # σ of a normal sample per unit of its median absolute value
@@ -100,9 +105,10 @@ class Observer:
 
     Next-token canaries: windows ``x_c`` (M, L) with their next tokens ``y_c`` (M, L) (module docstring).
 
-    The many-run design has one canary; the one-run design M, each scored on its own (the per-canary statistics:
-    ``PER_CANARY``). The update norm and the step statistics are the model's, not a canary's, so they are observed
-    with one canary only. ``claim``: (σ, q) of a claimed Poisson-subsampled Gaussian, for ``step-likelihood``;
+    The many-run design has one canary; the one-run design M, each scored on its own (canary-loss, logit-margin,
+    gradient-alignment, and step-alignment and step-likelihood where steps are reported). The update norm,
+    ``step-noise-scale`` and ``step-difference`` are the model's, not a canary's, so they are observed with one
+    canary only. ``claim``: (σ, q) of a claimed Poisson-subsampled Gaussian, for ``step-likelihood``;
     ``data``: the training set without the canary, whose gradients decide ū_t (module docstring).
     """
 
@@ -121,57 +127,83 @@ class Observer:
         self._x, self._y = torch.from_numpy(x_c), torch.from_numpy(self.y_c)
         self._theta0 = _flat(_floating_state(start).values())
         self._probe = copy.deepcopy(start).eval()  # where canary gradients are taken, at any parameters
-        for parameter in self._probe.parameters():
-            parameter.requires_grad_(True)
-        self._directions = torch.stack([self.unit_gradient(start.state_dict(), i) for i in range(len(self.y_c))])
+        # The parameters the starting model trains, by name, and for each name of the floating state the trained
+        # parameter it holds (a tied weight is under two names), or None: a frozen one (a LoRA model's base) never
+        # moves, canary or not.
+        trains = {name: parameter.requires_grad for name, parameter in start.named_parameters()}
+        self._trained = [name for name, parameter in self._probe.named_parameters() if trains[name]]
+        names = {id(parameter): name for name, parameter in self._probe.named_parameters() if trains[name]}
+        self._holds = {name: names.get(id(tensor)) for name, tensor in _floating_state(self._probe).items()}
+        self._directions = self.unit_gradients(start.state_dict())
         free = None if data is None or len(self.y_c) > 1 else self._untouched_by(*data)
         self.free = None if free is None or not self._directions[0][free].any() else free
 
-    def _gradient(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """∇_θ Σ_i ℓ(θ; x_i, y_i) at the probe's parameters, over the floating state (0 for buffers)."""
+    def _loss(self, parameters: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Σ_i ℓ(θ; x_i, y_i) with the trained parameters ``parameters`` and the probe's other state."""
+        logits = logits_of(lambda inputs: functional_call(self._probe, parameters, (inputs,)), x)
+        return canary_losses(logits, y).sum()
+
+    def _flat_gradient(self, gradients: dict[str, torch.Tensor], batch: tuple[int, ...] = ()) -> torch.Tensor:
+        """Gradients by trained parameter, each (*batch, *shape), flat over the floating state (0 elsewhere)."""
         floating = _floating_state(self._probe)
-        parameters = {name: tensor for name, tensor in floating.items() if isinstance(tensor, nn.Parameter)}
-        with torch.enable_grad():
-            loss = canary_losses(logits_of(self._probe, x), y).sum()
-            found = torch.autograd.grad(loss, list(parameters.values()), allow_unused=True)
-        gradients = dict(zip(parameters, found))
-        return _flat(
-            torch.zeros_like(tensor) if gradients.get(name) is None else gradients[name]
+        parts = [
+            torch.zeros((*batch, tensor.numel()), dtype=torch.float64)
+            if self._holds[name] is None
+            else gradients[self._holds[name]].double().reshape(*batch, -1)
             for name, tensor in floating.items()
-        )
+        ]
+        return torch.cat(parts, dim=-1)
+
+    def _parameters(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The trained parameters at the model state ``state`` (a state dict of ``start``'s architecture)."""
+        self._probe.load_state_dict(state)
+        found = dict(self._probe.named_parameters())
+        return {name: found[name].detach() for name in self._trained}
 
     def _untouched_by(self, x: np.ndarray, y: np.ndarray) -> torch.Tensor:
-        """The parameter coordinates where the gradient of every example of (x, y) at θ_0 is 0.
+        """The trained parameters' coordinates where the gradient of every example of (x, y) at θ_0 is 0.
 
         The sum of the examples' gradients is 0 exactly there (a sum of nonzero gradients cancelling exactly is a
-        coincidence of measure 0); buffers, and parameters the starting model does not train, are never in it.
+        coincidence of measure 0); buffers and frozen parameters are never in it.
         """
-        self._probe.load_state_dict(self.start.state_dict())
+        parameters = self._parameters(self.start.state_dict())
         total = sum(
-            self._gradient(torch.from_numpy(x[i : i + 256]), torch.from_numpy(np.asarray(y[i : i + 256])))
+            self._flat_gradient(
+                grad(self._loss)(
+                    parameters, torch.from_numpy(x[i : i + 256]), torch.from_numpy(np.asarray(y[i : i + 256]))
+                )
+            )
             for i in range(0, len(x), 256)
         )
-        # The parameters the starting model trains: a frozen one (a LoRA model's base) never moves, canary or not.
-        trained = _flat(
-            torch.full_like(tensor, isinstance(tensor, nn.Parameter) and tensor.requires_grad)
-            for tensor in _floating_state(self.start).values()
-        )
-        return (total == 0) & (trained > 0)
+        trained = torch.tensor([self._holds[name] is not None for name in _floating_state(self._probe)])
+        sizes = [tensor.numel() for tensor in _floating_state(self._probe).values()]
+        return (total == 0) & trained.repeat_interleave(torch.tensor(sizes))
 
-    def unit_gradient(self, state: dict[str, torch.Tensor], index: int) -> torch.Tensor:
-        """u/‖u‖, u = ∇_θ ℓ(θ; x_c, y_c) of canary ``index`` at the model state ``state``.
+    def unit_gradients(self, state: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(M, P) u/‖u‖ of every canary, u = ∇_θ ℓ(θ; x_c, y_c) at the model state ``state``, over the floating state.
 
-        ``state``: a state dict of ``start``'s architecture. Over the floating state (0 for buffers and unused
-        parameters).
+        ``state``: a state dict of ``start``'s architecture. 0 for buffers and frozen parameters, and where a canary's
+        gradient is 0. Per-canary gradients by ``vmap``, in chunks of at most 2^24 numbers; canary by canary where the
+        model does not support ``vmap`` (the same numbers, slower).
         """
-        self._probe.load_state_dict(state)
-        direction = self._gradient(self._x[index : index + 1], self._y[index : index + 1])
-        norm = direction.norm()
-        return direction / norm if norm > 0 else direction
+        parameters = self._parameters(state)
+        per_canary = grad(lambda p, x, y: self._loss(p, x.unsqueeze(0), y.unsqueeze(0)))
+        size = sum(parameter.numel() for parameter in parameters.values())
+        try:
+            found = vmap(per_canary, in_dims=(None, 0, 0), chunk_size=max(1, 2**24 // max(size, 1)))(
+                parameters, self._x, self._y
+            )
+            directions = self._flat_gradient(found, (len(self.y_c),))
+        except RuntimeError:  # an operation vmap has no batching rule for: the user's model is any module
+            directions = torch.stack(
+                [self._flat_gradient(per_canary(parameters, x, y)) for x, y in zip(self._x, self._y)]
+            )
+        norms = directions.norm(dim=1, keepdim=True)
+        return torch.where(norms > 0, directions / torch.where(norms > 0, norms, 1.0), directions)
 
-    def steps(self) -> StepRecorder | None:
-        """A fresh recorder of one training run's steps; None where steps are not observed (several canaries)."""
-        return StepRecorder(self) if len(self.y_c) == 1 else None
+    def steps(self) -> StepRecorder:
+        """A fresh recorder of one training run's steps."""
+        return StepRecorder(self)
 
     @torch.no_grad()
     def observe(self, trained: nn.Module, steps: StepRecorder | None = None) -> dict[str, list[float]]:
@@ -194,7 +226,7 @@ class Observer:
                     "the training function takes on_step but called it after no update: call on_step(model) after"
                     " every optimizer step, or drop the argument"
                 )
-            found |= {name: [value] for name, value in steps.statistics(self.claim).items()}
+            found |= steps.statistics(self.claim)
         for name, statistic in self.user.items():
             found[name] = [
                 float(statistic(self.start, trained, self.x_c[i : i + 1], self.y_c[i : i + 1]))
@@ -206,18 +238,18 @@ class Observer:
 class StepRecorder:
     """``on_step(model)`` for a training function that reports its steps.
 
-    Each call reads the update since the previous one (module docstring: a_t and s_t) and follows the canary's
-    gradient to the new parameters.
+    Each call reads the update since the previous one (module docstring: a_t and s_t) and follows every canary's
+    gradient to the new parameters. With one canary (many-run) it also reads the update difference d_t.
     """
 
     def __init__(self, observer: Observer):
         self._observer = observer
         self._previous = observer._theta0
-        self._direction = observer._directions[0]
+        self._directions = observer._directions
         self._change: torch.Tensor | None = None  # the previous step's update
-        self.alignments: list[float] = []
+        self.alignments: list[np.ndarray] = []  # a_t, (M,) each
         self.scales: list[float] = []
-        self.differences: list[float] = []  # d_t, from the second step on
+        self.differences: list[float] = []  # d_t, from the second step on (one canary only)
 
     @torch.no_grad()
     def __call__(self, model: nn.Module) -> None:
@@ -233,25 +265,30 @@ class StepRecorder:
         moved = change[change != 0].abs()
         if len(moved) == 0:  # nothing changed since the last call (e.g. called twice for one step)
             return
-        self.alignments.append(float(-(change @ self._direction)))
+        self.alignments.append((-(self._directions @ change)).numpy())
         self.scales.append(_NORMAL_MAD * float(np.median(moved.numpy())))  # torch.median takes the lower middle
-        if self._change is not None:
+        if self._change is not None and len(self._directions) == 1:
             free = self._observer.free
-            restricted = self._direction if free is None else self._direction * free
+            restricted = self._directions[0] if free is None else self._directions[0] * free
             norm = float(restricted.norm())  # 0 where the canary's gradient has left the data-free coordinates
             self.differences.append(float(-((change - self._change) @ restricted)) / norm if norm > 0 else 0.0)
         self._previous, self._change = theta, change
-        self._direction = self._observer.unit_gradient(model.state_dict(), 0)
+        self._directions = self._observer.unit_gradients(model.state_dict())
 
-    def statistics(self, claim: tuple[float, float] | None) -> dict[str, float]:
-        """The step statistics (module docstring); ``step-likelihood`` where ``claim`` gives (σ, q)."""
+    def statistics(self, claim: tuple[float, float] | None) -> dict[str, list[float]]:
+        """The step statistics (module docstring), a value per canary; ``step-likelihood`` where ``claim`` gives (σ, q).
+
+        ``step-noise-scale`` and ``step-difference`` are the model's, read with one canary only.
+        """
         scales = np.array(self.scales)
-        z = np.array(self.alignments) / scales
-        found = {"step-alignment": float(z.sum() / np.sqrt(len(z)))}
+        z = np.array(self.alignments) / scales[:, None]  # (T, M)
+        found = {"step-alignment": z.sum(axis=0) / np.sqrt(len(z))}
         if claim is not None:
             sigma, q = claim
             # log(1 - q + q·e^x), x = z/σ - 1/(2σ²), without overflow at large z: logaddexp of the two terms.
-            found["step-likelihood"] = float(np.logaddexp(np.log1p(-q), np.log(q) + z / sigma - 0.5 / sigma**2).sum())
-        found["step-noise-scale"] = float(-np.log(scales).min())
-        found["step-difference"] = float(np.mean((np.array(self.differences) / scales[1:]) ** 2)) if len(z) > 1 else 0.0
-        return found
+            found["step-likelihood"] = np.logaddexp(np.log1p(-q), np.log(q) + z / sigma - 0.5 / sigma**2).sum(axis=0)
+        if z.shape[1] == 1:
+            found["step-noise-scale"] = np.array([-np.log(scales).min()])
+            differences = np.array(self.differences) / scales[1:]
+            found["step-difference"] = np.array([np.mean(differences**2) if len(z) > 1 else 0.0])
+        return {name: values.tolist() for name, values in found.items()}

@@ -354,7 +354,7 @@ def run(
         if not done:  # with the seed of no trial: settings.trials is one past the last
             no_canary = data.training_set(np.zeros(count, dtype=bool))
             seed = trial_seed(settings.seed, settings.trials)
-            trainer_lib.check_deterministic(trainer, start, *no_canary, seed, observer.steps)
+            trainer_lib.check_deterministic(trainer, start, *no_canary, seed)
         todo = [t for t in range(settings.trials) if t not in done]
         seeds = {t: trial_seed(settings.seed, t) for t in todo}
         workers = execution.workers or joblib.cpu_count()
