@@ -4,10 +4,11 @@ Each setting is a canary campaign of dp-sgd on digits (C = 1, δ = 1e-5) with a 
 every step (--canary gradient --observe steps, the per-step likelihood-ratio score): one for the mutant, one for the
 correct mechanism at the same settings. The Dirac canary sits on a first-layer weight of a pixel that is 0 in every
 digit, so real gradients add exactly 0 along it. Printed per run: the audit's verdict (Clopper-Pearson route and
-the AUC's lower limit, dpaudit.analysis.verdict), the CP and GDP ε lower bounds (95%), the analytic ε the correct
-mechanism claims, and seconds. Where q = 1 the claim is exactly μ-GDP (μ = √T/σ), so the GDP route's μ lower bound
-is a valid test of it: printed beside (``μ_lo > μ``). For reused-noise, a second statistic, the spread of a model's
-step projections (its std over steps; the reused noise cancels in it), is scored from the same observations.
+the AUC's lower limit, dpaudit.analysis.Analysis.verdict), the CP and GDP ε lower bounds (95%), the analytic ε
+the correct mechanism claims, and seconds. Where q = 1 the claim is exactly μ-GDP (μ = √T/σ), so the GDP route's μ
+lower bound is a valid test of it: printed beside (``μ_lo > μ``). For reused-noise, a second statistic, the spread
+of a model's step projections (its std over steps; the reused noise cancels in it), is scored from the same
+observations.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_mutants.py [--models 4000] [--only half-noise ...]
 

@@ -19,6 +19,7 @@ from torch import nn
 
 from dpaudit import analysis
 from dpaudit import data as data_lib
+from dpaudit.analysis.training import TrainingAnalysis, analyse_training
 from dpaudit.campaign import resolve as resolver
 from dpaudit.campaign import runner
 from dpaudit.config import PYTHON_OBJECT, TRAINING_MECHANISMS, CampaignConfig, Execution
@@ -40,7 +41,7 @@ def audit(
     attack: str | None = None,
     execution: Execution | None = None,
     **settings,
-) -> analysis.Analysis:
+) -> analysis.CampaignAnalysis:
     """Audit ``mechanism`` fine-tuning ``model`` on ``data``; the run directory ``out`` gets the CLI's files.
 
     Args:
@@ -60,7 +61,9 @@ def audit(
             ``epochs``, ``batch_size``, ``lr``, ``seed``, ``design``, ``pretrain``, ``target_modules``, ``schedule``…).
 
     Returns:
-        The same :class:`dpaudit.analysis.Analysis` as ``dpaudit audit``, whose report files are written to ``out``.
+        The same :class:`dpaudit.analysis.Analysis` as ``dpaudit audit`` (a :class:`~dpaudit.analysis.CampaignAnalysis`:
+        its fields, and the campaign's config, attack, accuracies, sketch claim and secret exposure), whose report
+        files are written to ``out``.
 
     Raises:
         UsageError: settings the objects decide (dataset, model, mechanism and its parameters), objects of the
@@ -158,7 +161,7 @@ def audit_training(
     canary: tuple[np.ndarray, np.ndarray] | None = None,
     pretrain: tuple[np.ndarray, np.ndarray] | None = None,
     execution: Execution | None = None,
-):
+) -> TrainingAnalysis:
     """Audit your own training function against the privacy it claims (``dpaudit audit-training``).
 
     Args:
@@ -196,10 +199,11 @@ def audit_training(
             one worker process per CPU core, without a progress bar.
 
     Returns:
-        The :class:`dpaudit.analysis.training.TrainingAudit`: per statistic the AUC and ε lower bounds, and the
-        verdict against the claim; ``out`` gets summary.json, report.html, report.md and the ROC plots.
+        A :class:`dpaudit.analysis.Analysis`, as :func:`audit` returns (a
+        :class:`~dpaudit.analysis.training.TrainingAnalysis`: its fields, what was audited and every statistic's
+        metrics), a row per call of ``train``: the ε lower bounds and the verdict against the claim (``analytic``);
+        ``out`` gets summary.json, report.html, report.md and the ROC plots.
     """
-    from dpaudit.analysis.training import analyse_training
     from dpaudit.reporting.training_report import write_training_report
     from dpaudit.training_audit import claims, runner
 

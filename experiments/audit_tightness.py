@@ -15,9 +15,9 @@ models (docs/theory.md §3.9):
 
 Empirical ε at 95%: Clopper-Pearson and GDP routes (attacks.epsilon) over IN/OUT models for the first three, the
 pooled one-run bounds (Steinke et al. and f-DP) for the last. ``tightness_*`` = empirical / analytic. ``verdict``:
-dpaudit.analysis.verdict (the CP bound, or the pooled one-run bound, against the analytic claim). Any empirical ε
-above the analytic one is a finding. Adaptive against non-adaptive PRISM is experiments/prism_leak.py's table (the
-campaign cannot switch PRISM's adaptive rule off). Writes ``audit_tightness.csv``.
+dpaudit.analysis.Analysis.verdict (the CP bound, or the pooled one-run bound, against the analytic claim). Any
+empirical ε above the analytic one is a finding. Adaptive against non-adaptive PRISM is experiments/prism_leak.py's
+table (the campaign cannot switch PRISM's adaptive rule off). Writes ``audit_tightness.csv``.
 
     python experiments/audit_tightness.py   # 500 + 500 models a cell, M = 1000 canaries × 8 runs; ~15 min, 2 cores
 """

@@ -2,7 +2,7 @@
 
 For each setting of :data:`dpaudit.studies.mutant_audit.SETTINGS` (dp-sgd on digits, C = 1, δ = 1e-5, a Dirac gradient
 canary observed at every step), one campaign with the mutant planted and one of the correct mechanism at the same
-settings, ``--models`` models each (half IN): the verdict (dpaudit.analysis.verdict) and its reason, the
+settings, ``--models`` models each (half IN): the verdict (dpaudit.analysis.Analysis.verdict) and its reason, the
 Clopper-Pearson and GDP ε lower bounds (95%), the analytic ε the correct mechanism claims, the GDP route's μ lower
 bound beside the claimed μ = √T/σ where q = 1 (the claim is then exactly μ-GDP), for reused-noise the CP ε of the
 step-spread statistic, trial counts and seconds. Writes ``mutants.csv``.

@@ -162,7 +162,7 @@ def verdict_numbers(result) -> dict:
         "verdict_statistic": named_statistic(result.verdict.reason),
         "epsilon_cp": result.bound.epsilon,
         "epsilon_gdp": result.gdp_bound.epsilon,
-        "claimed_epsilon": result.claim.epsilon,
+        "claimed_epsilon": result.analytic.epsilon,
         "max_allowed_auc": result.verdict.max_allowed_auc,
     }
 
@@ -209,7 +209,7 @@ def audit(config: Config, trials: int, runs: Path, seed: int, workers: int) -> d
         "claimed_epsilon_replace_one": dpsgd.epsilon(sigma, q, steps, DELTA, neighbouring="replace-one").epsilon,
     }
     for name in ALL_STATISTICS:
-        scores, metrics = result.statistics[name], result.metrics[name]
+        scores, metrics = result.statistics[name], result.statistic_metrics[name]
         row[f"auc_{name}"] = metrics.auc
         row[f"auc_low_{name}"] = metrics.auc_ci[0]
         bound = epsilon_lib.clopper_pearson_epsilon(scores[member], scores[~member], DELTA, confidence=level)

@@ -110,7 +110,7 @@ def audit(config: Config, dataset: str, trials: int, runs: Path, seed: int, work
         **verdict_numbers(result),
     }
     for name in STATISTICS:
-        metrics = result.metrics[name]
+        metrics = result.statistic_metrics[name]
         row[f"auc_{name}"] = metrics.auc
         row[f"auc_low_{name}"], row[f"auc_high_{name}"] = metrics.auc_ci
     row["perplexity_start"] = hf_lora.perplexity(model, x, y)

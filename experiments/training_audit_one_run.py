@@ -76,8 +76,10 @@ def audit(sigma: float, bug: str | None, batch: int, epochs: int, runs: Path, se
     )
     seconds = time.perf_counter() - started
     level = 1 - (1 - CONFIDENCE) / len(result.statistics)
-    perfect = one_run.one_run_epsilon(result.membership.astype(float), result.membership, DELTA, level)
+    member = result.membership.ravel()
+    perfect = one_run.one_run_epsilon(member.astype(float), member, DELTA, level)
     found = result.one_run
+    assert found is not None and found.pooled is not None, "a one-run audit's canaries are within its δ"
     return {
         "sigma": sigma,
         "bug": bug or "",
@@ -88,12 +90,12 @@ def audit(sigma: float, bug: str | None, batch: int, epochs: int, runs: Path, se
         "canaries_in": members,
         "claim_q": q,
         "claim_steps": steps,
-        "claimed_epsilon": result.claim.epsilon,
+        "claimed_epsilon": result.analytic.epsilon,
         "statistic": found.statistic,
-        "epsilon_steinke": found.steinke.epsilon,
-        "epsilon_fdp": found.fdp.epsilon,
-        "guesses": found.steinke.guess_count,
-        "correct_guesses": found.steinke.correct_guesses,
+        "epsilon_steinke": found.pooled.epsilon,
+        "epsilon_fdp": found.pooled_fdp.epsilon,
+        "guesses": found.pooled.guess_count,
+        "correct_guesses": found.pooled.correct_guesses,
         "ceiling_steinke": perfect.epsilon,
         "verdict": result.verdict.outcome,
         "seconds": seconds,

@@ -153,7 +153,7 @@ def test_noise_free_training_violates_a_claim_of_epsilon_1(tmp_path):
         execution=Execution(workers=2, progress=False),
     )
     assert result.verdict.outcome == "violated"
-    assert result.metrics["canary-loss"].auc == 1.0 and result.bound.epsilon > 0
+    assert result.statistic_metrics["canary-loss"].auc == 1.0 and result.bound.epsilon > 0
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["verdict"] == "violated" and summary["n_in"] == summary["n_out"] == 20
     page = (tmp_path / "run" / "report.html").read_text()
@@ -161,6 +161,67 @@ def test_noise_free_training_violates_a_claim_of_epsilon_1(tmp_path):
     assert "tests.training_functions:full_batch_sgd" in page and "Training-code audit: violated" in page
     assert all(name in page for name in result.statistics) and "add-remove" in page
     assert (tmp_path / "run" / "roc.png").read_bytes().startswith(b"\x89PNG")
+
+
+def _pld_epsilon(noise: float, sample_rate: float, steps: int, delta: float) -> float:
+    """ε at δ of T Poisson-subsampled Gaussian steps (add/remove), by dp_accounting's PLD accountant directly."""
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant
+
+    accountant = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
+    step = dp_accounting.PoissonSampledDpEvent(sample_rate, dp_accounting.GaussianDpEvent(noise))
+    accountant.compose(dp_accounting.SelfComposedDpEvent(step, steps))
+    return accountant.get_epsilon(delta)
+
+
+def _auc(in_scores: np.ndarray, out_scores: np.ndarray) -> float:
+    """P(IN score > OUT score) + ½ P(tie), over every IN/OUT pair."""
+    pairs = in_scores[:, None] - out_scores[None, :]
+    return float((pairs > 0).mean() + 0.5 * (pairs == 0).mean())
+
+
+def test_audit_and_audit_training_return_one_analysis_whose_common_fields_mean_the_same(tmp_path, single_torch_thread):
+    """``dpaudit.audit`` (a DP-LoRA campaign) and ``dpaudit.audit_training`` both return a dpaudit.analysis.Analysis.
+
+    In both: (rows, canaries) scores and membership, the first statistic is the scores, the metrics are theirs, the
+    verdict is the one summary.json records, and the analytic ε is the claim's as dp_accounting computes it.
+    """
+    import dpaudit.analysis
+    from dpaudit.mechanisms.dpsgd import dp_sgd
+
+    x, y = (_DIGITS.data[:200] / 16).astype(np.float32), _DIGITS.target[:200].astype(np.int64)
+    model = training_functions.mlp((64,), 10)
+    campaign = dpaudit.audit(model, (x, y), dp_sgd("dp-lora", 1.0, 1.0), out=tmp_path / "campaign", rank=2, models=2)
+    training = dpaudit.audit_training(
+        model,
+        training_functions.one_noisy_step,
+        (X, Y),
+        claim=SubsampledGaussian(1.0, 0.1, 20),
+        out=tmp_path / "training",
+        trials=4,
+        execution=Execution(workers=1, progress=False),
+    )
+    claimed = json.loads((tmp_path / "campaign" / "privacy.json").read_text())["values"]  # the campaign's event
+    assert claimed["event"] == "SubsampledGaussian"
+    sigma, q, steps = (claimed["fields"][name] for name in ("noise_multiplier", "sample_rate", "steps"))
+    audits = (
+        (campaign, "campaign", 2, "analytic_epsilon", _pld_epsilon(sigma, q, steps, 1e-5)),
+        (training, "training", 4, "claimed_epsilon", _pld_epsilon(1.0, 0.1, 20, 1e-5)),
+    )
+    for result, out, rows, epsilon_key, epsilon in audits:
+        assert isinstance(result, dpaudit.analysis.Analysis)
+        assert result.scores.shape == result.membership.shape == (rows, 1) and result.membership.sum() == rows // 2
+        first, scores = next(iter(result.statistics.items()))
+        assert scores is result.scores and all(s.shape == result.scores.shape for s in result.statistics.values())
+        assert result.metrics.auc == pytest.approx(_auc(result.in_scores, result.out_scores), abs=1e-12)
+        assert result.verdict.outcome in ("consistent", "violated", "inconclusive", "confirmed")
+        summary = json.loads((tmp_path / out / "summary.json").read_text())
+        assert (summary["verdict"], summary["verdict_reason"]) == (result.verdict.outcome, result.verdict.reason)
+        assert result.analytic.epsilon == summary[epsilon_key] == pytest.approx(epsilon, rel=1e-3)
+        assert result.delta == summary["delta"] == 1e-5 and result.seconds > 0
+    assert isinstance(campaign, dpaudit.analysis.CampaignAnalysis) and list(campaign.statistics) == [campaign.attack]
+    assert isinstance(training, dpaudit.analysis.training.TrainingAnalysis)
+    assert training.metrics is training.statistic_metrics[first] and training.bound is not None
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # opacus: secure RNG off, full backward hook on inputs
@@ -232,7 +293,7 @@ def test_a_step_count_that_depends_on_the_dataset_size_is_seen_by_the_update_nor
     result = dpaudit.audit_training(
         mlp((64,), 10), trainer, (x, y), claim=SubsampledGaussian(*trainer.claim(n + 1)), out=tmp_path / "r", trials=40
     )
-    auc = result.metrics["update-norm"].auc
+    auc = result.statistic_metrics["update-norm"].auc
     assert auc >= 0.9 if steps_differ else auc <= 0.8
 
 
@@ -255,8 +316,8 @@ def test_one_run_design_bounds_epsilon_from_one_call_with_many_canaries(tmp_path
         null=null,
     )
     assert result.verdict.outcome == outcome and result.bound is None
-    assert (result.one_run.steinke.epsilon > 0.1) is not null and (result.one_run.steinke.epsilon == 0) is null
-    assert len(result.membership) == 40 and 0 < result.membership.sum() < 40
+    assert (result.one_run.pooled.epsilon > 0.1) is not null and (result.one_run.pooled.epsilon == 0) is null
+    assert result.membership.shape == result.scores.shape == (1, 40) and 0 < result.membership.sum() < 40
     assert set(result.statistics) == {"canary-loss", "logit-margin", "gradient-alignment"}
 
 

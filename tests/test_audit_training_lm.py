@@ -170,7 +170,7 @@ def test_noise_free_lora_fine_tuning_of_a_hugging_face_model_shows_the_canary(tm
         trials=24,
         execution=Execution(workers=2),
     )
-    metrics = result.metrics["canary-loss"]
+    metrics = result.statistic_metrics["canary-loss"]
     assert metrics.auc_ci[0] > 0.6 and result.verdict.outcome == "violated", (metrics, result.verdict)
 
 

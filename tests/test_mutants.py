@@ -257,14 +257,12 @@ def test_the_audit_finds_no_clipping_violated_and_the_correct_mechanism_not(no_c
     Chance of a false verdict: the correct mechanism is found violated with probability ≤ 5% (Clopper-Pearson at
     95%) + 2.5% (the AUC's lower limit); the mutant was missed in 0 of 300 simulated audits of its scores.
     """
-    from dpaudit.analysis import verdict
-
     store, mutated = no_clipping_audits["no-clipping"]
     _, correct = no_clipping_audits[None]
     assert mutated.analytic == correct.analytic and mutated.analytic.epsilon == pytest.approx(1.993, abs=1e-3)
-    assert verdict(mutated).outcome == "violated"
+    assert mutated.verdict.outcome == "violated"
     assert mutated.bound.epsilon > mutated.analytic.epsilon
-    assert verdict(correct).outcome == "consistent"
+    assert correct.verdict.outcome == "consistent"
     assert correct.bound.epsilon < correct.analytic.epsilon
 
 
@@ -278,16 +276,14 @@ def test_the_audit_finds_half_noise_violated_and_the_correct_mechanism_not(tmp_p
     route); simulated μ = 2 scores against the claim at 1 - 0.05/3 were missed in 30 of 300 seeds, μ = 1 scores
     found violated in 0 of 300.
     """
-    from dpaudit.analysis import verdict
-
     _, mutated = _audit(tmp_path_factory, "half-noise", 1.0, None)
     _, correct = _audit(tmp_path_factory, None, 1.0, None)
     assert mutated.analytic == correct.analytic and mutated.analytic.epsilon == pytest.approx(4.377, abs=1e-3)
-    judged = verdict(mutated)
+    judged = mutated.verdict
     assert judged.outcome == "violated", judged.reason
     assert "allows" in judged.reason and "the claimed σ = 1 (q = 1, T = 1)" in judged.reason
     assert mutated.bound.epsilon < mutated.analytic.epsilon  # the single (ε, δ) pair is not what refutes it
-    assert verdict(correct).outcome == "consistent", verdict(correct).reason
+    assert correct.verdict.outcome == "consistent", correct.verdict.reason
 
 
 def test_a_mutated_run_is_recorded_reported_first_and_never_resumed_as_a_correct_one(no_clipping_audits, capsys):

@@ -5,6 +5,7 @@ analysis and report code as a real run: a DP-SGD campaign with σ = 20 (analytic
 separate IN from OUT models far more than that ε allows.
 """
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -101,13 +102,10 @@ def test_not_dp_verdict_confirms_leakage_and_inconclusive_without_evidence(viola
     """The same stored outputs read as noise-free LoRA-FA: separated outputs confirm [W] Prop. 2, none do not."""
     for (root, _), expected in ((violating, "confirmed"), (clean, "inconclusive")):
         result = analysis.analyse(RunStore(root))
-        not_dp = analysis.Analysis(
-            **{
-                **result.__dict__,
-                "analytic": bounds.AnalyticBound(None, None, "noise-free lora-fa: not DP", not_dp=True),
-            }
+        not_dp = dataclasses.replace(
+            result, analytic=bounds.AnalyticBound(None, None, "noise-free lora-fa: not DP", not_dp=True)
         )
-        judged = analysis.verdict(not_dp)
+        judged = not_dp.verdict
         assert judged.outcome == expected, judged.reason
         if expected == "confirmed":
             assert judged.reason.startswith("confirmed: noise-free lora-fa: not DP; the audit finds ε ≥ ")
@@ -173,8 +171,8 @@ def test_roc_without_analytic_bound_says_so_instead_of_shading(violating):
     """The legend names why nothing is shaded; nothing is shaded."""
     root, _ = violating
     result = analysis.analyse(RunStore(root))
-    no_bound = analysis.Analysis(
-        **{**result.__dict__, "analytic": bounds.AnalyticBound(None, None, "noise-free lora-fa: not DP", not_dp=True)}
+    no_bound = dataclasses.replace(
+        result, analytic=bounds.AnalyticBound(None, None, "noise-free lora-fa: not DP", not_dp=True)
     )
     summary = run_summary.summary(no_bound)
     texts = []

@@ -1,12 +1,15 @@
 """From a run directory's stored outputs to attack scores and statistics, without retraining (numpy only).
 
-``dpaudit analyse RUN_DIR --attack A`` and the end of ``dpaudit audit`` both go through :func:`analyse`.
+``dpaudit analyse RUN_DIR --attack A`` and the end of ``dpaudit audit`` both go through :func:`analyse`. Its
+:class:`CampaignAnalysis` and a training-code audit's (:mod:`.training`) are both an :class:`Analysis`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -164,14 +167,16 @@ def applicable_attacks(config: CampaignConfig) -> tuple[str, ...]:
 class OneRunBounds:
     """The one-run design's ε lower bounds (Steinke et al. 2023; Mahloujifar et al. 2025; docs/theory.md §3.9).
 
-    Each model is one run with M canaries, each IN with probability ½: ``per_run`` / ``per_run_fdp`` are the
-    (ε, δ) and μ-GDP bounds of each run alone. ``pooled`` / ``pooled_fdp`` bound the guessing game over all K·M
-    canaries at once. It is valid: each canary is trained on in one run only and the K runs are independent, so
-    together they are one mechanism in which every canary is a single record, included with probability ½; it is
-    tighter than any single run. ``pooled`` is None (``reason`` says why) when 2·K·M·δ > 1, outside Steinke et
-    al.'s Thm. 3.1 as :func:`attacks.one_run.one_run_epsilon` applies it.
+    Each row (a model, or a call of the training function) is one run with M canaries, each IN with probability ½:
+    ``per_run`` / ``per_run_fdp`` are the (ε, δ) and μ-GDP bounds of each run alone. ``pooled`` / ``pooled_fdp``
+    bound the guessing game over all K·M canaries at once. It is valid: each canary is trained on in one run only
+    and the K runs are independent, so together they are one mechanism in which every canary is a single record,
+    included with probability ½; it is tighter than any single run. ``pooled`` is None (``reason`` says why) when
+    2·K·M·δ > 1, outside Steinke et al.'s Thm. 3.1 as :func:`attacks.one_run.one_run_epsilon` applies it. All are
+    of ``statistic``, the one of the audit's statistics whose pooled bound is largest.
     """
 
+    statistic: str
     per_run: np.ndarray  # (models,)
     per_run_fdp: np.ndarray  # (models,)
     pooled: one_run.OneRunBound | None
@@ -179,22 +184,42 @@ class OneRunBounds:
     reason: str | None
 
 
-def one_run_bounds(scores: np.ndarray, membership: np.ndarray, delta: float) -> OneRunBounds:
-    """:class:`OneRunBounds` of (models, M) scores and membership at ``delta``, 95% confidence each."""
-    per_run = np.array([one_run.one_run_epsilon(s, m, delta, CONFIDENCE).epsilon for s, m in zip(scores, membership)])
-    per_run_fdp = np.array(
-        [one_run.one_run_fdp_epsilon(s, m, delta, CONFIDENCE).epsilon for s, m in zip(scores, membership)]
-    )
-    pooled, reason = None, None
-    if 2 * scores.size * delta <= 1:
-        pooled = one_run.one_run_epsilon(scores.ravel(), membership.ravel(), delta, CONFIDENCE)
-    else:
+def one_run_bounds(statistics: dict[str, np.ndarray], membership: np.ndarray, delta: float) -> OneRunBounds:
+    """:class:`OneRunBounds` at ``delta`` of the statistic whose pooled bound is largest.
+
+    Each of the K statistics, (models, M) scores against (models, M) membership, is bounded at 1 - α/K, so the
+    largest bound holds at 1 - α = CONFIDENCE (as :func:`best_bound`'s).
+    """
+    level = 1 - (1 - CONFIDENCE) / len(statistics)
+    truth = membership.ravel()
+    reason = None
+    if 2 * membership.size * delta > 1:
         reason = (
-            f"the pooled Steinke et al. bound needs δ <= 1/(2KM) = {1 / (2 * scores.size):.3g} for K·M ="
-            f" {scores.size} canaries: use fewer models or canaries, or a smaller --delta"
+            f"the pooled Steinke et al. bound needs δ <= 1/(2KM) = {1 / (2 * membership.size):.3g} for K·M ="
+            f" {membership.size} canaries: use fewer models or canaries, or a smaller --delta"
         )
-    pooled_fdp = one_run.one_run_fdp_epsilon(scores.ravel(), membership.ravel(), delta, CONFIDENCE)
-    return OneRunBounds(per_run, per_run_fdp, pooled, pooled_fdp, reason)
+    pooled = {
+        name: None if reason else one_run.one_run_epsilon(scores.ravel(), truth, delta, level)
+        for name, scores in statistics.items()
+    }
+    pooled_fdp = {
+        name: one_run.one_run_fdp_epsilon(scores.ravel(), truth, delta, level) for name, scores in statistics.items()
+    }
+    # By the Steinke et al. bound; where δ is too large for it (for every statistic alike), by the f-DP one.
+    name = max(statistics, key=lambda name: (pooled[name] or pooled_fdp[name]).epsilon)
+    scores, steinke = statistics[name], pooled[name]
+    per_run = np.array([one_run.one_run_epsilon(s, m, delta, level).epsilon for s, m in zip(scores, membership)])
+    per_run_fdp = np.array(
+        [one_run.one_run_fdp_epsilon(s, m, delta, level).epsilon for s, m in zip(scores, membership)]
+    )
+    return OneRunBounds(
+        name,
+        per_run,
+        per_run_fdp,
+        None if steinke is None else dataclasses.replace(steinke, confidence=CONFIDENCE),
+        dataclasses.replace(pooled_fdp[name], confidence=CONFIDENCE),
+        reason,
+    )
 
 
 @dataclass(frozen=True)
@@ -233,27 +258,56 @@ def secret_exposure(
 
 
 @dataclass(frozen=True)
-class Analysis:
-    """Scores of one attack on a campaign and the statistics they support."""
+class Verdict:
+    """Theory vs audit (docs/theory.md §3.7): does the audit contradict the analytic (ε, δ)?"""
 
-    config: CampaignConfig
-    attack: str
-    scores: np.ndarray  # (models, targets)
-    membership: np.ndarray  # (models, targets) the design's truth
-    test_accuracy: np.ndarray  # (models,)
-    member_accuracy: float | None  # accuracy on their IN input targets (train accuracy); None: no input targets
+    outcome: str  # consistent | violated | inconclusive | confirmed (a mechanism proven not DP, shown to leak)
+    reason: str
+    max_allowed_auc: float | None  # the largest AUC any attack can reach under the analytic (ε, δ)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Analysis:
+    """What an audit finds and its verdict: ``dpaudit.audit``'s and ``dpaudit.audit_training``'s result.
+
+    A campaign's (:class:`CampaignAnalysis`, :func:`analyse`) or a training-code audit's
+    (:class:`dpaudit.analysis.training.TrainingAnalysis`), in one layout: a row per model of a campaign or per call
+    of the training function (a trial), a column per canary (one in the canary and many-run designs, M in the
+    one-run design).
+
+    Attributes:
+        scores: (rows, canaries) the primary statistic, higher = more likely IN.
+        membership: (rows, canaries) the design's truth; ``in_scores`` / ``out_scores`` are the scores it splits.
+        statistics: every statistic the bounds and the verdict try, name → scores shaped like ``scores`` (the
+            first), each at 1 - α/K over the K (Bonferroni, :func:`best_bound`): a campaign's attack, or a white-box
+            canary campaign's statistics; every statistic a training audit observed.
+        metrics: the primary statistic's AUC with its interval, TPRs at :data:`FPRS` and ROC.
+        bound: the largest Clopper-Pearson ε lower bound (95% over all statistics); None where the design's trials
+            are not independent IN/OUT trials (one-run, all-examples).
+        gdp_bound: the same by the Gaussian-DP route.
+        one_run: the one-run design's bounds, else None.
+        analytic: the claimed privacy's ε at ``delta`` (the mechanism's, or what the training code claims), or why
+            there is none.
+        profile: the claimed privacy profile the verdict tests against, where there is one.
+        delta: the δ of every ε.
+        seconds: the run's wall time, summed over its sessions.
+        verdict: the claim against the audit (:class:`Verdict`), computed once when first read.
+    """
+
+    scores: np.ndarray
+    membership: np.ndarray
+    statistics: dict[str, np.ndarray]
     metrics: metrics_lib.MembershipMetrics
-    bound: epsilon_lib.EpsilonLowerBound | None  # None where trials are not independent
+    bound: epsilon_lib.EpsilonLowerBound | None
     gdp_bound: epsilon_lib.EpsilonLowerBound | None
-    analytic: AnalyticBound  # the mechanism's analytic ε at the campaign's δ, or why there is none
+    one_run: OneRunBounds | None
+    analytic: AnalyticBound
+    profile: AnalyticProfile | None
+    delta: float
     seconds: float
-    one_run: OneRunBounds | None = None  # the one-run design's bounds
-    sketch_claim: SketchClaim | None = None  # [S] Lemma 7.2's ε at the run's measured λ̄, C, β (LoRA-FA campaigns)
-    profile: AnalyticProfile | None = None  # the mechanism's claimed privacy profile (canary design, DP-SGD family)
-    # The canary design's statistics the bounds and verdict try, Bonferroni over them (white_box_statistics);
-    # ``scores`` is the first. None: ``scores`` alone.
-    statistics: dict[str, np.ndarray] | None = None
-    exposure: SecretExposure | None = None  # next-token campaigns with secret canaries
+
+    # How the verdict's reasons name the claim: a campaign's mechanism has an analytic ε, training code claims one.
+    claim_adjective: ClassVar[str] = "analytic"
 
     @property
     def in_scores(self) -> np.ndarray:
@@ -263,8 +317,73 @@ class Analysis:
     def out_scores(self) -> np.ndarray:
         return self.scores[~self.membership]
 
+    @property
+    def auc_lower_limit(self) -> float:
+        """The AUC's lower confidence limit that the verdict sets against the largest AUC the claim allows."""
+        return self.metrics.auc_ci[0]
 
-def analyse(store: RunStore, attack: str | None = None) -> Analysis:
+    @functools.cached_property
+    def verdict(self) -> Verdict:
+        """attacks.tradeoff.audit_verdict of the claim on the audit (docs/theory.md §3.7).
+
+        With a claimed privacy profile (the DP-SGD family's, canary and many-run designs) the ROC of each statistic
+        is tested against the whole profile (:func:`attacks.tradeoff.profile_test`, at 1 - α/K each over the K
+        statistics); otherwise the Clopper-Pearson bound against the single analytic (ε, δ). Either way with the
+        AUC's lower limit against the largest AUC the claim allows. The one-run design's pooled Steinke et al.
+        bound is set against the claim's ε.
+        """
+        epsilon, one = self.analytic.epsilon, self.one_run
+        claimed = self.profile.pairs if self.profile is not None else (epsilon, self.delta)
+        allowed = None if epsilon is None else tradeoff.max_auc(claimed)
+        if self.analytic.not_dp:
+            return _not_dp_verdict(self)
+        if one is not None and one.pooled is not None and epsilon is not None:
+            violated = one.pooled.epsilon > epsilon
+            named = f"{one.statistic}: " if len(self.statistics) > 1 else ""
+            return Verdict(
+                "violated" if violated else "consistent",
+                f"{named}the pooled one-run ε lower bound {one.pooled.epsilon:.3f} ({CONFIDENCE:.0%}) is"
+                f" {'above' if violated else 'at most'} the {self.claim_adjective} ε = {epsilon:.3f}",
+                allowed,
+            )
+        if self.bound is None:
+            return Verdict(
+                "inconclusive",
+                "this design's trials share models, so there is no valid empirical ε lower bound to compare"
+                if one is None
+                else one.reason or f"no {self.claim_adjective} ε to set the pooled one-run bound against",
+                allowed,
+            )
+        name, test = (
+            (None, None)
+            if self.profile is None
+            else strongest_profile_test(self.statistics, self.membership, self.profile.pairs)
+        )
+        result = tradeoff.audit_verdict(
+            self.bound,
+            epsilon,
+            auc_lower=None if allowed is None else self.auc_lower_limit,
+            max_allowed_auc=allowed,
+            profile=test,
+            claim=f"the {self.claim_adjective} guarantee" if self.profile is None else self.profile.claim,
+        )
+        reason = result.reason if name is None or result.outcome == "inconclusive" else f"{name}: {result.reason}"
+        return Verdict(result.outcome, reason, allowed)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CampaignAnalysis(Analysis):
+    """A campaign's :class:`Analysis`: the scores of one attack, and what only a campaign measures."""
+
+    config: CampaignConfig
+    attack: str
+    test_accuracy: np.ndarray  # (models,)
+    member_accuracy: float | None  # accuracy on their IN input targets (train accuracy); None: no input targets
+    sketch_claim: SketchClaim | None  # [S] Lemma 7.2's ε at the run's measured λ̄, C, β (LoRA-FA campaigns)
+    exposure: SecretExposure | None  # next-token campaigns with secret canaries
+
+
+def analyse(store: RunStore, attack: str | None = None) -> CampaignAnalysis:
     """Recompute every statistic of a finished campaign from its run directory.
 
     numpy only: reads the config, plan, chunk outputs and claimed privacy event (privacy.json) of ``store``, never
@@ -276,10 +395,10 @@ def analyse(store: RunStore, attack: str | None = None) -> Analysis:
             weights or steps, ``canary-loss`` otherwise.
 
     Returns:
-        The :class:`Analysis`: (models, targets) scores and membership, per-model test accuracy, the membership
-        metrics, the ε lower bounds (Clopper-Pearson and GDP for the canary design, the one-run bounds for the
-        one-run design), the analytic bound of the claimed event, and the sketch claim, privacy profile, white-box
-        statistics and secret exposure where they apply.
+        The :class:`CampaignAnalysis`: (models, targets) scores and membership, per-model test accuracy, the
+        membership metrics, the ε lower bounds (Clopper-Pearson and GDP for the canary design, the one-run bounds
+        for the one-run design), the analytic bound of the claimed event, and the sketch claim, privacy profile,
+        white-box statistics and secret exposure where they apply.
 
     Raises:
         UsageError: an unknown attack, one that does not apply to what the campaign observed, or a run directory
@@ -302,6 +421,8 @@ def analyse(store: RunStore, attack: str | None = None) -> Analysis:
     else:
         statistics = {attack: attack_scores(attack, plan, outputs)}
     scores = next(iter(statistics.values()))
+    if config.design != "canary":  # the white-box statistics beside the first are tried in the canary design only
+        statistics = {next(iter(statistics)): scores}
     membership = plan.membership.astype(bool)
     in_scores, out_scores = scores[membership], scores[~membership]
     metrics = metrics_lib.summarize(in_scores, out_scores, fprs=FPRS, confidence=CONFIDENCE)
@@ -310,7 +431,7 @@ def analyse(store: RunStore, attack: str | None = None) -> Analysis:
         # One canary, one model per trial: independent IN/OUT trials, so the lower bounds are valid.
         bound = best_bound(epsilon_lib.clopper_pearson_epsilon, statistics, membership, config.delta)
         gdp_bound = best_bound(epsilon_lib.gdp_epsilon, statistics, membership, config.delta)
-    one_run_result = one_run_bounds(scores, membership, config.delta) if config.design == "one-run" else None
+    one_run_result = one_run_bounds(statistics, membership, config.delta) if config.design == "one-run" else None
     task = str(plan.task)
     accuracy = accuracies(task, outputs.population_outputs, plan.population_labels).mean(axis=1)
     correct = accuracies(task, outputs.target_outputs, plan.target_labels)
@@ -327,23 +448,24 @@ def analyse(store: RunStore, attack: str | None = None) -> Analysis:
     measured = store.measurements() if config.mechanism in catalogue.applying("sketch-claim") else None
     claim = None if measured is None else sketch_claim(config, layers, measured)
     profile = analytic_profile(analytic, config.delta) if config.design == "canary" else None
-    return Analysis(
-        config,
-        attack,
-        scores,
-        membership,
-        accuracy,
-        member_accuracy,
-        metrics,
-        bound,
-        gdp_bound,
-        analytic,
-        store.seconds(),
-        one_run_result,
-        claim,
-        profile,
-        statistics if config.design == "canary" else None,
-        secrets,
+    return CampaignAnalysis(
+        scores=scores,
+        membership=membership,
+        statistics=statistics,
+        metrics=metrics,
+        bound=bound,
+        gdp_bound=gdp_bound,
+        one_run=one_run_result,
+        analytic=analytic,
+        profile=profile,
+        delta=config.delta,
+        seconds=store.seconds(),
+        config=config,
+        attack=attack,
+        test_accuracy=accuracy,
+        member_accuracy=member_accuracy,
+        sketch_claim=claim,
+        exposure=secrets,
     )
 
 
@@ -368,69 +490,6 @@ def best_bound(method, statistics: dict[str, np.ndarray], membership: np.ndarray
     level = 1 - (1 - CONFIDENCE) / len(statistics)
     found = [method(scores[membership], scores[~membership], delta, confidence=level) for scores in statistics.values()]
     return dataclasses.replace(max(found, key=lambda bound: bound.epsilon), confidence=CONFIDENCE)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """Theory vs audit (docs/theory.md §3.7): does the audit contradict the analytic (ε, δ)?"""
-
-    outcome: str  # consistent | violated | inconclusive | confirmed (a mechanism proven not DP, shown to leak)
-    reason: str
-    max_allowed_auc: float | None  # the largest AUC any attack can reach under the analytic (ε, δ)
-
-
-def verdict(analysis: Analysis) -> Verdict:
-    """attacks.tradeoff.audit_verdict of the analytic claim on the audit (docs/theory.md §3.7).
-
-    With a claimed privacy profile (the DP-SGD family's, canary design) the ROC of each statistic is tested
-    against the whole profile (:func:`attacks.tradeoff.profile_test`, at 1 - α/K each over the K statistics);
-    otherwise the Clopper-Pearson bound against the single analytic (ε, δ). Either way with the AUC's lower limit
-    against the largest AUC the claim allows.
-    """
-    analytic_epsilon, delta = analysis.analytic.epsilon, analysis.config.delta
-    claimed = analysis.profile.pairs if analysis.profile is not None else (analytic_epsilon, delta)
-    allowed = None if analytic_epsilon is None else tradeoff.max_auc(claimed)
-    pooled = None if analysis.one_run is None else analysis.one_run.pooled
-    if analysis.analytic.not_dp:
-        return _not_dp_verdict(analysis)
-    if pooled is not None and analytic_epsilon is not None:
-        violated = pooled.epsilon > analytic_epsilon
-        return Verdict(
-            "violated" if violated else "consistent",
-            f"the pooled one-run ε lower bound {pooled.epsilon:.3f} (95%) is "
-            f"{'above' if violated else 'at most'} the analytic ε = {analytic_epsilon:.3f}",
-            allowed,
-        )
-    if analysis.bound is None:
-        return Verdict(
-            "inconclusive",
-            "this design's trials share models, so there is no valid empirical ε lower bound to compare",
-            allowed,
-        )
-    name, test = _profile_test(analysis)
-    result = tradeoff.audit_verdict(
-        analysis.bound,
-        analytic_epsilon,
-        auc_lower=None if allowed is None else analysis.metrics.auc_ci[0],
-        max_allowed_auc=allowed,
-        profile=test,
-        claim="the analytic guarantee" if analysis.profile is None else analysis.profile.claim,
-    )
-    reason = result.reason if name is None or result.outcome == "inconclusive" else f"{name}: {result.reason}"
-    return Verdict(result.outcome, reason, allowed)
-
-
-def _profile_test(analysis: Analysis) -> tuple[str | None, tradeoff.ProfileTest | None]:
-    """The statistic whose ROC comes closest to (or furthest past) the claimed profile, and its test.
-
-    The name is None with a single statistic. Each test is at 1 - α/K over the K statistics, the level of
-    :func:`best_bound`'s bounds, so the verdict's violated route errs with probability ≤ α in all.
-    """
-    if analysis.profile is None:
-        return None, None
-    return strongest_profile_test(
-        analysis.statistics or {analysis.attack: analysis.scores}, analysis.membership, analysis.profile.pairs
-    )
 
 
 def strongest_profile_test(
@@ -491,7 +550,7 @@ class SketchClaimVerdict:
     reason: str
 
 
-def sketch_claim_verdict(analysis: Analysis) -> SketchClaimVerdict | None:
+def sketch_claim_verdict(analysis: CampaignAnalysis) -> SketchClaimVerdict | None:
     """violated: the audit's ε lower bound exceeds the lemma's ε; vacuous: a condition of the lemma fails here."""
     claim = analysis.sketch_claim
     if claim is None:

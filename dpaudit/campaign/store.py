@@ -258,6 +258,23 @@ def read_json(root: Path, name: str, fix: str):
         raise UsageError(f"{Path(root, name)} is corrupt ({exc}): {fix}") from None
 
 
+def add_seconds(root: Path, seconds: float) -> None:
+    """Add a session's wall time to the total of the run directory ``root`` (timing.json), across resumes."""
+    write_file(root, "timing.json", json_text({"seconds": read_seconds(root) + seconds}).encode())
+
+
+def read_seconds(root: Path) -> float:
+    """The wall time of the run directory ``root``, summed over its sessions (timing.json); 0 before one ended."""
+    fix = "delete it (only the run's recorded duration is lost)"
+    timing = read_json(root, "timing.json", fix)
+    if timing is ABSENT:
+        return 0.0
+    seconds = timing.get("seconds") if isinstance(timing, dict) else None
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds < math.inf:
+        raise UsageError(f'{Path(root, "timing.json")} is not {{"seconds": a number >= 0}}: {fix}')
+    return float(seconds)
+
+
 def _save_npz(root: Path, relative: str, arrays: dict[str, np.ndarray], record: str) -> None:
     """An npz with its checksum and the campaign record (campaign.json as it was) it was made under."""
     buffer = io.BytesIO()
@@ -669,14 +686,7 @@ class RunStore:
 
     def record_seconds(self, seconds: float) -> None:
         """Add a session's wall time (setup + training) to the campaign's total, across resumes."""
-        write_file(self.root, "timing.json", json_text({"seconds": self.seconds() + seconds}).encode())
+        add_seconds(self.root, seconds)
 
     def seconds(self) -> float:
-        fix = "delete it (only the campaign's recorded duration is lost)"
-        timing = read_json(self.root, "timing.json", fix)
-        if timing is ABSENT:
-            return 0.0
-        seconds = timing.get("seconds") if isinstance(timing, dict) else None
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds < math.inf:
-            raise self._damaged("timing.json", 'is not {"seconds": a number >= 0}', fix)
-        return float(seconds)
+        return read_seconds(self.root)

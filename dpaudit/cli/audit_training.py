@@ -149,8 +149,8 @@ def run(args: argparse.Namespace) -> int:
         print(json_text(numbers), end="")
         return 0
     print(f"{args.trainer} on {args.dataset} ({len(y)} examples), {args.neighbours}, {args.trials} trials")
-    print(f"  claim: {result.claim.source or 'none'}; ε = {number(result.claim.epsilon)} at δ = {result.delta:g}")
-    for name, metrics in result.metrics.items():
+    print(f"  claim: {result.analytic.source or 'none'}; ε = {number(result.analytic.epsilon)} at δ = {result.delta:g}")
+    for name, metrics in result.statistic_metrics.items():
         low, high = metrics.auc_ci
         print(f"  {name:<20} AUC {metrics.auc:.3f} [{low:.3f}, {high:.3f}]")
     print(f"  {found_bounds(result)}")

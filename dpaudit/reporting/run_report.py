@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dpaudit.analysis import Analysis
+from dpaudit.analysis import Analysis, CampaignAnalysis
 from dpaudit.campaign.store import write_file
 from dpaudit.formatting import json_text
 from dpaudit.reporting import audit_report
@@ -19,7 +19,7 @@ def _roc_png(analysis: Analysis, numbers: dict, title: str, loglog: bool) -> byt
     return figure_png(lambda ax: draw_campaign_roc(ax, analysis, numbers, title, loglog), size=(4.5, 4.5), dpi=120)
 
 
-def write_run(analysis: Analysis, out: Path) -> dict:
+def write_run(analysis: CampaignAnalysis, out: Path) -> dict:
     """Write the analysis files of the run directory ``out`` and return the summary.
 
     The files: summary.json, scores.csv (one row per model and target; canary design: one per model, with its

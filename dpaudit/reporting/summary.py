@@ -1,4 +1,4 @@
-"""A run's numbers (summary.json, ``dpaudit audit --json``) and its finding in one line, from an :class:`Analysis`."""
+"""A campaign's numbers (summary.json, ``dpaudit audit --json``) and its finding in one line, from its analysis."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from dpaudit.analysis import (
     CONFIDENCE,
     FPRS,
     Analysis,
+    CampaignAnalysis,
     OneRunBounds,
     sketch_claim_verdict,
-    verdict,
     white_box_statistic,
 )
 from dpaudit.mechanisms import catalogue
@@ -57,7 +57,7 @@ def _tightness(analysis: Analysis) -> float | None:
     return analysis.gdp_bound.epsilon / analytic
 
 
-def summary(analysis: Analysis) -> dict:
+def summary(analysis: CampaignAnalysis) -> dict:
     """The audit's numbers (``dpaudit audit --json``): attack metrics and the empirical ε lower bounds."""
     config, metrics = analysis.config, analysis.metrics
     numbers = {
@@ -95,14 +95,14 @@ def summary(analysis: Analysis) -> dict:
         "config_hash": config.canonical_hash(),
         "seconds": analysis.seconds,
     }
-    judged = verdict(analysis)
+    judged = analysis.verdict
     numbers.update(verdict=judged.outcome, verdict_reason=judged.reason, max_allowed_auc=judged.max_allowed_auc)
     numbers["sketch_claim"] = _sketch_claim_fields(analysis)
     numbers["finding"] = finding(numbers)
     return numbers
 
 
-def _sketch_claim_fields(analysis: Analysis) -> dict | None:
+def _sketch_claim_fields(analysis: CampaignAnalysis) -> dict | None:
     """[S] Lemma 7.2's ε at the run's measured λ̄, C, β beside the audit (LoRA-FA campaigns; docs/theory.md §3.7)."""
     claim, judged = analysis.sketch_claim, sketch_claim_verdict(analysis)
     if claim is None or judged is None:

@@ -11,18 +11,18 @@ import base64
 import html
 from pathlib import Path
 
-from dpaudit.analysis.training import TrainingAudit, summary
+from dpaudit.analysis.training import TrainingAnalysis, summary
 from dpaudit.campaign.store import write_file
 from dpaudit.formatting import json_text, number
 from dpaudit.reporting.figures import draw_roc, figure_png
 
 
-def _audited(audit: TrainingAudit) -> list[tuple[str, str]]:
+def _audited(audit: TrainingAnalysis) -> list[tuple[str, str]]:
     described = audit.description
     return [
         ("training function", str(described.get("trainer", "?"))),
         ("starting model", str(described.get("model", "?"))),
-        ("claim", f"{audit.claim.source or 'none'}: ε = {number(audit.claim.epsilon)} at δ = {audit.delta:g}"),
+        ("claim", f"{audit.analytic.source or 'none'}: ε = {number(audit.analytic.epsilon)} at δ = {audit.delta:g}"),
         (
             "neighbouring datasets",
             str(described["neighbours"]) + (", null (canary never inserted)" if described.get("null") else ""),
@@ -32,41 +32,42 @@ def _audited(audit: TrainingAudit) -> list[tuple[str, str]]:
     ]
 
 
-def _rows(audit: TrainingAudit) -> list[list[str]]:
+def _rows(audit: TrainingAnalysis) -> list[list[str]]:
     rows = []
-    for name, metrics in audit.metrics.items():
+    for name, metrics in audit.statistic_metrics.items():
         low, high = metrics.auc_ci
         tprs = ", ".join(f"{metrics.tpr_at_fpr[fpr]:.3f}" for fpr in sorted(metrics.tpr_at_fpr, reverse=True))
         rows.append([name, f"{metrics.auc:.3f} [{low:.3f}, {high:.3f}]", tprs])
     return rows
 
 
-def _roc_png(audit: TrainingAudit, loglog: bool) -> bytes:
+def _roc_png(audit: TrainingAnalysis, loglog: bool) -> bytes:
     curves = {
-        f"{name} (AUC {audit.metrics[name].auc:.3f})": (scores[audit.membership], scores[~audit.membership])
+        f"{name} (AUC {audit.statistic_metrics[name].auc:.3f})": (scores[audit.membership], scores[~audit.membership])
         for name, scores in audit.statistics.items()
     }
     title = f"{audit.description.get('trainer', 'training function')}: {audit.verdict.outcome}"
-    why = audit.claim.reason or "no analytic ε"
+    why = audit.analytic.reason or "no analytic ε"
     return figure_png(
-        lambda ax: draw_roc(ax, curves, (audit.claim.epsilon, audit.delta), why, title, loglog, "claimed"),
+        lambda ax: draw_roc(ax, curves, (audit.analytic.epsilon, audit.delta), why, title, loglog, "claimed"),
         size=(5, 5),
         dpi=110,
     )
 
 
-def found_bounds(audit: TrainingAudit) -> str:
+def found_bounds(audit: TrainingAnalysis) -> str:
     """The audit's ε lower bounds in words: Clopper-Pearson and GDP (many-run), or one-run's two, at 95% over all."""
     if audit.one_run is None:
         assert audit.bound is not None and audit.gdp_bound is not None, "a many-run audit has both"
         found = f"ε ≥ {audit.bound.epsilon:.3f} (Clopper-Pearson), {audit.gdp_bound.epsilon:.3f} (GDP)"
     else:
         one = audit.one_run
-        found = f"one-run ε ≥ {one.steinke.epsilon:.3f} (Steinke et al.), {one.fdp.epsilon:.3f} (f-DP), {one.statistic}"
+        steinke = "n/a" if one.pooled is None else f"{one.pooled.epsilon:.3f}"
+        found = f"one-run ε ≥ {steinke} (Steinke et al.), {one.pooled_fdp.epsilon:.3f} (f-DP), {one.statistic}"
     return f"{found}, at 95% over all {len(audit.statistics)} statistics"
 
 
-def write_training_report(audit: TrainingAudit, out: Path) -> dict:
+def write_training_report(audit: TrainingAnalysis, out: Path) -> dict:
     """Write summary.json, roc.png, roc_loglog.png, report.html and report.md of ``audit`` into ``out``.
 
     Args:
@@ -83,7 +84,7 @@ def write_training_report(audit: TrainingAudit, out: Path) -> dict:
     for name, _, png in figures:
         write_file(out, name, png)
     verdict = f"{audit.verdict.outcome}: {audit.verdict.reason}"
-    bounds = f"{found_bounds(audit)}; the claim: ε = {number(audit.claim.epsilon)}"
+    bounds = f"{found_bounds(audit)}; the claim: ε = {number(audit.analytic.epsilon)}"
     header = ["statistic", "AUC [CI]", "TPR at FPR 0.1, 0.01, 0.001"]
     markdown = [
         f"# Training-code audit: {audit.verdict.outcome}",

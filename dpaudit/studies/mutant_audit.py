@@ -79,7 +79,7 @@ def audit(setting: Setting, mutant: str | None, models: int, root: Path, workers
     result = analysis.analyse(store)
     bound, gdp = result.bound, result.gdp_bound
     assert bound is not None and gdp is not None, "a canary campaign's IN/OUT trials are independent"
-    judged = analysis.verdict(result)
+    judged = result.verdict
     row = {
         "run": mutant or "correct",
         "verdict": judged.outcome,

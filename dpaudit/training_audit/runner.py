@@ -26,6 +26,7 @@ import hashlib
 import inspect
 import io
 import re
+import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -323,6 +324,7 @@ def run(
         **asdict(settings),
     }
     with store.lock():
+        started = time.perf_counter()
         store.create_or_check(described)
         # Handed to the trainer as given (its mode too); the audit's own forwards use eval copies.
         start = model if public is None else _pretrained(store, model, public, settings.seed)
@@ -374,4 +376,5 @@ def run(
             for trial, record in results:
                 store.write_trial(trial, record)
                 bar.update(1)
+        store.record_seconds(time.perf_counter() - started)
     return store

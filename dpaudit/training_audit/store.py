@@ -8,6 +8,7 @@
     RUN_DIR/canaries.npz        the canaries (x_c, y_c) and, for replace-one neighbours, the rows they replace
     RUN_DIR/start.pt            with --pretrain: the pretrained starting model's state (torch's format), made once
     RUN_DIR/trials/NNNNNNN.json one finished trial: which canaries it trained on, its seed, its observations
+    RUN_DIR/timing.json         the audit's wall time, summed over sessions
     RUN_DIR/summary.json        the analysis (dpaudit.analysis.training)
 
 Every file is written atomically (:func:`dpaudit.campaign.store.write_file`), so a kill loses at most the trials
@@ -24,7 +25,16 @@ from pathlib import Path
 
 import numpy as np
 
-from dpaudit.campaign.store import ABSENT, directory_lock, make_directory, read_file, read_json, write_file
+from dpaudit.campaign.store import (
+    ABSENT,
+    add_seconds,
+    directory_lock,
+    make_directory,
+    read_file,
+    read_json,
+    read_seconds,
+    write_file,
+)
 from dpaudit.errors import UsageError
 from dpaudit.formatting import json_text
 from dpaudit.version import __version__
@@ -67,7 +77,7 @@ class TrainingAuditStore:
                     f"{self.root} holds another training audit ({'; '.join(differences)}): its trials cannot be mixed"
                     " with these; use another --out"
                 )
-            for name in ("privacy.json", "canaries.npz", "start.pt", "summary.json"):
+            for name in ("privacy.json", "canaries.npz", "start.pt", "timing.json", "summary.json"):
                 (self.root / name).unlink(missing_ok=True)
         record = {"format_version": FORMAT_VERSION, "dpaudit_version": __version__, "description": description}
         write_file(self.root, "audit.json", json_text(record).encode())
@@ -115,6 +125,13 @@ class TrainingAuditStore:
                 raise UsageError(f"{path} is damaged: delete it; resuming trains that trial again")
             found[int(path.stem)] = record
         return found
+
+    def record_seconds(self, seconds: float) -> None:
+        """Add a session's wall time (setup + trials) to the audit's total, across resumes."""
+        add_seconds(self.root, seconds)
+
+    def seconds(self) -> float:
+        return read_seconds(self.root)
 
     @contextmanager
     def lock(self) -> Iterator[None]:
