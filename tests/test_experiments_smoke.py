@@ -169,21 +169,28 @@ def test_training_audit_examples_script_writes_one_configuration(tmp_path):
     assert (tmp_path / "runs" / "handwritten-no-bug-4" / "summary.json").is_file()
 
 
-def test_training_audit_one_run_script_bounds_below_its_ceiling(tmp_path):
-    """One call with 1000 canaries per row.
+@pytest.mark.parametrize(
+    ("observe", "name"), [("final", "training_audit_one_run"), ("steps", "training_audit_one_run_steps")]
+)
+def test_training_audit_one_run_script_bounds_below_its_ceiling(tmp_path, observe, name):
+    """One call with 1000 canaries per row, observed by its returned model or at every step.
 
-    The claim is the trainer's on the rows it trained on; the bounds are at most the ceiling (every guess right).
+    The claim is the trainer's on the rows it trained on; the bounds are at most the ceiling (every guess right);
+    the ideal adversary shows more of the half-noise bug's mechanism than of the claimed one.
     """
     done = run_script(
         "training_audit_one_run",
         *("--out", str(tmp_path), "--runs", str(tmp_path / "runs"), "--sigmas", "1.0", "--batch", "230"),
-        *("--epochs", "1"),
+        *("--epochs", "1", "--observe", observe),
     )
     assert done.returncode == 0, done.stderr
-    table = pd.read_csv(tmp_path / "training_audit_one_run.csv", keep_default_na=False)
+    table = pd.read_csv(tmp_path / f"{name}.csv", keep_default_na=False)
     assert list(table["bug"]) == ["", "half-noise"] and (table["canaries"] == 1000).all()
+    assert (table["observe"] == observe).all()
     rows = 1797 + table["canaries_in"].iloc[0]
     assert table["claim_steps"].tolist() == [int(np.ceil(rows / 230))] * 2
     expected = dpsgd.epsilon(1.0, 230 / rows, int(np.ceil(rows / 230)), 1e-5).epsilon
     assert table["claimed_epsilon"].tolist() == pytest.approx([expected] * 2, rel=1e-6)
     assert ((table["epsilon_steinke"] >= 0) & (table["epsilon_steinke"] <= table["ceiling_steinke"])).all()
+    assert (table["ideal_steinke"] <= table["ceiling_steinke"]).all()
+    assert table["ideal_steinke"].iloc[1] > table["ideal_steinke"].iloc[0]

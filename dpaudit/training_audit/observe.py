@@ -53,6 +53,8 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -68,7 +70,7 @@ _NORMAL_MAD = 1.4826  # σ of a normal sample per unit of its median absolute va
 Statistic = Callable[[nn.Module, nn.Module, np.ndarray, np.ndarray], float]
 
 
-def logits_of(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+def logits_of(model: Callable[[torch.Tensor], Any], x: torch.Tensor) -> torch.Tensor:
     """A classifier's logits; a Hugging Face model's output is read through ``.logits``."""
     output = model(x)
     return getattr(output, "logits", output)
@@ -98,6 +100,56 @@ def _floating_state(model: nn.Module) -> dict[str, torch.Tensor]:
 
 def _flat(tensors) -> torch.Tensor:
     return torch.cat([tensor.detach().double().flatten() for tensor in tensors])
+
+
+def _layout(floating: dict[str, torch.Tensor], holds: dict[str, str | None]) -> tuple[tuple[slice, str], ...]:
+    """Where each trained parameter sits in the flat floating state: (its coordinates, its parameter's name).
+
+    ``holds``: for each name of the floating state, the trained parameter it holds (a tied weight is under two
+    names, so at two places), or None (a buffer, a frozen parameter).
+    """
+    layout, offset = [], 0
+    for name, tensor in floating.items():
+        held = holds[name]
+        if held is not None:
+            layout.append((slice(offset, offset + tensor.numel()), held))
+        offset += tensor.numel()
+    return tuple(layout)
+
+
+@dataclass(frozen=True)
+class CanaryGradients:
+    """M canaries' gradients at one model state, kept by trained parameter as (M, numel) float32 blocks.
+
+    Projections and norms are taken block by block: a flat (M, P) float64 matrix would cost more, at M = 1000
+    canaries and every step, than the gradients themselves. Coordinates outside the blocks (buffers, frozen
+    parameters) are 0.
+    """
+
+    blocks: tuple[tuple[slice, torch.Tensor], ...]  # the flat floating state's coordinates of a parameter, (M, numel)
+    norms: torch.Tensor  # (M,) ‖∇_θ ℓ‖, float64
+    size: int  # P, the flat floating state's length
+
+    @staticmethod
+    def of(gradients: dict[str, torch.Tensor], layout: tuple[tuple[slice, str], ...], size: int) -> CanaryGradients:
+        """From (M, *shape) gradients by parameter name, laid out as ``layout`` (:func:`_layout`) in ``size``."""
+        blocks = tuple((where, gradients[name].detach().float().flatten(1)) for where, name in layout)
+        squares = sum(torch.linalg.vector_norm(block, dim=1).double().square() for _, block in blocks)
+        return CanaryGradients(blocks, torch.as_tensor(squares, dtype=torch.float64).sqrt(), size)
+
+    def alignments(self, change: torch.Tensor) -> np.ndarray:
+        """(M,) -⟨change, u⟩ of the flat state change ``change`` on each canary's unit gradient u (0 where ∇ = 0)."""
+        dots = sum((block @ change[where].float()).double() for where, block in self.blocks)
+        found = -torch.as_tensor(dots, dtype=torch.float64) / torch.where(self.norms > 0, self.norms, 1.0)
+        return found.numpy()
+
+    def unit(self, index: int) -> torch.Tensor:
+        """Canary ``index``'s unit gradient over the flat floating state, float64 (the size of ``change``)."""
+        flat = torch.zeros(self.size, dtype=torch.float64)
+        for where, block in self.blocks:
+            flat[where] = block[index].double()
+        norm = self.norms[index]
+        return flat / norm if norm > 0 else flat
 
 
 class Observer:
@@ -133,26 +185,16 @@ class Observer:
         trains = {name: parameter.requires_grad for name, parameter in start.named_parameters()}
         self._trained = [name for name, parameter in self._probe.named_parameters() if trains[name]]
         names = {id(parameter): name for name, parameter in self._probe.named_parameters() if trains[name]}
-        self._holds = {name: names.get(id(tensor)) for name, tensor in _floating_state(self._probe).items()}
-        self._directions = self.unit_gradients(start.state_dict())
+        holds = {name: names.get(id(tensor)) for name, tensor in _floating_state(self._probe).items()}
+        self._layout = _layout(_floating_state(self._probe), holds)
+        self._directions = self.canary_gradients(start.state_dict())
         free = None if data is None or len(self.y_c) > 1 else self._untouched_by(*data)
-        self.free = None if free is None or not self._directions[0][free].any() else free
+        self.free = None if free is None or not self._directions.unit(0)[free].any() else free
 
     def _loss(self, parameters: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Σ_i ℓ(θ; x_i, y_i) with the trained parameters ``parameters`` and the probe's other state."""
         logits = logits_of(lambda inputs: functional_call(self._probe, parameters, (inputs,)), x)
         return canary_losses(logits, y).sum()
-
-    def _flat_gradient(self, gradients: dict[str, torch.Tensor], batch: tuple[int, ...] = ()) -> torch.Tensor:
-        """Gradients by trained parameter, each (*batch, *shape), flat over the floating state (0 elsewhere)."""
-        floating = _floating_state(self._probe)
-        parts = [
-            torch.zeros((*batch, tensor.numel()), dtype=torch.float64)
-            if self._holds[name] is None
-            else gradients[self._holds[name]].double().reshape(*batch, -1)
-            for name, tensor in floating.items()
-        ]
-        return torch.cat(parts, dim=-1)
 
     def _parameters(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The trained parameters at the model state ``state`` (a state dict of ``start``'s architecture)."""
@@ -167,39 +209,34 @@ class Observer:
         coincidence of measure 0); buffers and frozen parameters are never in it.
         """
         parameters = self._parameters(self.start.state_dict())
-        total = sum(
-            self._flat_gradient(
-                grad(self._loss)(
-                    parameters, torch.from_numpy(x[i : i + 256]), torch.from_numpy(np.asarray(y[i : i + 256]))
-                )
+        total = {name: torch.zeros_like(parameter, dtype=torch.float64) for name, parameter in parameters.items()}
+        for i in range(0, len(x), 256):
+            found = grad(self._loss)(
+                parameters, torch.from_numpy(x[i : i + 256]), torch.from_numpy(np.asarray(y[i : i + 256]))
             )
-            for i in range(0, len(x), 256)
-        )
-        trained = torch.tensor([self._holds[name] is not None for name in _floating_state(self._probe)])
-        sizes = [tensor.numel() for tensor in _floating_state(self._probe).values()]
-        return (total == 0) & trained.repeat_interleave(torch.tensor(sizes))
+            total = {name: total[name] + found[name].double() for name in total}
+        free = torch.zeros(self._theta0.numel(), dtype=torch.bool)  # buffers and frozen parameters: never
+        for where, name in self._layout:
+            free[where] = total[name].flatten() == 0
+        return free
 
-    def unit_gradients(self, state: dict[str, torch.Tensor]) -> torch.Tensor:
-        """(M, P) u/‖u‖ of every canary, u = ∇_θ ℓ(θ; x_c, y_c) at the model state ``state``, over the floating state.
+    def canary_gradients(self, state: dict[str, torch.Tensor]) -> CanaryGradients:
+        """Every canary's gradient ∇_θ ℓ(θ; x_c, y_c) at the model state ``state`` (a state dict of ``start``'s).
 
-        ``state``: a state dict of ``start``'s architecture. 0 for buffers and frozen parameters, and where a canary's
-        gradient is 0. Per-canary gradients by ``vmap``, in chunks of at most 2^24 numbers; canary by canary where the
-        model does not support ``vmap`` (the same numbers, slower).
+        Over the trained parameters, by ``vmap`` in chunks of at most 2^24 numbers; canary by canary where the model
+        does not support ``vmap`` (the same numbers, slower).
         """
         parameters = self._parameters(state)
         per_canary = grad(lambda p, x, y: self._loss(p, x.unsqueeze(0), y.unsqueeze(0)))
-        size = sum(parameter.numel() for parameter in parameters.values())
-        try:
-            found = vmap(per_canary, in_dims=(None, 0, 0), chunk_size=max(1, 2**24 // max(size, 1)))(
+        chunk = max(1, 2**24 // max(sum(parameter.numel() for parameter in parameters.values()), 1))
+        try:  # chunk_size None: one batch, without the chunks' concatenation
+            found = vmap(per_canary, in_dims=(None, 0, 0), chunk_size=chunk if chunk < len(self.y_c) else None)(
                 parameters, self._x, self._y
             )
-            directions = self._flat_gradient(found, (len(self.y_c),))
         except RuntimeError:  # an operation vmap has no batching rule for: the user's model is any module
-            directions = torch.stack(
-                [self._flat_gradient(per_canary(parameters, x, y)) for x, y in zip(self._x, self._y)]
-            )
-        norms = directions.norm(dim=1, keepdim=True)
-        return torch.where(norms > 0, directions / torch.where(norms > 0, norms, 1.0), directions)
+            each = [per_canary(parameters, x, y) for x, y in zip(self._x, self._y)]
+            found = {name: torch.stack([gradients[name] for gradients in each]) for name in parameters}
+        return CanaryGradients.of(found, self._layout, self._theta0.numel())
 
     def steps(self) -> StepRecorder:
         """A fresh recorder of one training run's steps."""
@@ -216,7 +253,7 @@ class Observer:
         found = {
             "canary-loss": (-canary_losses(logits, self._y)).tolist(),
             "logit-margin": logit_margins(logits, self._y).tolist(),
-            "gradient-alignment": (-(self._directions @ change)).tolist(),
+            "gradient-alignment": self._directions.alignments(change).tolist(),
         }
         if len(self.y_c) == 1:
             found |= {"update-norm": [float(change.norm())], "negative-update-norm": [-float(change.norm())]}
@@ -265,15 +302,16 @@ class StepRecorder:
         moved = change[change != 0].abs()
         if len(moved) == 0:  # nothing changed since the last call (e.g. called twice for one step)
             return
-        self.alignments.append((-(self._directions @ change)).numpy())
+        self.alignments.append(self._directions.alignments(change))
         self.scales.append(_NORMAL_MAD * float(np.median(moved.numpy())))  # torch.median takes the lower middle
-        if self._change is not None and len(self._directions) == 1:
+        if self._change is not None and len(self._observer.y_c) == 1:
             free = self._observer.free
-            restricted = self._directions[0] if free is None else self._directions[0] * free
+            unit = self._directions.unit(0)
+            restricted = unit if free is None else unit * free
             norm = float(restricted.norm())  # 0 where the canary's gradient has left the data-free coordinates
             self.differences.append(float(-((change - self._change) @ restricted)) / norm if norm > 0 else 0.0)
         self._previous, self._change = theta, change
-        self._directions = self._observer.unit_gradients(model.state_dict())
+        self._directions = self._observer.canary_gradients(model.state_dict())
 
     def statistics(self, claim: tuple[float, float] | None) -> dict[str, list[float]]:
         """The step statistics (module docstring), a value per canary; ``step-likelihood`` where ``claim`` gives (σ, q).
