@@ -67,7 +67,8 @@ def audit(
 
     Raises:
         UsageError: settings the objects decide (dataset, model, mechanism and its parameters), objects of the
-            wrong type, a config that does not validate, or a run directory holding a different campaign.
+            wrong type, a config that does not validate, an attack that does not apply to it
+            (:func:`dpaudit.analysis.check_attack`), or a run directory holding a different campaign.
     """
     decided = sorted(set(settings) & set(_FROM_OBJECTS))
     if decided:
@@ -98,6 +99,7 @@ def audit(
             f"mechanism {mechanism.name!r} trains parameterization {mechanism.parameterization!r}: give rank=r for a"
             " LoRA one (lora, lora-fa), none for full fine-tuning"
         )
+    analysis.check_attack(config, attack)
     inputs = resolver.Inputs(dataset, copy.deepcopy(model), mechanism)
     store = runner.run(config, execution or Execution(progress=False), Path(out), inputs)
     result = analysis.analyse(store, attack)

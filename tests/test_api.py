@@ -167,6 +167,12 @@ def test_the_command_line_refuses_to_continue_a_run_of_python_objects(finished_r
         (lambda out: dpaudit.audit(Tiny(), _arrays()[0], lora_fa(), out=out), "data must be a dpaudit.data.Dataset"),
         (lambda out: dpaudit.audit(Tiny(), _arrays(), lora_fa(), out=out, noise=1.0), "takes noise from its"),
         (lambda out: dpaudit.audit(Tiny(), _arrays(), object(), out=out), "mechanism must be a dpaudit.mechanisms"),
+        (
+            lambda out: dpaudit.audit(
+                Tiny(), _arrays(), lora_fa(), out=out, design="one-run", canaries=4, attack="lira-online"
+            ),
+            "--attack lira-online does not apply to --design one-run",
+        ),
     ],
 )
 def test_bad_api_arguments_are_usage_errors(tmp_path, call, message):

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from dpaudit import config as config_lib
-from dpaudit.analysis import ATTACKS
+from dpaudit.analysis import ATTACKS, check_attack
 from dpaudit.cli.arguments import add_attack, add_execution_arguments, add_json, directory
 from dpaudit.errors import UsageError
 
@@ -164,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
     values = config_lib.load_toml(args.config) if args.config else {}
     values.update(given_options(args))
     config, execution = config_lib.from_mapping(values, source=str(args.config or "options"))
+    check_attack(config, args.attack)
     out = args.out or Path("dpaudit-runs") / time.strftime("%Y%m%d-%H%M%S")
     check_creatable(out)
 

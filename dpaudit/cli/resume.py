@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from dpaudit import config as config_lib
-from dpaudit.analysis import ATTACKS
+from dpaudit.analysis import ATTACKS, check_attack
 from dpaudit.cli.arguments import add_attack, add_execution_arguments, add_json, add_run_directory
 from dpaudit.cli.audit import finish, given_options
 
@@ -24,5 +24,6 @@ def run(args: argparse.Namespace) -> int:
     from dpaudit.campaign.store import RunStore
 
     config = RunStore(args.run_dir).config()  # refuses a directory that holds no campaign
+    check_attack(config, args.attack)  # before training the rest
     _, execution = config_lib.from_mapping(given_options(args))
     return finish(runner.run(config, execution, args.run_dir), args.attack, args.json)
