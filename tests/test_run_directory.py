@@ -1,5 +1,6 @@
 """The run directory's guarantees (docs/run-directory.md): damaged, crafted and linked directories."""
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -63,7 +64,20 @@ def _logits(root: Path) -> np.ndarray:
 # -- 1. kill -9 or a full disk while base.pt (or anything) is written --------------------------------------------
 
 
-@pytest.mark.parametrize("damage", ["empty", "truncated", "garbage", "missing with plan.npz"])
+def _flip_a_weight_byte(path: Path) -> None:
+    """Flip one byte of the first tensor's data in the torch file ``path``: it still loads, with another weight."""
+    import torch
+
+    data = bytearray(path.read_bytes())
+    first = next(iter(torch.load(path, weights_only=True).values()))
+    at = data.find(first.numpy().tobytes()[:16])
+    assert at > 0
+    data[at + 3] ^= 0x40
+    path.write_bytes(bytes(data))
+    assert not torch.equal(next(iter(torch.load(path, weights_only=True).values())), first)
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "garbage", "flipped byte", "missing with plan.npz"])
 def test_damaged_base_is_pretrained_again_and_resume_gives_identical_scores(finished, copy, damage, capsys):
     base = copy / "base.pt"
     if damage == "empty":
@@ -72,6 +86,8 @@ def test_damaged_base_is_pretrained_again_and_resume_gives_identical_scores(fini
         base.write_bytes(base.read_bytes()[:1000])
     elif damage == "garbage":
         base.write_bytes(b"\x80\x02garbage that is no torch file" * 10)
+    elif damage == "flipped byte":  # loads, then fails the plan's checksum
+        _flip_a_weight_byte(base)
     else:
         base.unlink()
         (copy / "plan.npz").unlink()
@@ -79,6 +95,20 @@ def test_damaged_base_is_pretrained_again_and_resume_gives_identical_scores(fini
     assert main(["resume", str(copy), "--quiet", "--workers", "1"]) == 0
     capsys.readouterr()
     assert np.array_equal(_logits(copy), _logits(finished))
+    assert base.read_bytes() == (finished / "base.pt").read_bytes()
+
+
+def test_a_damaged_base_of_a_model_not_pretrained_is_made_again_from_its_own_weights(tmp_path, capsys):
+    """The file loads, fails the checksum, and the model it was loaded into is the base's starting point again."""
+    root = tmp_path / "run"
+    runner.run(dataclasses.replace(TINY, pretrain=False), ONE_WORKER, root)
+    base, logits = (root / "base.pt").read_bytes(), _logits(root)
+    _flip_a_weight_byte(root / "base.pt")
+    next(iter((root / "chunks").glob("*.npz"))).unlink()
+    assert main(["resume", str(root), "--quiet", "--workers", "1"]) == 0
+    capsys.readouterr()
+    assert (root / "base.pt").read_bytes() == base
+    assert np.array_equal(_logits(root), logits)
 
 
 def _mount_tmpfs(path: Path, size: int) -> bool:
@@ -343,6 +373,29 @@ def test_a_second_trainer_is_refused_while_the_first_holds_the_lock(copy, capsys
         assert main(["resume", str(copy), "--quiet", "--workers", "1"]) == 2
         _one_line_error(capsys, "being trained by another dpaudit process", f"pid {os.getpid()}")
     assert RunStore(copy).finished().sum() == 4  # the refused process trained nothing
+
+
+def test_a_hard_linked_lock_is_refused_and_the_file_elsewhere_is_unchanged(copy, tmp_path, capsys):
+    """O_NOFOLLOW stops a symbolic link at .lock, not a hard link: the pid is never written through one."""
+    outside = tmp_path / "precious.txt"
+    outside.write_bytes(b"not a lock\n")
+    (copy / ".lock").unlink(missing_ok=True)
+    os.link(outside, copy / ".lock")
+    assert main(["resume", str(copy), "--quiet", "--workers", "1"]) == 2
+    _one_line_error(capsys, f"cannot lock {copy / '.lock'}: it is one of 2 names of a file", "delete it")
+    assert outside.read_bytes() == b"not a lock\n"
+
+
+def test_a_lock_that_is_no_regular_file_is_refused_by_both_run_directories(tmp_path):
+    from dpaudit.errors import UsageError
+    from dpaudit.training_audit.store import TrainingAuditStore
+
+    for store in (RunStore(tmp_path / "campaign"), TrainingAuditStore(tmp_path / "training")):
+        store.root.mkdir()
+        os.mkfifo(store.root / ".lock")
+        with pytest.raises(UsageError, match=re.escape(f"cannot lock {store.root / '.lock'}: it is not a regular")):
+            with store.lock():
+                pass
 
 
 def test_missing_chunks_directory_plan_and_stale_temporaries_are_recovered_by_resume(finished, copy, capsys):

@@ -139,21 +139,23 @@ def _base_checksum(base: nn.Module) -> str:
 
 
 def _stored_base(store: RunStore, architecture: nn.Module, plan: Plan | None) -> nn.Module | None:
-    """base.pt loaded into ``architecture``, or None if it must be pretrained again (deterministic given the seed).
+    """base.pt loaded into a copy of ``architecture``, or None if it must be made again (deterministic given the seed).
 
     None: absent, unreadable (a crash or a full disk while it was written) or not the base the plan was made with.
+    A copy, because a file that loads and then fails the checksum must leave ``architecture`` as it was given
+    (trainable, and its own weights where it is not pretrained) to make the base from.
     """
     data = store.read_base()
     if data is None:
         return None
+    base = copy.deepcopy(architecture)
     try:
-        architecture.load_state_dict(torch.load(io.BytesIO(data), weights_only=True))
+        base.load_state_dict(torch.load(io.BytesIO(data), weights_only=True))
     except Exception:  # noqa: BLE001 - truncated, garbage or foreign: torch raises many types; all mean "remake"
         return None
-    base = architecture.eval().requires_grad_(False)
     if plan is not None and _base_checksum(base) != str(plan.base_checksum):
         return None
-    return base
+    return base.eval().requires_grad_(False)
 
 
 def check_inputs(config: CampaignConfig, inputs: resolve.Inputs) -> resolve.Inputs:
@@ -229,7 +231,6 @@ def prepare(
     plan = store.saved_plan() if resumed else None
     base = _stored_base(store, architecture, plan) if resumed else None
     if base is None:
-        # pretrain() re-initialises every parameter from the seed, so a half-loaded architecture changes nothing.
         base = (
             models.pretrain(architecture, dataset.public.x, dataset.public.y, seed=config.seed)
             if config.pretrain

@@ -34,6 +34,7 @@ import math
 import os
 import re
 import secrets
+import stat
 import time
 import zipfile
 from collections.abc import Iterator
@@ -220,15 +221,25 @@ def _reject_constant(token: str):
 def directory_lock(root: Path) -> Iterator[None]:
     """Held while a process writes the run directory ``root`` (flock on root/.lock, released even by kill -9).
 
-    A second process is refused with a usage error naming the holder's pid.
+    A second process is refused with a usage error naming the holder's pid; so is a ``.lock`` that is not a regular
+    file with this one name, which writing the pid would change outside the run directory.
     """
-    with _usage_error_on_os_error(root / ".lock", "open"):
+    path = root / ".lock"
+    with _usage_error_on_os_error(path, "open"):
         directory = _open_directory(root, ())
         try:
             fd = os.open(".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644, dir_fd=directory)
         finally:
             os.close(directory)
     try:
+        # O_NOFOLLOW stops a symbolic link, not a hard link (a second name of a file elsewhere) or a FIFO.
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode) or found.st_nlink != 1:
+            what = f"one of {found.st_nlink} names of a file" if stat.S_ISREG(found.st_mode) else "not a regular file"
+            raise UsageError(
+                f"cannot lock {path}: it is {what}, which writing the lock's pid would change; delete it and run the"
+                " command again"
+            )
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
