@@ -187,22 +187,27 @@ def finite_array(name: str, values, *, ndim: int) -> np.ndarray:
 
 
 def class_labels(name: str, values) -> np.ndarray:
-    """``values`` as a 1-D int64 array of class labels: whole numbers only (``3.0`` is accepted, ``"cat"`` is not)."""
+    """``values`` as a 1-D int64 array of class labels: whole numbers only (``3.0`` is accepted, ``"cat"`` is not).
+
+    A float label must be at most 2^53 in magnitude, an integer one fit int64: beyond, a float no longer tells
+    neighbouring whole numbers apart (2^53 + 1 reads as 2^53) and int64 holds none, so distinct classes would merge.
+    """
     array = np.asarray(values)
     if array.ndim != 1:
         raise InvalidArgument(f"{name} must be a 1-D array of class labels (one per example); got shape {array.shape}")
-    numeric = np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)
-    if array.dtype == np.bool_ or not numeric:
+    floating = np.issubdtype(array.dtype, np.floating)
+    if array.dtype == np.bool_ or not (floating or np.issubdtype(array.dtype, np.integer)):
         raise InvalidArgument(
             f"{name} must hold integer class labels; got dtype {array.dtype}: encode the classes as 0..C-1"
         )
-    if np.issubdtype(array.dtype, np.floating):
-        bad = np.flatnonzero(~np.isfinite(array) | (array != np.round(array)))
-        if bad.size:
-            raise InvalidArgument(
-                f"{name} must hold integer class labels; got {float(array[bad[0]])} at index {int(bad[0])}"
-                f"{f' and {bad.size - 1} more' if bad.size > 1 else ''}: encode the classes as 0..C-1"
-            )
+    largest, written = (2**53, "2^53") if floating else (np.iinfo(np.int64).max, "2^63 - 1")
+    bad = np.flatnonzero(~(np.abs(array) <= largest) | (array != np.round(array)))
+    if bad.size:
+        raise InvalidArgument(
+            f"{name} must hold integer class labels; got {array[bad[0]]} at index {int(bad[0])}"
+            f"{f' and {bad.size - 1} more' if bad.size > 1 else ''}: encode the classes as 0..C-1 (whole numbers of"
+            f" magnitude at most {written})"
+        )
     return array.astype(np.int64)
 
 

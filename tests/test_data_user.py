@@ -58,6 +58,15 @@ _BAD_NPZ = [
     ({"x": x, "y": np.where(np.arange(40) == 3, 0.5, y)}, "y must hold integer class labels; got 0.5 at index 3:"),
     ({"x": x, "y": np.array(["cat", "dog"])[y % 2]}, "y must hold integer class labels; got dtype <U3"),
     ({"x": x, "y": y > 0}, "y must hold integer class labels; got dtype bool"),
+    # Beyond 2^53 a float label no longer tells whole numbers apart, and int64 holds none: 1e300 and 2e300 (or 2^64 - 1
+    # and 0) would be one class.
+    ({"x": x, "y": np.array([0, 1e300, 2e300])[y]}, "y must hold integer class labels; got 2e+300 at index 0"),
+    ({"x": x, "y": np.array([0, 2**64 - 1], dtype=np.uint64)[y % 2]}, "got 18446744073709551615 at index"),
+    (
+        {**_SPLITS, "x_private": np.where(np.arange(16)[:, None] * 5 + np.arange(5) == 17, 1e300, x[16:32])},
+        "feature 2 of the private part is 1e+300, 1.03e+300 standard deviations from the public part's mean, beyond"
+        " float32's range: rescale or clip that feature",
+    ),
     ({"x": x, "y": np.ones(40, dtype=int)}, "every label is 1; a classifier needs 2+ classes"),
     ({"x": x[:5], "y": y[:5]}, "the test part has 1 example(s); every part needs at least 2"),
     ({**_SPLITS, "x_private": x[:1], "y_private": y[:1]}, "the private part has 1 example(s)"),
@@ -89,6 +98,7 @@ _BAD_CSV = [
     ("label\n" + "0\n1\n" * 10, "every column but 'label' must be a numeric feature; there is none"),
     ("a,label\n" + "1,cat\n2,dog\n" * 10, "label must hold integer class labels; got dtype object"),
     ("a,label\n" + "1,0.5\n" * 20, "label must hold integer class labels; got 0.5 at index 0"),
+    ("a,label\n" + "1,0\n2,1e300\n3,2e300\n" * 7, "label must hold integer class labels; got 1e+300 at index 1"),
     ("a,b,label\n1,,0\n" + "1,2,1\n" * 20, "features contains 1 non-finite value(s) (NaN or ±inf) at index (0, 1)"),
     ("", "is not a readable CSV table"),
 ]
@@ -112,6 +122,16 @@ def test_x_and_y_are_split_40_40_20_standardised_by_the_public_part_and_labels_r
         np.testing.assert_allclose(part.x, (x[rows] - mean) / std, rtol=1e-6, atol=1e-6)
         assert part.y.dtype == np.int64 and np.array_equal(part.y, y[rows])  # -4, 3, 10 → 0, 1, 2
     assert dataset.num_classes == 3 and dataset.input_shape == (5,)
+
+
+def test_features_near_the_float64_limit_are_standardised_like_the_same_features_in_small_units(tmp_path):
+    """Features at 1e200 (whose squares overflow float64) standardise to what the features / 1e200 do, never to 0."""
+    x, y = _features(100)
+    huge = resolver.load_dataset(_npz(tmp_path / "huge.npz", x=x * 1e200, y=y))
+    small = resolver.load_dataset(_npz(tmp_path / "small.npz", x=x, y=y))
+    for part, expected in zip((huge.public, huge.private, huge.test), (small.public, small.private, small.test)):
+        np.testing.assert_allclose(part.x, expected.x, rtol=1e-6, atol=1e-6)
+        assert np.abs(part.x).max() > 1
 
 
 def test_explicit_splits_keep_their_rows(tmp_path):

@@ -10,9 +10,10 @@ The split depends on the dataset alone (a fixed seed), never on the campaign see
 a dataset audits the same private pool. Features are standardised with the public part's statistics.
 
 A user's own data (:func:`from_npz`, :func:`from_csv`) is checked as it is read: every defect (a missing array, a
-shape mismatch, a NaN feature, a label that is not a whole number, too small a split) is a one-line
-:class:`UsageError` naming the file and the fix. Byte-level text (``text``, ``text:PATH``) is in :mod:`.text`; the
-unsplit training sets of ``dpaudit audit-training`` in :mod:`.training_sets`.
+shape mismatch, a NaN feature, one that standardises beyond float32's range, a label that is not a whole number or
+beyond 2^53, too small a split) is a one-line :class:`UsageError` naming the file and the fix. Byte-level text
+(``text``, ``text:PATH``) is in :mod:`.text`; the unsplit training sets of ``dpaudit audit-training`` in
+:mod:`.training_sets`.
 """
 
 from __future__ import annotations
@@ -97,15 +98,39 @@ def _standardised_split(name: str, x: np.ndarray, y: np.ndarray, num_classes: in
 
 
 def _standardised(name: str, parts, num_classes: int) -> Dataset:
-    """The Dataset of the (x, y) parts (public, private, test), features standardised by the public part."""
+    """The Dataset of the (x, y) parts (public, private, test), features standardised by the public part.
+
+    Raises:
+        UsageError: a standardised feature beyond float32's range (the models' precision), naming it.
+    """
     (x_public, _), *_ = parts
     # Per-feature statistics of the public part only: the private pool must not shape preprocessing. Images
     # (N, C, H, W) per channel.
     axes = (0, 2, 3) if x_public.ndim == 4 else (0,)
-    mean = x_public.mean(axis=axes, keepdims=True)
-    std = x_public.std(axis=axes, keepdims=True)
-    std[std == 0] = 1.0
-    public, private, test = (Split(((x - mean) / std).astype(np.float32), y.astype(np.int64)) for x, y in parts)
+    # Each feature is first divided by the power of two that puts the public part's largest |value| in [½, 1):
+    # beyond ~1e154 the squares in the standard deviation overflow float64 (and every standardised value became
+    # 0). Dividing by a power of two is exact, so any other data standardises to the same values bit for bit.
+    _, exponent = np.frexp(np.abs(x_public).max(axis=axes, keepdims=True))
+    scale = np.ldexp(np.ones((), x_public.dtype), exponent)
+    scaled = x_public / scale
+    mean = scaled.mean(axis=axes, keepdims=True)
+    std = scaled.std(axis=axes, keepdims=True)
+    std = np.where(std == 0, 1 / scale, std)  # a constant feature is only centred, in its own units
+    splits: list[Split] = []
+    for part, (x, y) in zip(("public", "private", "test"), parts):
+        with np.errstate(over="ignore"):  # found below, naming the feature
+            standardised = (x / scale - mean) / std
+        beyond = ~(np.abs(standardised) <= np.finfo(np.float32).max)
+        if beyond.any():
+            at = tuple(int(i) for i in np.unravel_index(np.argmax(beyond), beyond.shape))
+            feature = at[1] if len(at) == 2 else at[1:]
+            raise UsageError(
+                f"{name}: feature {feature} of the {part} part is {float(x[at]):.3g}, {float(standardised[at]):.3g}"
+                " standard deviations from the public part's mean, beyond float32's range: rescale or clip that"
+                " feature"
+            )
+        splits.append(Split(standardised.astype(np.float32), y.astype(np.int64)))
+    public, private, test = splits
     return Dataset(name, public, private, test, num_classes)
 
 
