@@ -46,7 +46,7 @@ def written_run(root, seed: int, separation: float, models_count: int = 200) -> 
     layers = campaign_plan.layer_shapes(architecture)
     members = len(dataset.private) + 1
     mechanism = resolver.mechanism(config)
-    store.write_privacy_event(privacy.to_record(campaign_plan.claimed_privacy(mechanism, config, members, layers)))
+    claimed = privacy.to_record(campaign_plan.claimed_privacy(mechanism, config, members, layers))
     store.save_plan(
         Plan(
             task=np.array("classification"),
@@ -57,8 +57,11 @@ def written_run(root, seed: int, separation: float, models_count: int = 200) -> 
             max_members=np.array(members),
             layer_shapes=np.array([[s.d_out, s.d_in, s.example_rank] for s in layers]),
             base_checksum=np.array("not trained"),
+            claimed_privacy=np.array(json.dumps(claimed)),
+            sketch_inputs=np.array(""),
         )
     )
+    store.write_privacy_event()
     rng = np.random.default_rng(seed)
     target = rng.normal(size=(models_count, 1, classes)).astype(np.float32)
     target[:, 0, 0] += separation * membership[:, 0]  # the canary's label gets a larger logit in IN models

@@ -36,6 +36,7 @@ from dpaudit.campaign.store import Plan, RunStore, checksum
 from dpaudit.config import CampaignConfig
 from dpaudit.data import text
 from dpaudit.errors import UsageError
+from dpaudit.formatting import json_text
 from dpaudit.mechanisms import catalogue, privacy
 from dpaudit.mechanisms.base import Mechanism
 from dpaudit.mechanisms.privacy import LayerShape, Training
@@ -309,11 +310,13 @@ def prepare(
         for name, shape in zip(models.adapted_layers(base), layer_shapes(base))
         if adapted is None or name in adapted
     ]
-    if store.privacy_event() is None:
-        # The claim the analysis judges the audit against, saved before any model trains: the analysis reads it
-        # and never rebuilds the mechanism (a user's object has no name that would rebuild it).
-        store.write_privacy_event(privacy.to_record(claimed_privacy(mechanism, config, members, layers)))
-    if plan is None:
+    # The claim the analysis judges the audit against, recorded in the plan before any model trains (privacy.json is
+    # its readable copy). The analysis never rebuilds the mechanism (a user's object has no name that would rebuild
+    # it): a continued campaign's mechanism is checked here to make the recorded claim still.
+    claimed = privacy.to_record(claimed_privacy(mechanism, config, members, layers))
+    if plan is not None:
+        store.check_claimed_privacy(claimed)
+    else:
         with torch.no_grad():
             reference_outputs = outputs_of(setup, lambda x: base(torch.from_numpy(x)), setup.targets_x, setup.targets_y)
         shapes = np.array([astuple(shape) for shape in layers], dtype=np.int64)
@@ -327,6 +330,10 @@ def prepare(
                 np.array(layout.members),
                 shapes,
                 np.array(_base_checksum(base)),
+                np.array(json_text(claimed)),
+                np.array(""),  # measured after training (dpaudit.campaign.sketch_inputs)
             )
         )
+    if store.privacy_event() is None:
+        store.write_privacy_event()
     return setup

@@ -164,7 +164,7 @@ def _run_locked(config: CampaignConfig, execution: Execution, store: RunStore, i
     # [S] Lemma 7.2's inputs are measured on LoRA-FA retrained as full-weight training of every layer: where LoRA
     # leaves layers out (the transformer's head), that is another training, so nothing is measured.
     every_layer = set(models.lora_layers(setup.base)) == set(models.adapted_layers(setup.base))
-    if config.mechanism in catalogue.applying("sketch-claim") and every_layer and store.measurements() is None:
+    if config.mechanism in catalogue.applying("sketch-claim") and every_layer and store.needs_measurements():
         store.write_measurements(sketch_inputs.measure_sketch_inputs(setup))
     store.record_seconds(time.perf_counter() - start)
 

@@ -9,6 +9,7 @@ Layout::
     RUN_DIR/timing.json              the campaign's wall time, summed over sessions
     RUN_DIR/measured.json            LoRA-FA campaigns: [S] Lemma 7.2's λ̄, C, β measured on a few of its models
     RUN_DIR/privacy.json             the privacy event the mechanism claims at this run's facts, saved when planned
+                                     (plan.npz keeps a copy of both: the files the verdict is judged against)
     RUN_DIR/.lock                    held (flock) by the process that trains
     RUN_DIR/summary.json, scores.csv, roc*.png, report.*   written by the analysis
 
@@ -19,7 +20,9 @@ and a link planted at any name is replaced, never followed. A run directory that
 ``plan.npz`` and every chunk carry a checksum of their arrays and a copy of ``campaign.json`` as it was when they
 were made: a file whose checksum fails (a crash artifact) is recomputed; a ``campaign.json`` that no longer
 matches what was made under it (edited by hand) is refused, naming the field. This protects against mistakes and
-casual edits, not against a forger who rewrites every file consistently.
+casual edits, not against a forger who rewrites every file consistently. ``privacy.json`` and ``measured.json`` are
+bound the same way one level down: ``plan.npz`` records a copy of each (checksummed with the plan's arrays), and a
+file that differs from its copy is refused, naming the field.
 """
 
 from __future__ import annotations
@@ -44,13 +47,17 @@ from pathlib import Path
 
 import numpy as np
 
+from accountants.jsondata import json_safe
 from dpaudit import config as config_lib
 from dpaudit.config import CampaignConfig
 from dpaudit.errors import UsageError
 from dpaudit.formatting import json_text
+from dpaudit.training.sampling import BatchLayout
 from dpaudit.version import __version__
 
-FORMAT_VERSION = 4  # 4: every campaign's claimed privacy event in privacy.json, read by the analysis
+# 4: every campaign's claimed privacy event in privacy.json, read by the analysis; 5: plan.npz records copies of
+# privacy.json and measured.json, which must match them
+FORMAT_VERSION = 5
 _CHUNK_ARRAYS = ("indices", "target_outputs", "population_outputs")
 _OBSERVATIONS = "canary_observations"  # chunks of white-box campaigns (config observe = weights | steps) only
 _CANDIDATES = "candidate_log_likelihoods"  # chunks of next-token campaigns with secret canaries only
@@ -88,6 +95,10 @@ class Plan:
     max_members: np.ndarray  # () the largest member count N of any model: with the batch size it fixes q and T
     layer_shapes: np.ndarray  # (layers, 3) d_out, d_in, example rank of each adapted layer (dpaudit.analysis.bounds)
     base_checksum: np.ndarray  # () str: checksum of base.pt's tensors, so a re-pretrained base is checked
+    # () str: the claimed privacy event (privacy.to_record) as JSON: privacy.json must hold it, the mechanism claim it
+    claimed_privacy: np.ndarray
+    # () str: measured.json's values as JSON once [S] Lemma 7.2's inputs are measured after training; "" before
+    sketch_inputs: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -115,6 +126,11 @@ def checksum(arrays: dict[str, np.ndarray]) -> str:
         digest.update(f"{name}:{array.dtype.str}:{array.shape}".encode())
         digest.update(array.tobytes())
     return digest.hexdigest()
+
+
+def json_checksum(value) -> str:
+    """SHA-256 of a JSON value's canonical text: keys sorted, non-finite numbers as strings (as files hold them)."""
+    return hashlib.sha256(json.dumps(json_safe(value), sort_keys=True).encode()).hexdigest()
 
 
 def _open_directory(root: Path, parts: tuple[str, ...]) -> int:
@@ -310,16 +326,28 @@ def _load_npz(root: Path, relative: str) -> tuple[dict[str, np.ndarray], str] | 
     return arrays, str(record)
 
 
-def _differences(made: dict, now: dict, prefix: str = "") -> list[str]:
-    """``field: A when made, B now`` for each (nested) field of two campaign records that differs."""
+def differences(made: dict, now: dict, prefix: str = "") -> list[str]:
+    """``field: A when made, B now`` for each (nested) field of two records (JSON objects) that differs."""
     found = []
     for key in sorted(set(made) | set(now), key=str):
         before, after = made.get(key, "(absent)"), now.get(key, "(absent)")
         if isinstance(before, dict) and isinstance(after, dict):
-            found += _differences(before, after, f"{prefix}{key}.")
+            found += differences(before, after, f"{prefix}{key}.")
         elif before != after or type(before) is not type(after):
             found.append(f"{prefix}{key}: {before!r} when made, {after!r} now")
     return found
+
+
+def _json_object_text(text: np.ndarray, empty: bool = False) -> bool:
+    """Whether ``text`` is a () string array holding a JSON object (or, if ``empty``, nothing)."""
+    if text.shape or text.dtype.kind != "U":
+        return False
+    if empty and not str(text):
+        return True
+    try:
+        return isinstance(json.loads(str(text)), dict)
+    except ValueError:
+        return False
 
 
 def _config_from_json(raw: dict, path: Path) -> CampaignConfig:
@@ -380,13 +408,13 @@ class RunStore:
         fingerprints = fingerprints or {}
         self._make_root()
         if read_file(self.root, "campaign.json") is not None:
-            differences = self.config().differences(config) + self._fingerprint_differences(fingerprints)
-            if not differences:
+            changed = self.config().differences(config) + self._fingerprint_differences(fingerprints)
+            if not changed:
                 self.check_data(data_fingerprint)
                 return True
             if any(self.chunks.glob("models-*.npz")):
                 raise UsageError(
-                    f"{self.root} holds a different campaign ({'; '.join(differences)}): its models cannot be mixed"
+                    f"{self.root} holds a different campaign ({'; '.join(changed)}): its models cannot be mixed"
                     f" with these; use another --out, or `dpaudit resume {self.root}` to continue it as it was"
                 )
             for name in ("plan.npz", "base.pt", "timing.json", "privacy.json", "measured.json"):
@@ -461,11 +489,11 @@ class RunStore:
             made = None
         if not isinstance(made, dict):
             raise self._damaged(name, "has an unreadable campaign record", "delete it; `dpaudit resume` remakes it")
-        differences = _differences(made, now)
-        if differences:
+        edited = differences(made, now)
+        if edited:
             raise UsageError(
                 f"{self.root / 'campaign.json'} does not match the one {name} was made under "
-                f"({'; '.join(differences)}): campaign.json was edited; restore it, or re-run the campaign"
+                f"({'; '.join(edited)}): campaign.json was edited; restore it, or re-run the campaign"
                 " into a new directory"
             )
 
@@ -537,6 +565,8 @@ class RunStore:
             problem = f"has reference outputs of shape {reference.shape}, not (targets, F)"
         elif plan.layer_shapes.ndim != 2 or plan.layer_shapes.shape[1:] != (3,) or plan.max_members.shape:
             problem = "has malformed layer shapes or member count"
+        elif not (_json_object_text(plan.claimed_privacy) and _json_object_text(plan.sketch_inputs, empty=True)):
+            problem = "has copies of privacy.json or measured.json that are not JSON objects"
         if problem is not None:
             raise self._damaged("plan.npz", problem, _REMAKE_PLAN)
         return plan
@@ -658,23 +688,85 @@ class RunStore:
                 except (PermissionError, OverflowError):
                     continue
 
-    # -- measurements -----------------------------------------------------------------------------------------
+    # -- the files the verdict is judged against: bound to campaign.json and to their copies in plan.npz -----------
 
-    def write_measurements(self, values: dict) -> None:
-        """measured.json: numbers measured on the campaign's models after training, bound to campaign.json."""
-        self._write_bound("measured.json", values)
+    def check_claimed_privacy(self, values: dict) -> None:
+        """Refuse a plan whose recorded claim is not ``values``, the event the campaign's mechanism claims now."""
+        changed = differences(json.loads(str(self.plan().claimed_privacy)), json.loads(json_text(values)))
+        if changed:
+            raise UsageError(
+                f"{self.root / 'plan.npz'} records a claimed privacy event that the campaign's mechanism does not"
+                f" make ({'; '.join(changed)}): delete plan.npz and privacy.json; `dpaudit resume {self.root}`"
+                " remakes them"
+            )
 
-    def measurements(self) -> dict | None:
-        """measured.json's values, None if absent (not measured yet: `dpaudit resume` measures them)."""
-        return self._read_bound("measured.json", "delete it; `dpaudit resume` measures again")
-
-    def write_privacy_event(self, values: dict) -> None:
-        """privacy.json: the claimed privacy event (:func:`.privacy.to_record`), what the analysis bounds."""
-        self._write_bound("privacy.json", values)
+    def write_privacy_event(self) -> None:
+        """privacy.json: the claimed privacy event plan.npz records (:func:`.privacy.to_record`), for the analysis."""
+        self._write_bound("privacy.json", json.loads(str(self.plan().claimed_privacy)))
 
     def privacy_event(self) -> dict | None:
-        """privacy.json's record, None if absent (written when the campaign is planned; continuing it rewrites it)."""
-        return self._read_bound("privacy.json", "delete it; continuing the run with dpaudit.audit writes it again")
+        """privacy.json's record, None if absent (continuing the run writes it again); refused if it was edited."""
+        fix = (
+            f"restore it, or delete it and continue the run (`dpaudit resume {self.root}`, or dpaudit.audit with the"
+            " same objects), which writes it again"
+        )
+        values = self._read_bound("privacy.json", fix)
+        if values is not None:
+            self._check_copy("privacy.json", values, str(self.plan().claimed_privacy), fix)
+        return values
+
+    def write_measurements(self, values: dict) -> None:
+        """measured.json: numbers measured on the campaign's models after training, their copy in plan.npz.
+
+        The copy is recorded first: a kill between the two leaves measured.json absent, and it is measured again.
+        """
+        self.save_plan(dataclasses.replace(self.plan(), sketch_inputs=np.array(json_text(values))))
+        self._write_bound("measured.json", values)
+
+    def needs_measurements(self) -> bool:
+        """True if measured.json is absent (not measured yet, or deleted) or plan.npz, made again, has no copy of it."""
+        return read_file(self.root, "measured.json") is None or not str(self.plan().sketch_inputs)
+
+    def measurements(self) -> dict | None:
+        """measured.json's values, None if none were measured; refused if they differ from plan.npz's copy or config."""
+        recorded = str(self.plan().sketch_inputs)
+        again = f"`dpaudit resume {self.root}` measures again"
+        values = self._read_bound("measured.json", f"delete it; {again}")
+        if values is None:
+            if recorded:
+                raise self._damaged("measured.json", "is missing", again)
+            return None
+        if not recorded:
+            raise self._damaged("measured.json", "has no copy in plan.npz (the plan was made again)", again)
+        self._check_copy("measured.json", values, recorded, f"restore it, or delete it; {again}")
+        contradicted = [
+            f"{name} is {values.get(name)!r} but the config gives {value!r}"
+            for name, value in self._measured_config_facts().items()
+            if values.get(name) != value
+        ]
+        if contradicted:
+            raise self._damaged("measured.json", f"contradicts campaign.json ({'; '.join(contradicted)})", again)
+        return values
+
+    def _measured_config_facts(self) -> dict:
+        """measured.json's values that the config determines: the SGD the inputs were measured under."""
+        config = self.config()
+        layout = BatchLayout.for_members(int(self.plan().max_members), config.batch_size)
+        return {
+            "lr": config.lr,
+            "momentum": config.momentum,
+            "schedule": config.schedule,
+            "batch_size": config.batch_size,
+            "steps": config.epochs * layout.steps,
+        }
+
+    def _check_copy(self, name: str, values: dict, recorded: str, fix: str) -> None:
+        """Refuse ``name`` if its values differ from the copy plan.npz recorded, naming each field that differs."""
+        changed = differences(json.loads(recorded), values)
+        if changed:
+            raise UsageError(
+                f"{self.root / name} differs from the copy plan.npz recorded ({'; '.join(changed)}): {fix}"
+            )
 
     def _write_bound(self, name: str, values: dict) -> None:
         """A JSON file of values bound to campaign.json as it is now (refused once campaign.json changes)."""
