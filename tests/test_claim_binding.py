@@ -27,6 +27,7 @@ from dpaudit.errors import UsageError
 from dpaudit.formatting import json_text
 from dpaudit.mechanisms import privacy
 from dpaudit.training_audit.store import TrainingAuditStore
+from tests.one_line import one_line_error
 
 DP_SGD = CampaignConfig(mechanism="dp-sgd", models=4, epochs=1, batch_size=64, seed=3)  # SubsampledGaussian
 LORA_FA = CampaignConfig(mechanism="lora-fa", models=4, epochs=1, rank=4, seed=3)  # NotDp, and measured.json
@@ -109,14 +110,6 @@ def _another(value):
     return value * 2 + 1  # another number of the same type, also for 0
 
 
-def _refused(capsys, *fragments: str) -> str:
-    err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    for fragment in fragments:
-        assert fragment in err, err
-    return err
-
-
 def test_the_cases_cover_every_field(runs):
     for mechanism, fields in PRIVACY_FIELDS.items():
         record = json.loads((runs[mechanism] / "privacy.json").read_text())
@@ -135,9 +128,11 @@ def test_an_edited_claim_is_refused_by_analyse_report_and_resume(runs, tmp_path,
     _edit(run / "privacy.json", field)
     for command in (["analyse", str(run)], ["report", str(run), "--out", str(tmp_path / "report")]):
         assert main(command) == 2
-        _refused(capsys, "privacy.json differs from the copy plan.npz recorded", field, "restore it", "dpaudit resume")
+        one_line_error(
+            capsys, "privacy.json differs from the copy plan.npz recorded", field, "restore it", "dpaudit resume"
+        )
     assert main(["resume", str(run)]) == 2
-    _refused(capsys, "privacy.json differs from the copy plan.npz recorded", field)
+    one_line_error(capsys, "privacy.json differs from the copy plan.npz recorded", field)
 
 
 @pytest.mark.parametrize("field", MEASURED_FIELDS)
@@ -146,7 +141,7 @@ def test_edited_measurements_are_refused_by_analyse_and_report(runs, tmp_path, c
     _edit(run / "measured.json", field)
     for command in (["analyse", str(run)], ["report", str(run), "--out", str(tmp_path / "report")]):
         assert main(command) == 2
-        _refused(capsys, "measured.json differs from the copy plan.npz recorded", field, "restore it")
+        one_line_error(capsys, "measured.json differs from the copy plan.npz recorded", field, "restore it")
 
 
 def test_the_campaign_record_inside_the_claim_is_bound_too(runs, tmp_path, capsys):
@@ -155,7 +150,7 @@ def test_the_campaign_record_inside_the_claim_is_bound_too(runs, tmp_path, capsy
     record["campaign"] = record["campaign"].replace('"seed": 3', '"seed": 4')
     (run / "privacy.json").write_text(json_text(record))
     assert main(["analyse", str(run)]) == 2
-    _refused(capsys, "the one privacy.json was made under", "config.seed: 4 when made, 3 now")
+    one_line_error(capsys, "the one privacy.json was made under", "config.seed: 4 when made, 3 now")
 
 
 def test_measurements_that_contradict_the_config_are_refused_even_with_a_matching_copy(runs, tmp_path, capsys):
@@ -164,7 +159,7 @@ def test_measurements_that_contradict_the_config_are_refused_even_with_a_matchin
     store = RunStore(run)
     store.write_measurements({**store.measurements(), "lr": 5.0, "momentum": 0.0})
     assert main(["analyse", str(run)]) == 2
-    _refused(
+    one_line_error(
         capsys,
         "measured.json contradicts campaign.json",
         "lr is 5.0 but the config gives 0.05",
@@ -181,7 +176,7 @@ def test_a_recorded_claim_the_mechanism_does_not_make_is_refused_on_resume(runs,
     (run / "privacy.json").unlink()
     store.write_privacy_event()
     assert main(["resume", str(run)]) == 2
-    _refused(
+    one_line_error(
         capsys,
         "plan.npz records a claimed privacy event that the campaign's mechanism does not make",
         "fields.noise_multiplier: 1000.0 when made, 1.0 now",
@@ -201,7 +196,7 @@ def test_a_deleted_file_is_refused_and_resume_writes_it_again(runs, tmp_path, ca
     run = _copy(runs["lora-fa"], tmp_path)
     (run / name).unlink()
     assert main(["analyse", str(run)]) == 2
-    _refused(capsys, f"{name} is missing", "resume")
+    one_line_error(capsys, f"{name} is missing", "resume")
     assert main(["resume", str(run)]) == 0
     for bound in ("privacy.json", "measured.json"):
         assert (run / bound).read_bytes() == (runs["lora-fa"] / bound).read_bytes()
@@ -278,4 +273,4 @@ def test_running_a_training_audit_again_restores_its_claim_and_refuses_an_edited
     with pytest.raises(UsageError, match="audit.json: what was audited does not match its recorded"):
         analyse_training(TrainingAuditStore(run))
     assert main(_audit_training(dataset, run)) == 2
-    _refused(capsys, "audit.json: what was audited does not match its recorded description_checksum")
+    one_line_error(capsys, "audit.json: what was audited does not match its recorded description_checksum")

@@ -19,18 +19,11 @@ from dpaudit.campaign.store import ChunkOutputs, Plan, RunStore
 from dpaudit.cli import main
 from dpaudit.config import CampaignConfig, Execution
 from dpaudit.errors import UsageError
+from tests.one_line import one_line_error
 
 _ONE_RUN = {"design": "one-run", "canaries": 4}
 _DESIGNS = {"canary": {}, "all-examples": {"design": "all-examples"}, "one-run": _ONE_RUN}
 _ALLOWED_ONE_RUN = ("canary-loss", "reference", "rmia")
-
-
-def _one_line_error(capsys, *fragments: str) -> str:
-    err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    for fragment in fragments:
-        assert fragment in err, err
-    return err
 
 
 @pytest.mark.parametrize("design", _DESIGNS)
@@ -57,7 +50,7 @@ def test_audit_refuses_a_label_fitted_one_run_attack_before_anything_is_written(
     out = tmp_path / "run"
     argv = ["audit", "--design", "one-run", "--canaries", "4", "--models", "2", "--attack", attack, "--out", str(out)]
     assert main(argv) == 2
-    _one_line_error(capsys, f"--attack {attack} does not apply to --design one-run", "canary-loss, reference, rmia")
+    one_line_error(capsys, f"--attack {attack} does not apply to --design one-run", "canary-loss, reference, rmia")
     assert not out.exists()
 
 
@@ -75,13 +68,13 @@ def test_resume_and_analyse_refuse_a_label_fitted_attack_on_a_one_run_campaign(o
     chunk.unlink()
     try:
         assert main(["resume", str(root), "--quiet", "--workers", "1", "--attack", attack]) == 2
-        _one_line_error(capsys, f"--attack {attack} does not apply to --design one-run")
+        one_line_error(capsys, f"--attack {attack} does not apply to --design one-run")
         assert not chunk.exists()  # refused before training the missing model
     finally:
         assert main(["resume", str(root), "--quiet", "--workers", "1"]) == 0
     capsys.readouterr()
     assert main(["analyse", str(root), "--attack", attack]) == 2
-    _one_line_error(capsys, f"--attack {attack} does not apply to --design one-run")
+    one_line_error(capsys, f"--attack {attack} does not apply to --design one-run")
 
 
 def test_analyse_all_on_a_one_run_campaign_tries_the_allowed_attacks(one_run_campaign, capsys):
@@ -117,6 +110,8 @@ def _null_runs(seed: int) -> tuple[Plan, ChunkOutputs]:
         max_members=np.array(100),
         layer_shapes=np.zeros((0, 3), dtype=np.int64),
         base_checksum=np.array(""),
+        claimed_privacy=np.array("{}"),  # attack_scores reads neither the claim nor the sketch's inputs
+        sketch_inputs=np.array(""),
     )
     population = rng.normal(size=(_MODELS, _POPULATION, _CLASSES)).astype(np.float32)
     return plan, ChunkOutputs(np.arange(_MODELS), logits.astype(np.float32), population)

@@ -19,6 +19,7 @@ from dpaudit.campaign import runner
 from dpaudit.campaign.store import RunStore, _save_npz, write_file
 from dpaudit.cli import main
 from dpaudit.config import CampaignConfig, Execution
+from tests.one_line import one_line_error
 
 TINY = CampaignConfig(models=8, epochs=1, rank=4, seed=1)
 ONE_WORKER = Execution(workers=1, chunk_size=4, progress=False)
@@ -31,14 +32,6 @@ def _strict_json(text: str):
         raise ValueError(f"{token} is not JSON")
 
     return json.loads(text, parse_constant=refuse)
-
-
-def _one_line_error(capsys, *fragments: str) -> str:
-    err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    for fragment in fragments:
-        assert fragment in err, err
-    return err
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +119,7 @@ def test_full_disk_fails_in_one_line_and_the_run_resumes_to_identical_scores(fin
         out = mountpoint / "run"
         argv = ["audit", "--models", "8", "--epochs", "1", "--rank", "4", "--seed", "1", "--chunk-size", "4"]
         assert main([*argv, "--workers", "1", "--quiet", "--out", str(out)]) == 2
-        _one_line_error(capsys, "No space left on device", "run the command again")
+        one_line_error(capsys, "No space left on device", "run the command again")
         moved = tmp_path / "moved"
         shutil.copytree(out, moved)  # "free disk space": the same directory, somewhere with room
     finally:
@@ -144,7 +137,7 @@ def test_diverging_models_are_named_with_the_fix_and_the_directory_restarts_afte
     out = tmp_path / "diverging"
     argv = ["audit", "--models", "8", "--epochs", "1", "--batch-size", "8", "--workers", "1", "--quiet"]
     assert main([*argv, "--out", str(out)]) == 2
-    err = _one_line_error(capsys, "diverged", "lower --lr", "raise --batch-size")
+    err = one_line_error(capsys, "diverged", "lower --lr", "raise --batch-size")
     # Which models cross into NaN at this edge depends on float summation order, so on the machine and the thread
     # count (seen: 1 and 5 at 1 thread, 1, 5 and 6 at 2 on one machine; 1 alone at 1 thread on another): model 1
     # diverged in every setting tried.
@@ -152,7 +145,7 @@ def test_diverging_models_are_named_with_the_fix_and_the_directory_restarts_afte
     assert named and 1 in {int(k) for k in named.group(1).split(",")} <= set(range(8)), err
     assert not list((out / "chunks").glob("*.npz"))  # nothing stored as finished
     assert main(["resume", str(out), "--quiet", "--workers", "1"]) == 2  # the same config diverges again
-    _one_line_error(capsys, "diverged")
+    one_line_error(capsys, "diverged")
     assert main([*argv, "--lr", "0.01", "--out", str(out), "--json"]) == 0
     numbers = _strict_json(capsys.readouterr().out)
     assert numbers["config"]["lr"] == 0.01 and numbers["n_in"] == 4
@@ -166,7 +159,7 @@ def test_a_stored_chunk_with_non_finite_outputs_is_refused_naming_it(copy, capsy
     kept = {k: arrays[k] for k, v in store.outputs().__dict__.items() if v is not None}
     _save_npz(copy, f"chunks/{path.name}", kept, store._record())
     assert main(["analyse", str(copy)]) == 2
-    _one_line_error(capsys, path.name, "non-finite", "delete it")
+    one_line_error(capsys, path.name, "non-finite", "delete it")
 
 
 # -- 3. never a write outside the run directory -----------------------------------------------------------------
@@ -194,7 +187,7 @@ def test_a_run_directory_holding_a_link_is_refused_and_nothing_outside_is_writte
     target.symlink_to(outside if name == "chunks" else outside / "victim.txt")
     for argv in (["analyse", str(copy)], ["report", str(copy)], ["resume", str(copy), "--quiet", "--workers", "1"]):
         assert main(argv) == 2
-        _one_line_error(capsys, "link")
+        one_line_error(capsys, "link")
     assert _digests(outside) == before
 
 
@@ -248,7 +241,7 @@ def test_an_edited_campaign_json_is_refused_by_every_command_naming_the_field(
     (copy / "campaign.json").write_text(json.dumps(metadata))
     for argv in (["analyse", str(copy)], ["report", str(copy)], ["resume", str(copy), "--quiet", "--workers", "1"]):
         assert main(argv) == 2
-        _one_line_error(capsys, f"{field}:", "campaign.json")
+        one_line_error(capsys, f"{field}:", "campaign.json")
 
 
 def test_an_edit_is_named_from_the_chunks_when_the_plan_is_gone(copy, capsys):
@@ -258,7 +251,7 @@ def test_an_edit_is_named_from_the_chunks_when_the_plan_is_gone(copy, capsys):
     metadata["config_hash"] = CampaignConfig(**metadata["config"]).canonical_hash()
     (copy / "campaign.json").write_text(json.dumps(metadata))
     assert main(["resume", str(copy), "--quiet", "--workers", "1"]) == 2
-    _one_line_error(capsys, "config.seed: 1 when made, 7 now", "chunks/models-")
+    one_line_error(capsys, "config.seed: 1 when made, 7 now", "chunks/models-")
 
 
 # -- 5. one line naming the file for every malformed file -------------------------------------------------------
@@ -320,7 +313,7 @@ def test_malformed_files_are_one_line_errors_naming_the_file(copy, case, capsys)
     damage, expected = MALFORMED[case]
     damage(copy)
     assert main(["analyse", str(copy)]) == 2
-    _one_line_error(capsys, expected)
+    one_line_error(capsys, expected)
 
 
 @pytest.mark.parametrize(
@@ -329,7 +322,7 @@ def test_malformed_files_are_one_line_errors_naming_the_file(copy, case, capsys)
 def test_a_malformed_summary_is_a_one_line_error_for_report(copy, summary, capsys):
     _edit_json("summary.json", summary, raw=isinstance(summary, str))(copy)
     assert main(["report", str(copy)]) == 2
-    _one_line_error(capsys, "summary.json", "dpaudit analyse")
+    one_line_error(capsys, "summary.json", "dpaudit analyse")
 
 
 def test_report_numbers_come_from_the_outputs_not_from_summary_json(copy, capsys):
@@ -361,7 +354,7 @@ def test_report_out_must_name_a_directory(finished, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["report", str(finished), "--out", ""])
     assert exit_.value.code == 2
-    _one_line_error(capsys, "empty")
+    one_line_error(capsys, "empty")
 
 
 # -- 7. processes, the lock, missing pieces, strict JSON --------------------------------------------------------
@@ -371,7 +364,7 @@ def test_a_second_trainer_is_refused_while_the_first_holds_the_lock(copy, capsys
     (next(iter((copy / "chunks").glob("*.npz")))).unlink()
     with RunStore(copy).lock():
         assert main(["resume", str(copy), "--quiet", "--workers", "1"]) == 2
-        _one_line_error(capsys, "being trained by another dpaudit process", f"pid {os.getpid()}")
+        one_line_error(capsys, "being trained by another dpaudit process", f"pid {os.getpid()}")
     assert RunStore(copy).finished().sum() == 4  # the refused process trained nothing
 
 
@@ -382,7 +375,7 @@ def test_a_hard_linked_lock_is_refused_and_the_file_elsewhere_is_unchanged(copy,
     (copy / ".lock").unlink(missing_ok=True)
     os.link(outside, copy / ".lock")
     assert main(["resume", str(copy), "--quiet", "--workers", "1"]) == 2
-    _one_line_error(capsys, f"cannot lock {copy / '.lock'}: it is one of 2 names of a file", "delete it")
+    one_line_error(capsys, f"cannot lock {copy / '.lock'}: it is one of 2 names of a file", "delete it")
     assert outside.read_bytes() == b"not a lock\n"
 
 
@@ -474,5 +467,5 @@ def test_lira_on_too_few_models_names_the_option_to_change(tmp_path, attack, cap
     assert main(["audit", "--models", "2", "--epochs", "1", "--rank", "4", "--quiet", "--out", str(out)]) == 0
     capsys.readouterr()
     assert main(["analyse", str(out), "--attack", attack]) == 2
-    err = _one_line_error(capsys, "--models 6 or more")
+    err = one_line_error(capsys, "--models 6 or more")
     assert "fixed_variance" not in err
