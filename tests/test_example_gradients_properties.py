@@ -23,11 +23,15 @@ TRAINED = {
     "lora": ("lora_A.weight", "lora_B.weight"),
     "full": ("base.weight", "head.weight"),
     "bias": ("base.weight", "base.bias"),
+    # Layers whose per-example gradients are exactly zero: one the forward never calls, one whose output it drops.
+    "unused": ("head.weight", "spare.weight", "ignored.weight"),
 }
 
 
 class _LoraNet(nn.Module):
     """``head(tanh(base(x) + B A x))``, averaged over positions when each example is a sequence (K, b, T, d_in).
+
+    ``spare`` is never called and ``ignored``'s output never reaches the loss, as a user's model may leave a layer.
 
     Small and built in microseconds, unlike peft's wrapper; its factors are plain ``nn.Linear`` layers as peft's
     ``lora_A``/``lora_B`` are, so the engine takes the same factored path.
@@ -39,8 +43,11 @@ class _LoraNet(nn.Module):
         self.lora_A = nn.Linear(d_in, rank, bias=False)
         self.lora_B = nn.Linear(rank, d_out, bias=False)
         self.head = nn.Linear(d_out, classes, bias=bias)
+        self.spare = nn.Linear(d_in, d_out, bias=False)
+        self.ignored = nn.Linear(d_in, d_out, bias=False)
 
     def forward(self, x):
+        self.ignored(x)
         hidden = torch.tanh(self.base(x) + self.lora_B(self.lora_A(x)))
         return self.head(hidden.mean(-2) if x.ndim == 3 else hidden)
 

@@ -41,6 +41,7 @@ ATTACKS = (*OUTPUT_ATTACKS, WHITE_BOX)
 # (null simulations of K = 32 models × M = 20 canaries: ε > 0 in 7-9% of runs at a stated 95% with lira-online,
 # docs/theory.md §3.9). Online RMIA averages over every other model, IN or OUT, so its scores read no label.
 LABEL_FITTED_ATTACKS = ("lira-online", "lira-offline")
+_LIRA_FIT_MODELS = 2  # fewest other IN (and OUT) models LiRA fits a target's Gaussian to
 # Mechanisms whose released update along a Dirac canary is the Gaussian mixture the step likelihood ratio models
 # (attacks.white_box): clipped sum plus N(0, σ²C²), over b, Poisson sampling. PRISM's lift, the projections and
 # denoising change the shift and noise along u.
@@ -108,7 +109,6 @@ def attack_scores(attack: str, plan: Plan, outputs: ChunkOutputs) -> np.ndarray:
     if attack == "canary-loss":
         return loss.loss_scores(-log_probabilities(task, outputs.target_outputs, labels))
     if attack in ("lira-online", "lira-offline"):
-        _check_lira_models(attack, plan.membership)
         fit = lira.lira_online_scores if attack == "lira-online" else lira.lira_offline_scores
         return fit(_lira_statistic(task, outputs.target_outputs, labels), plan.membership)
     if attack == "reference":
@@ -153,17 +153,6 @@ def accuracies(task: str, outputs: np.ndarray, labels: np.ndarray) -> np.ndarray
     return (outputs.argmax(-1) == labels).astype(np.float64)
 
 
-def _check_lira_models(attack: str, membership: np.ndarray) -> None:
-    """LiRA fits a Gaussian to the IN and OUT outputs of the *other* models: at least 2 of each per target."""
-    others = min(membership.sum(axis=0).min(), (~membership).sum(axis=0).min()) - 1
-    if others < 2:
-        raise UsageError(
-            f"--attack {attack} needs at least 3 IN and 3 OUT shadow models per target (leave-one-out leaves 2 to"
-            f" fit each Gaussian); this campaign has {len(membership)} models: run one with --models 6 or more,"
-            " or use another --attack"
-        )
-
-
 def applicable_attacks(config: CampaignConfig) -> tuple[str, ...]:
     """The attacks that score ``config``'s campaign, its default first.
 
@@ -192,6 +181,14 @@ def check_attack(config: CampaignConfig, attack: str | None) -> str:
     if attack not in ATTACKS:
         raise UsageError(f"unknown attack {attack!r}: use one of {', '.join(ATTACKS)}")
     if attack in applicable:
+        # Each target is IN for exactly half of the models in the designs LiRA applies to (canary, all-examples).
+        if attack in LABEL_FITTED_ATTACKS and config.models // 2 - 1 < _LIRA_FIT_MODELS:
+            raise UsageError(
+                f"--attack {attack} needs at least {_LIRA_FIT_MODELS + 1} IN and {_LIRA_FIT_MODELS + 1} OUT shadow"
+                f" models per target (leave-one-out leaves {_LIRA_FIT_MODELS} to fit each Gaussian); this campaign"
+                f" has {config.models} models: run one with --models {2 * _LIRA_FIT_MODELS + 2} or more, or use"
+                " another --attack"
+            )
         return attack
     if attack in LABEL_FITTED_ATTACKS and config.observe == "outputs":
         raise UsageError(

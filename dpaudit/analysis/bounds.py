@@ -29,6 +29,8 @@ Sampling facts (Poisson rate q = b/N and T = epochs·⌈N/b⌉ steps) come from
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -78,6 +80,13 @@ def event_bound(event: PrivacyEvent, delta: float) -> AnalyticBound:
             f"no accountant for the privacy event {type(event).__name__}: Mechanism.privacy returns one of"
             f" {', '.join(kind.__name__ for kind in _BOUNDS)} (dpaudit.mechanisms.privacy)"
         )
+    return _bound_of(event, delta)
+
+
+@functools.cache
+def _bound_of(event: PrivacyEvent, delta: float) -> AnalyticBound:
+    # Cached: a campaign's plan bounds its claim before any model trains (so that a claim no accountant can bound is
+    # refused then), and the analysis bounds the same event again in the same process (events are frozen).
     bound = _BOUNDS[type(event)](event, delta)
     return AnalyticBound(bound.epsilon, bound.source, bound.reason, bound.not_dp, event)
 
@@ -211,7 +220,7 @@ class SketchClaim:
     """
 
     epsilon: float
-    gamma: float
+    gamma: float | None  # None where the run gives no β̂ or C to compute it from (``failing`` says which)
     failing: tuple[str, ...]
     source: str
     measured: dict
@@ -232,9 +241,19 @@ def sketch_claim(config: CampaignConfig, layers: Sequence[LayerShape], measured:
     gram_minimum = float(measured["gram_minimum"])
     tau = max(layer.d_out for layer in layers)
     inputs = (lr, smoothness, batch_size, gram_minimum, sigma_g, grad_bound, steps, config.rank)
-    gamma = sketch.gamma_lora(*inputs)
-    bound = sketch.lemma72(config.delta, *inputs, len(layers), tau)
-    failing = [] if gamma > 1 else [f"Γ = {gamma:.3g} ≤ 1"]
+    # Γ divides by C and needs β > 0: a run of one step has no step pair to estimate β from, and zero gradients give
+    # C = 0; the lemma then says nothing about the run.
+    unmeasured = [
+        reason
+        for value, reason in (
+            (smoothness, "β̂ = 0 (a run of one step has no step pair to estimate the smoothness from)"),
+            (grad_bound, "C = 0 (every per-example gradient is zero)"),
+        )
+        if not value > 0
+    ]
+    gamma = None if unmeasured else sketch.gamma_lora(*inputs)
+    epsilon = math.inf if unmeasured else sketch.lemma72(config.delta, *inputs, len(layers), tau).epsilon
+    failing = unmeasured if gamma is None else [] if gamma > 1 else [f"Γ = {gamma:.3g} ≤ 1"]
     if float(measured["momentum"]) != 0:
         failing.append(f"momentum {float(measured['momentum']):g} (the lemma's update is plain SGD)")
     if measured["schedule"] != "constant":
@@ -245,4 +264,4 @@ def sketch_claim(config: CampaignConfig, layers: Sequence[LayerShape], measured:
         f"[S] Lemma 7.2 + Prop. 4.3 at δ = {config.delta:g}, σ_g = {sigma_g:g}, η = {lr:g}, b = {batch_size},"
         f" T = {steps}, r = {config.rank}, L = {len(layers)}, τ = n = {tau}; replace-one"
     )
-    return SketchClaim(bound.epsilon, gamma, tuple(failing), source, dict(measured))
+    return SketchClaim(epsilon, gamma, tuple(failing), source, dict(measured))

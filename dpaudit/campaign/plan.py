@@ -23,6 +23,7 @@ from attacks import canary as input_canary
 from attacks import designs
 from dpaudit import data as data_lib
 from dpaudit import models
+from dpaudit.analysis import bounds
 from dpaudit.campaign import resolve
 from dpaudit.campaign.shadow import (
     Setup,
@@ -47,13 +48,21 @@ from dpaudit.training import engine, sampling
 _EXPOSURE_CANDIDATES = 1000  # candidates of the secrets' format each model scores: exposure up to log2(1001) ≈ 10
 
 
-def campaign_training(config: CampaignConfig, members: int, layers: Sequence[LayerShape]) -> Training:
-    """The run facts of ``config``'s campaign: the engine's Poisson layout for N = ``members``, and ``layers``.
+def campaign_training(
+    config: CampaignConfig, members: int, layers: Sequence[LayerShape], sampling_scheme: str
+) -> Training:
+    """The run facts of ``config``'s campaign: rate q and steps T for N = ``members``, and ``layers``.
 
-    ``members`` is N, the campaign's largest member count (it fixes q and T); ``layers`` the adapted layers.
+    ``members`` is N, the campaign's largest member count; ``layers`` the adapted layers; ``sampling_scheme`` the
+    mechanism's (:attr:`Mechanism.sampling`). Poisson: the engine's :class:`PoissonLayout` (q = b/N <= 1, else a
+    UsageError). Shuffled batches hold at most every member: a batch size above N trains one full batch per epoch
+    (:class:`BatchLayout`), q = 1.
     """
-    poisson = sampling.PoissonLayout.for_members(members, config.batch_size)
-    return Training(poisson.sample_rate, config.epochs * poisson.steps, tuple(layers))
+    if sampling_scheme == "poisson":
+        poisson = sampling.PoissonLayout.for_members(members, config.batch_size)
+        return Training(poisson.sample_rate, config.epochs * poisson.steps, tuple(layers))
+    layout = sampling.BatchLayout.for_members(members, config.batch_size)
+    return Training(min(config.batch_size, members) / members, config.epochs * layout.steps, tuple(layers))
 
 
 def layer_shapes(module: nn.Module) -> list[LayerShape]:
@@ -73,7 +82,39 @@ def claimed_privacy(
     ``members`` and ``layers`` as :func:`campaign_training`. Neighbouring: add/remove one example, as DP-SGD's
     accountants. The analysis bounds this event (:func:`dpaudit.analysis.bounds.event_bound`).
     """
-    return mechanism.privacy(campaign_training(config, members, layers))
+    return mechanism.privacy(campaign_training(config, members, layers, mechanism.sampling))
+
+
+def _adapted_layer_shapes(config: CampaignConfig, module: nn.Module) -> list[LayerShape]:
+    """:class:`LayerShape` of the layers the mechanism adapts: every one, or those ``--target-modules`` names."""
+    adapted = models.lora_layers(module, config.target_modules) if config.target_modules else None
+    return [
+        shape
+        for name, shape in zip(models.adapted_layers(module), layer_shapes(module))
+        if adapted is None or name in adapted
+    ]
+
+
+def _membership(config: CampaignConfig, private: int) -> tuple[np.ndarray, np.ndarray]:
+    """(design, pool) membership of the campaign with ``private`` private examples.
+
+    design (models, targets): each target's IN/OUT; pool (models, pool size): each model's training set over the
+    private examples followed by the input canaries (a gradient canary is no pool example). A null campaign keeps
+    the design's groups but trains no model on any canary.
+    """
+    if config.design == "all-examples":
+        design = designs.all_examples_design(config.models, private, config.seed)
+        return design, design
+    design = (
+        designs.single_canary_design(config.models, config.seed)[:, None]
+        if config.design == "canary"
+        else _one_run_membership(config)
+    )
+    if config.canary != "input":
+        return design, np.ones((config.models, private), dtype=bool)
+    pool = np.ones((config.models, private + design.shape[1]), dtype=bool)
+    pool[:, private:] = design & (not config.null)
+    return design, pool
 
 
 def _canary_labels(
@@ -82,9 +123,14 @@ def _canary_labels(
     base: nn.Module,
     mechanism: Mechanism,
     x_q: np.ndarray,
+    layout: sampling.BatchLayout,
     device: torch.device,
 ) -> np.ndarray:
-    """y_q = argmin of a reference model's logits on each canary x_q, that model trained on D by the same procedure."""
+    """y_q = argmin of a reference model's logits on each canary x_q, that model trained on D by the same procedure.
+
+    The same procedure: the campaign's batch ``layout`` (its steps, and its member count N, which fixes a Poisson
+    rate q), as an OUT shadow model trains.
+    """
     reference = Setup(
         settings_of(config),
         dataset,
@@ -94,11 +140,17 @@ def _canary_labels(
         dataset.private.y,
         np.ones((1, len(dataset.private)), dtype=bool),
         np.zeros(0, dtype=np.int64),
-        sampling.BatchLayout.for_members(len(dataset.private), config.batch_size),
+        layout,
     )
     randomness = [ModelRandomness(config.seed, 0, role="reference")]
     shadow = train_models(reference, randomness, reference.pool_membership, device)
     logits = engine.logits(shadow, x_q)[0].cpu().numpy()
+    if not np.isfinite(logits).all():
+        raise UsageError(
+            "the reference model that labels the canary (trained on the private data as the shadow models are)"
+            f" diverged (non-finite outputs) with --lr {config.lr:g} and --batch-size {config.batch_size}: lower --lr"
+            " or raise --batch-size; the shadow models would diverge too"
+        )
     return np.array([input_canary.least_likely_label(row) for row in logits], dtype=np.int64)
 
 
@@ -194,7 +246,23 @@ def check_inputs(config: CampaignConfig, inputs: resolve.Inputs) -> resolve.Inpu
                 f"--canaries {config.canaries} exceeds the {coordinates} coordinates of the trained tensors: orthogonal"
                 f" Dirac canaries need one coordinate each; use --canaries <= {coordinates}"
             )
+    # The claim as prepare() records it, bounded now as the analysis will bound it: a batch size no sampling
+    # scheme can draw, or a claim no accountant can bound, is refused before any model trains.
+    _, pool_membership = _membership(config, len(dataset.private))
+    claimed = claimed_privacy(mechanism, config, _members(pool_membership), _adapted_layer_shapes(config, architecture))
+    try:
+        bounds.event_bound(claimed, config.delta)
+    except ValueError as error:
+        raise UsageError(
+            f"no accountant can bound the privacy {config.mechanism} claims in this campaign ({error}): change the"
+            " setting it comes from (--noise, --batch-size, --epochs)"
+        ) from None
     return inputs
+
+
+def _members(pool_membership: np.ndarray) -> int:
+    """N, the campaign's largest member count: with the batch size it fixes the bound's q and T."""
+    return int(pool_membership.sum(axis=1).max())
 
 
 def fingerprints(config: CampaignConfig, inputs: resolve.Inputs) -> dict[str, str]:
@@ -247,49 +315,34 @@ def prepare(
         torch.save(base.state_dict(), buffer)
         store.write_base(buffer.getvalue())
     gradient_canaries = canary_membership = candidates = None
-    next_token = dataset.task == "next-token"
-    if config.design != "all-examples":
-        design_membership = (
-            designs.single_canary_design(config.models, config.seed)[:, None]
-            if config.design == "canary"
-            else _one_run_membership(config)
-        )
-        # A null campaign keeps the design's groups but trains no model on any canary.
-        inserted = design_membership & (not config.null)
-        count = design_membership.shape[1]
-        if config.canary == "input":
-            if next_token:
-                # Secrets (Carlini et al. 2019), and the candidates of their format their exposure is ranked in.
-                length = dataset.input_shape[0]
-                windows = text.secret_windows(count, campaign_rng(config.seed, "canary"), length)
-                x_q, labels = windows[:, :-1], windows[:, 1:]
-                candidates = text.secret_windows(_EXPOSURE_CANDIDATES, campaign_rng(config.seed, "exposure"), length)
-            else:
-                shape = (count, *dataset.input_shape)
-                x_q = input_canary.draw_canary_input(shape, campaign_rng(config.seed, "canary")).astype(np.float32)
-                labels = (
-                    _canary_labels(config, dataset, base, mechanism, x_q, device)
-                    if plan is None
-                    else plan.target_labels
-                )
-            pool_x = np.concatenate([dataset.private.x, x_q])
-            pool_y = np.concatenate([dataset.private.y, labels])
-            pool_membership = np.ones((config.models, len(pool_y)), dtype=bool)
-            pool_membership[:, -count:] = inserted
-            target_index = np.arange(len(dataset.private), len(pool_y))
-        else:
-            pool_x, pool_y = dataset.private.x, dataset.private.y
-            pool_membership = np.ones((config.models, len(pool_y)), dtype=bool)
-            target_index = np.zeros(0, dtype=np.int64)
-            gradient_canaries = _gradient_canaries(config, dataset, base, mechanism)
-            canary_membership = inserted
-    else:
-        pool_x, pool_y = dataset.private.x, dataset.private.y
-        pool_membership = designs.all_examples_design(config.models, len(pool_y), config.seed)
-        target_index = np.arange(len(pool_y))
-        design_membership = pool_membership
-    members = int(pool_membership.sum(axis=1).max())  # N: with the batch size it fixes the bound's q and T
+    design_membership, pool_membership = _membership(config, len(dataset.private))
+    members = _members(pool_membership)
     layout = sampling.BatchLayout.for_members(members, config.batch_size)
+    pool_x, pool_y = dataset.private.x, dataset.private.y
+    target_index = np.zeros(0, dtype=np.int64)
+    if config.design == "all-examples":
+        target_index = np.arange(len(pool_y))
+    elif config.canary == "input":
+        count = design_membership.shape[1]
+        if dataset.task == "next-token":
+            # Secrets (Carlini et al. 2019), and the candidates of their format their exposure is ranked in.
+            length = dataset.input_shape[0]
+            windows = text.secret_windows(count, campaign_rng(config.seed, "canary"), length)
+            x_q, labels = windows[:, :-1], windows[:, 1:]
+            candidates = text.secret_windows(_EXPOSURE_CANDIDATES, campaign_rng(config.seed, "exposure"), length)
+        else:
+            shape = (count, *dataset.input_shape)
+            x_q = input_canary.draw_canary_input(shape, campaign_rng(config.seed, "canary")).astype(np.float32)
+            labels = (
+                _canary_labels(config, dataset, base, mechanism, x_q, layout, device)
+                if plan is None
+                else plan.target_labels
+            )
+        pool_x, pool_y = np.concatenate([pool_x, x_q]), np.concatenate([pool_y, labels])
+        target_index = np.arange(len(dataset.private), len(pool_y))
+    else:
+        gradient_canaries = _gradient_canaries(config, dataset, base, mechanism)
+        canary_membership = design_membership & (not config.null)
     setup = Setup(
         settings_of(config),
         dataset,
@@ -304,12 +357,7 @@ def prepare(
         canary_membership,
         candidates,
     )
-    adapted = models.lora_layers(base, config.target_modules) if config.target_modules else None
-    layers = [
-        shape
-        for name, shape in zip(models.adapted_layers(base), layer_shapes(base))
-        if adapted is None or name in adapted
-    ]
+    layers = _adapted_layer_shapes(config, base)
     # The claim the analysis judges the audit against, recorded in the plan before any model trains (privacy.json is
     # its readable copy). The analysis never rebuilds the mechanism (a user's object has no name that would rebuild
     # it): a continued campaign's mechanism is checked here to make the recorded claim still.

@@ -94,7 +94,8 @@ def measure_sketch_inputs(setup: Setup) -> dict:
         if target_in is not None and target_in.any() and not target_in.all()
         else np.arange(min(_SKETCH_MODELS, setup.models))
     )
-    training = setup.settings.training
+    training, members = setup.settings.training, setup.layout.members
+    assert members is not None, "a campaign's batch layout is built for its member count (BatchLayout.for_members)"
     steps = training.epochs * setup.layout.steps
     starts = np.unique(np.linspace(0, max(steps - 2, 0), min(_SMOOTHNESS_PAIRS, max(steps - 1, 1))).astype(int))
     pairs = [(int(t), int(t) + 1) for t in starts if t + 1 < steps]
@@ -128,7 +129,7 @@ def measure_sketch_inputs(setup: Setup) -> dict:
         "momentum": training.momentum,
         "schedule": training.schedule,
         "steps": steps,
-        "batch_size": training.batch_size,
+        "batch_size": min(training.batch_size, members),  # a shuffled batch holds at most every member
         "models": [int(i) for i in indices],
         "method": (
             f"measured after training on models {', '.join(map(str, indices))}{inserted}, retrained on the CPU as"

@@ -751,12 +751,13 @@ class RunStore:
     def _measured_config_facts(self) -> dict:
         """measured.json's values that the config determines: the SGD the inputs were measured under."""
         config = self.config()
-        layout = BatchLayout.for_members(int(self.plan().max_members), config.batch_size)
+        members = int(self.plan().max_members)
+        layout = BatchLayout.for_members(members, config.batch_size)
         return {
             "lr": config.lr,
             "momentum": config.momentum,
             "schedule": config.schedule,
-            "batch_size": config.batch_size,
+            "batch_size": min(config.batch_size, members),
             "steps": config.epochs * layout.steps,
         }
 

@@ -82,7 +82,10 @@ def register(subparsers) -> None:
     campaign.add_argument(
         "--batch-size",
         type=int,
-        help=f"batch size; the expected (Poisson) batch size of DP mechanisms ({defaults.batch_size})",
+        help=(
+            "batch size, one full batch per epoch where it exceeds the training set; the expected (Poisson) batch"
+            f" size of DP mechanisms, at most the training set ({defaults.batch_size})"
+        ),
     )
     campaign.add_argument("--lr", type=float, help=f"learning rate in (0, {config_lib.MAX_LR:g}] ({defaults.lr})")
     campaign.add_argument("--seed", type=int, help=f"({defaults.seed})")

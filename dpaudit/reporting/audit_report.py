@@ -207,8 +207,9 @@ def theory_vs_audit_rows(entries: list[RunEntry]) -> list[dict[str, str]]:
     if any(entry.summary.get("sketch_claim") for entry in entries):
         for row, entry in zip(rows, entries):
             claim = entry.summary.get("sketch_claim")
+            gamma = None if not claim else number(claim["gamma"], significant=True)
             row["[S] Lemma 7.2 at measured λ̄, C, β"] = (
-                "n/a" if not claim else f"ε = {number(claim['epsilon'])}, Γ = {claim['gamma']:.3g}: {claim['reason']}"
+                "n/a" if not claim else f"ε = {number(claim['epsilon'])}, Γ = {gamma}: {claim['reason']}"
             )
     return rows
 

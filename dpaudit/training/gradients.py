@@ -311,15 +311,24 @@ def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callab
                     "a trained layer's output was modified in place (e.g. ReLU(inplace=True)): "
                     "per-example output gradients need it unchanged; use out-of-place modules"
                 )
-            output_gradients = torch.autograd.grad(loss, list(outputs.values()))
+            # An output the loss does not use has zero gradients, as vmap(grad) gives them.
+            output_gradients = dict(
+                zip(outputs, torch.autograd.grad(loss, list(outputs.values()), materialize_grads=True))
+            )
         # (K, b, ..., d): positions along one axis (K, b, T, d) where there are several. In the trained weights'
         # dtype: under bf16 autocast the recorded activations and output gradients are bf16, and the mechanism's
         # clipping and sums run in the weights' precision.
         dtype = next(iter(trainable.values())).dtype
-        positions = {name: value.flatten(2, -2) if value.ndim > 4 else value for name, value in inputs.items()}
+        # A trained layer the forward never calls (e.g. a head the model defines but does not use) has zero
+        # per-example gradients, as vmap(grad) gives them: zero inputs and output gradients keep every operation
+        # exact and leave its weights as they are.
+        for name in [name for name in layers if name not in inputs]:
+            d_out, d_in = layers[name].weight.shape
+            inputs[name] = torch.zeros(*x.shape[:2], d_in, dtype=dtype, device=x.device)
+            output_gradients[name] = torch.zeros(*x.shape[:2], d_out, dtype=dtype, device=x.device)
         return LinearExampleGradients(
-            {name: value.detach().to(dtype) for name, value in positions.items()},
-            {name: (g.flatten(2, -2) if g.ndim > 4 else g).to(dtype) for name, g in zip(outputs, output_gradients)},
+            {name: (v.flatten(2, -2) if v.ndim > 4 else v).detach().to(dtype) for name, v in inputs.items()},
+            {name: (g.flatten(2, -2) if g.ndim > 4 else g).to(dtype) for name, g in output_gradients.items()},
         )
 
     return gradients

@@ -98,8 +98,9 @@ class PoissonLayout:
 
         if expected_batch_size > max_members:
             raise UsageError(
-                f"--batch-size {expected_batch_size} exceeds the {max_members} training examples of a "
-                f"shadow model: the Poisson rate q = batch size / examples must be <= 1"
+                f"--batch-size {expected_batch_size} exceeds the {max_members} training examples of a shadow model:"
+                f" a mechanism that samples Poisson batches (the DP ones) needs the rate q = batch size / examples"
+                f" <= 1; use --batch-size <= {max_members}"
             )
         rate = expected_batch_size / max_members
         width = max(1, int(binom.isf(_FIRST_BLOCK_OVERFLOW, max_members, rate)))  # P(batch > width) <= 1e-3
