@@ -57,7 +57,6 @@ from typing import Literal
 
 import numpy as np
 import scipy.special
-import scipy.stats
 
 from accountants import validation as check
 from accountants.validation import InvalidArgument
