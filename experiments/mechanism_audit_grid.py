@@ -33,7 +33,7 @@ import _common  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from dpaudit.mechanisms import releases  # noqa: E402
+from dpaudit.release_audit import releases  # noqa: E402
 from dpaudit.release_audit.audit import audit
 
 # Bound source (prefix) -> CSV column, in the order the columns appear.

@@ -9,9 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .audits import refuted_bounds
 from .formatting import auc_ci, num, power, sig, table, tpr_ci
 from .sources import Section, Sources, only, setting_value
 from .statistics import Z_95, auc_z, ci_order, tpr_intervals_overlap
+
+CLASSES = 10  # of digits, the data of s_table1_lemma72.csv
 
 FPR_LABELS = {"0.1": "10%", "0.01": "1%", "0.001": "0.1%"}  # the TPR-at-FPR columns' FPRs, as the papers print them
 
@@ -305,15 +308,25 @@ def s_lemma72(src: Sources) -> Section:
     epsilon = every["lemma72_epsilon"]
     vacuous = bool(np.isinf(frame["lemma72_epsilon"]).all())
     certified = every["audit_epsilon_lower_bound"] > 0
+    grid = src.table("mechanism_audit_grid")
+    release_claim = grid[grid["violated"].fillna("").str.contains("as applied to LoRA-FA", regex=False)]
+    refuted = "; the direct audit of LoRA-FA's release refutes [S]'s claim for it" if len(release_claim) else ""
     if not vacuous:
         verdict = "**the lemma gives a finite ε**"
     elif certified:
         verdict = "**claim not supported**: the lemma is vacuous for this run (ε = ∞ in every scope), and the audit "
-        verdict += f"certifies ε ≥ {num(every['audit_epsilon_lower_bound'], 2)}"
+        verdict += f"certifies ε ≥ {num(every['audit_epsilon_lower_bound'], 2)}{refuted}"
     else:
         verdict = (
             "**not supported**: the lemma is vacuous for this run (ε = ∞ in every scope); the audit certifies no ε > 0"
+            f"{refuted}"
         )
+    # The largest single layer's λ̄ is the 10-class output's: its G Gᵀ is exactly singular (the rows of a softmax
+    # cross-entropy gradient sum to zero), so any positive value computed for it is round-off.
+    output_layer = best["tau"] == CLASSES
+    best_lambda = (
+        f"0 ({sig(best['lambda_bar'], 2)} computed: round-off)" if output_layer else sig(best["lambda_bar"], 2)
+    )
     rows = [
         ["C = max per-example ‖∇_W l‖_F over layers and steps", sig(every["grad_bound_C"], 3)],
         [
@@ -322,7 +335,7 @@ def s_lemma72(src: Sources) -> Section:
         ],
         [
             "λ̄ = min λ_min(G_ℓ G_ℓᵀ): all layers / layers with m ≥ n / largest single layer",
-            f"{sig(every['lambda_bar'], 2)} / {sig(shape_ok['lambda_bar'], 2)} / {sig(best['lambda_bar'], 2)}",
+            f"{sig(every['lambda_bar'], 2)} / {sig(shape_ok['lambda_bar'], 2)} / {best_lambda}",
         ],
         ["λ̄ needed for Γ = 1", sig(every["lambda_bar_for_gamma_1"], 2)],
         [
@@ -346,14 +359,20 @@ design" claim) with measured quantities; beside it the canary audit of noise-fre
 {table(["quantity", "measured"], rows)}
 
 λ̄ vanishes because G_ℓ G_ℓᵀ is singular: the first layer's W has more rows than columns (against the lemma's m ≥ n),
-and the rows of a softmax cross-entropy gradient in the last layer sum to zero. A larger (true) β only lowers Γ.
-Verdict: {verdict}, consistent with [W] Prop. 2 (noise-free projection is not DP).
+and the rows of a softmax cross-entropy gradient in the last layer sum to zero (so its computed λ̄ is round-off). A
+larger (true) β only lowers Γ. Verdict: {verdict}, consistent with [W] Prop. 2 (noise-free projection is not DP).
+{refuted_bounds(release_claim) if len(release_claim) else ""}
 """
     summary = (
         "[S] Lemma 7.2 with measured λ̄, C, β̂ vs audit",
         'LoRA-FA is DP "by design"',
-        f"λ̄ = {sig(every['lambda_bar'], 2)} (≈{sig(best['lambda_bar'], 2)} at best), "
-        f"C = {sig(every['grad_bound_C'], 3)}, "
+        (
+            f"λ̄ = {sig(every['lambda_bar'], 2)} in every scope (the output layer's {sig(best['lambda_bar'], 2)} is"
+            " round-off), "
+            if output_layer
+            else f"λ̄ = {sig(every['lambda_bar'], 2)} (≈{sig(best['lambda_bar'], 2)} at best), "
+        )
+        + f"C = {sig(every['grad_bound_C'], 3)}, "
         f"β̂ = {sig(every['smoothness_beta'], 2)} → Γ = {sig(every['gamma'], 2)}: ε = {num(epsilon)}; audit AUC "
         f"{num(every['audit_auc'])}, ε ≥ {num(every['audit_epsilon_lower_bound'], 2)}",
         verdict,
