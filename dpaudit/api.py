@@ -12,7 +12,13 @@ parameters, dpaudit version) so that continuing it with other objects is refused
 from __future__ import annotations
 
 import copy
+import dataclasses
+import functools
+import inspect
+import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
 import numpy as np
 from torch import nn
@@ -30,8 +36,53 @@ from dpaudit.reporting import run_report
 
 # Options the objects decide, so not settings of audit().
 _FROM_OBJECTS = ("mechanism", "dataset", "model", *resolver.MECHANISM_OPTIONS)
+_EXECUTION_FIELDS = tuple(field.name for field in dataclasses.fields(Execution))
+
+_Arguments = ParamSpec("_Arguments")
+_Result = TypeVar("_Result")
 
 
+def _usage_errors_for_calls(function: Callable[_Arguments, _Result]) -> Callable[_Arguments, _Result]:
+    """``function`` refusing, as a :class:`UsageError` naming its arguments, a call its signature cannot bind.
+
+    An argument given twice or missing, or a keyword it has not, is bad input like any other: Python's TypeError
+    would be a traceback.
+    """
+    signature = inspect.signature(function)
+
+    @functools.wraps(function)
+    def checked(*args: _Arguments.args, **kwargs: _Arguments.kwargs) -> _Result:
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as error:
+            misplaced = _execution_hint(set(kwargs) - set(signature.parameters))
+            arguments = ", ".join(
+                f"**{name}" if parameter.kind is parameter.VAR_KEYWORD else name
+                for name, parameter in signature.parameters.items()
+            )
+            raise UsageError(f"{function.__name__}(): {error}{misplaced}; its arguments are {arguments}") from None
+        return function(*args, **kwargs)
+
+    return checked
+
+
+def _execution_hint(names) -> str:
+    """For keywords among ``names`` that are :class:`Execution`'s fields: where they go instead."""
+    misplaced = [name for name in _EXECUTION_FIELDS if name in names]
+    if not misplaced:
+        return ""
+    given = ", ".join(f"{name}=..." for name in misplaced)
+    return f" ({', '.join(misplaced)} says how it runs: give execution=dpaudit.config.Execution({given}))"
+
+
+def _run_directory(out) -> Path:
+    """``out`` as a path; refused unless it is a non-empty path (an empty one would write into the current one)."""
+    if not isinstance(out, str | os.PathLike) or not os.fspath(out):
+        raise UsageError(f"out must be a non-empty path of the run directory, got {out!r}: give e.g. out='runs/audit'")
+    return Path(out)
+
+
+@_usage_errors_for_calls
 def audit(
     model: nn.Module,
     data: data_lib.Dataset | tuple[np.ndarray, np.ndarray],
@@ -66,9 +117,11 @@ def audit(
         files are written to ``out``.
 
     Raises:
-        UsageError: settings the objects decide (dataset, model, mechanism and its parameters), objects of the
-            wrong type, a config that does not validate, an attack that does not apply to it
-            (:func:`dpaudit.analysis.check_attack`), or a run directory holding a different campaign.
+        UsageError: an argument given twice or missing, a setting that is no CampaignConfig field (one of
+            Execution's is named as such), an ``out`` that is no non-empty path, settings the objects decide
+            (dataset, model, mechanism and its parameters), objects of the wrong type, a config that does not
+            validate, an attack that does not apply to it (:func:`dpaudit.analysis.check_attack`), or a run
+            directory holding a different campaign.
     """
     decided = sorted(set(settings) & set(_FROM_OBJECTS))
     if decided:
@@ -76,6 +129,14 @@ def audit(
             f"audit() takes {', '.join(decided)} from its model, data and mechanism objects, not as settings:"
             " leave them out"
         )
+    settable = sorted({field.name for field in dataclasses.fields(CampaignConfig)} - set(_FROM_OBJECTS))
+    unknown = sorted(set(settings) - set(settable))
+    if unknown:
+        raise UsageError(
+            f"audit() has no setting {', '.join(unknown)}{_execution_hint(unknown)}; its settings are"
+            f" {', '.join(settable)} (dpaudit.config.CampaignConfig's fields), besides out, attack and execution"
+        )
+    out = _run_directory(out)
     if not isinstance(model, nn.Module):
         raise UsageError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(mechanism, Mechanism):
@@ -101,7 +162,7 @@ def audit(
         )
     analysis.check_attack(config, attack)
     inputs = resolver.Inputs(dataset, copy.deepcopy(model), mechanism)
-    store = runner.run(config, execution or Execution(progress=False), Path(out), inputs)
+    store = runner.run(config, execution or Execution(progress=False), out, inputs)
     result = analysis.analyse(store, attack)
     run_report.write_run(result, store.root)
     return result
@@ -145,6 +206,7 @@ def _check_registered(config: CampaignConfig, mechanism: Mechanism) -> None:
         )
 
 
+@_usage_errors_for_calls
 def audit_training(
     model: nn.Module,
     train,
@@ -209,6 +271,7 @@ def audit_training(
     from dpaudit.reporting.training_report import write_training_report
     from dpaudit.training_audit import claims, runner
 
+    out = _run_directory(out)
     if not isinstance(model, nn.Module):
         raise UsageError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not callable(train):

@@ -5,13 +5,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib.util
+import io
 import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 from accountants import validation as check
 from dpaudit.errors import UsageError
+from dpaudit.files import open_regular
 from dpaudit.mechanisms import catalogue
 from dpaudit.mechanisms.catalogue import FLOAT32_MAX, check_noise_and_clip
 from dpaudit.training.sampling import SCHEDULES
@@ -368,8 +369,9 @@ def load_toml(path) -> dict:
 
     try:
         # utf-8-sig: a byte-order mark, which some Windows editors write, is not TOML but not an error either
-        table = tomllib.loads(Path(path).read_text(encoding="utf-8-sig"))
-    except OSError as exc:  # missing, a directory, unreadable: the user's path, so a usage error
+        with open_regular(path, "give --config the path of a TOML file") as handle:
+            table = tomllib.loads(io.TextIOWrapper(handle, encoding="utf-8-sig").read())
+    except OSError as exc:  # missing, unreadable: the user's path, so a usage error
         raise UsageError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise UsageError(f"config file {path} is not UTF-8 text: {exc}") from None

@@ -179,3 +179,56 @@ def test_bad_api_arguments_are_usage_errors(tmp_path, call, message):
     with pytest.raises(UsageError, match=re.escape(message)):
         call(tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+_EPSILON_CLAIM = {"epsilon": 1.0, "delta": 1e-5}
+
+
+@pytest.mark.parametrize(
+    ("call", "fragments"),
+    [
+        (
+            lambda out: dpaudit.audit(Tiny(), _arrays(), lora_fa(), out=out, frobnicate=1),
+            ["audit() has no setting frobnicate", "its settings are alpha, batch_size,", "besides out, attack"],
+        ),
+        (
+            lambda out: dpaudit.audit(Tiny(), _arrays(), lora_fa(), out=out, workers=2),
+            ["no setting workers", "give execution=dpaudit.config.Execution(workers=...)"],
+        ),
+        (
+            lambda out: dpaudit.audit(Tiny(), _arrays(), lora_fa(), mechanism=lora_fa(), out=out),
+            ["audit(): multiple values for argument 'mechanism'", "arguments are model, data, mechanism, out"],
+        ),
+        (
+            lambda out: dpaudit.audit_training(Tiny(), print, _arrays(), claim=_EPSILON_CLAIM, out=out, workers=2),
+            ["audit_training(): got an unexpected keyword argument 'workers'", "Execution(workers=...)"],
+        ),
+        (lambda out: dp_sgd("bogus", 1.0, 1.0), ["no DP baseline 'bogus'", "one of dp-sgd, dp-lora, dp-lora-fa"]),
+        (lambda out: dpaudit.audit(Tiny(), _arrays(), lora_fa(), out=None), ["out must be a non-empty path"]),
+        (
+            lambda out: dpaudit.audit(Tiny(), _arrays(), lora_fa(), out=""),
+            ["out must be a non-empty path of the run directory, got ''"],
+        ),
+        (
+            lambda out: dpaudit.audit_training(Tiny(), print, _arrays(), claim=_EPSILON_CLAIM, out=""),
+            ["out must be a non-empty path"],
+        ),
+    ],
+    ids=[
+        "unknown setting",
+        "workers",
+        "mechanism twice",
+        "training workers",
+        "dp_sgd name",
+        "out None",
+        "out empty",
+        "training out empty",
+    ],
+)
+def test_api_misuse_is_a_one_line_usage_error_naming_the_valid_choices(tmp_path, monkeypatch, call, fragments):
+    monkeypatch.chdir(tmp_path)  # out="" would have written here
+    with pytest.raises(UsageError) as raised:
+        call(tmp_path / "run")
+    message = str(raised.value)
+    assert len(message.splitlines()) == 1 and all(fragment in message for fragment in fragments), message
+    assert list(tmp_path.iterdir()) == []

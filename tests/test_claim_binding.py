@@ -144,13 +144,13 @@ def test_edited_measurements_are_refused_by_analyse_and_report(runs, tmp_path, c
         one_line_error(capsys, "measured.json differs from the copy plan.npz recorded", field, "restore it")
 
 
-def test_the_campaign_record_inside_the_claim_is_bound_too(runs, tmp_path, capsys):
+def test_the_campaign_record_inside_the_claim_is_bound_too_and_its_damage_named(runs, tmp_path, capsys):
     run = _copy(runs["dp-sgd"], tmp_path)
     record = json.loads((run / "privacy.json").read_text())
     record["campaign"] = record["campaign"].replace('"seed": 3', '"seed": 4')
     (run / "privacy.json").write_text(json_text(record))
     assert main(["analyse", str(run)]) == 2
-    one_line_error(capsys, "the one privacy.json was made under", "config.seed: 4 when made, 3 now")
+    one_line_error(capsys, "privacy.json holds a copy of campaign.json that differs", "config.seed: 4 when made, 3 now")
 
 
 def test_measurements_that_contradict_the_config_are_refused_even_with_a_matching_copy(runs, tmp_path, capsys):

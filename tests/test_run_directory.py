@@ -20,6 +20,7 @@ from dpaudit.campaign.store import RunStore, _save_npz, write_file
 from dpaudit.cli import main
 from dpaudit.config import CampaignConfig, Execution
 from tests.one_line import one_line_error
+from tests.special_files import SPECIAL_KINDS, special_file, within
 
 TINY = CampaignConfig(models=8, epochs=1, rank=4, seed=1)
 ONE_WORKER = Execution(workers=1, chunk_size=4, progress=False)
@@ -333,6 +334,82 @@ def test_report_numbers_come_from_the_outputs_not_from_summary_json(copy, capsys
     assert main(["report", str(copy)]) == 0
     page = (copy / "report.html").read_text()
     assert f"<td>{auc:.3f} (" in page and "0.123" not in page and "<td>violated</td>" not in page
+
+
+# -- 5b. what stands in place of a file is no regular file --------------------------------------------------------
+
+# Each file with a command that reads it: analyse reads all but base.pt (read by resume) and summary.json (by report).
+_READERS = {
+    "campaign.json": "analyse",
+    "plan.npz": "analyse",
+    "base.pt": "resume",
+    "privacy.json": "analyse",
+    "measured.json": "analyse",
+    "timing.json": "analyse",
+    "chunks/models-0000000-0000004.npz": "analyse",
+    "summary.json": "report",
+    "chunks": "analyse",
+}
+
+
+@pytest.mark.parametrize("kind", SPECIAL_KINDS)
+@pytest.mark.parametrize("name", _READERS)
+def test_a_special_file_in_place_of_a_run_file_is_named_in_one_line_at_once(copy, name, kind, capsys):
+    special_file(copy / name, kind)
+    command = _READERS[name]
+    argv = [command, str(copy), *(["--quiet", "--workers", "1"] if command == "resume" else [])]
+    with within(5):
+        assert main(argv) == 2
+    if name == "chunks" and kind == "directory":  # an empty chunks/ is a run whose models are still to train
+        one_line_error(capsys, "has outputs for 0 of 8 models", "dpaudit resume")
+    elif name == "chunks":
+        one_line_error(capsys, f"{copy / name} is a {kind}", "not a directory: remove it")
+    else:
+        one_line_error(capsys, f"{copy / name} is a {kind}", "not a regular file", "remove it, or restore the file")
+
+
+# -- 5c. a flipped byte anywhere: named, and remade or refused -----------------------------------------------------
+
+_FIRST_CHUNK = "chunks/models-0000000-0000004.npz"
+
+
+def _flip(path: Path, where: str) -> None:
+    """Flip the lowest bit of one byte of ``path``: its first, its middle, or near its end.
+
+    In a zip archive (npz, torch's files) near the end is the end-of-archive record's signature, 19 bytes from the
+    end: the archive's last bytes (the length of a comment) are read by no one, so a flip there damages nothing.
+    """
+    data = bytearray(path.read_bytes())
+    at = {"start": 0, "middle": len(data) // 2, "end": len(data) - (1 if path.suffix == ".json" else 19)}[where]
+    data[at] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("where", ["start", "middle", "end"])
+@pytest.mark.parametrize("name", ["plan.npz", _FIRST_CHUNK, "measured.json"])
+def test_a_flipped_byte_is_refused_by_analyse_naming_the_file(copy, name, where, capsys):
+    _flip(copy / name, where)
+    assert main(["analyse", str(copy)]) == 2
+    remedy = "measures again" if name == "measured.json" else "dpaudit resume"
+    assert "internal error" not in one_line_error(capsys, f"{copy / name}" if name != _FIRST_CHUNK else name, remedy)
+
+
+@pytest.mark.parametrize("where", ["start", "end"])
+def test_a_base_that_torch_cannot_load_after_a_flipped_byte_is_pretrained_again(finished, copy, where, capsys):
+    _flip(copy / "base.pt", where)
+    assert main(["resume", str(copy), "--quiet", "--workers", "1"]) == 0
+    capsys.readouterr()
+    assert (copy / "base.pt").read_bytes() == (finished / "base.pt").read_bytes()
+
+
+def test_a_plan_and_a_chunk_with_flipped_bytes_are_remade_by_resume_to_identical_scores(finished, copy, capsys):
+    _flip(copy / "plan.npz", "middle")
+    _flip(copy / _FIRST_CHUNK, "middle")
+    assert main(["resume", str(copy), "--quiet", "--workers", "1"]) == 0
+    capsys.readouterr()
+    for name in ("plan.npz", _FIRST_CHUNK):
+        assert (copy / name).read_bytes() == (finished / name).read_bytes()
+    assert np.array_equal(_logits(copy), _logits(finished))
 
 
 # -- 6. reports --------------------------------------------------------------------------------------------------

@@ -51,6 +51,7 @@ from accountants.jsondata import json_safe
 from dpaudit import config as config_lib
 from dpaudit.config import CampaignConfig
 from dpaudit.errors import UsageError
+from dpaudit.files import file_kind, open_regular
 from dpaudit.formatting import json_text
 from dpaudit.training.sampling import BatchLayout
 from dpaudit.version import __version__
@@ -70,6 +71,7 @@ _METADATA_FIELDS = {
     "data_fingerprint": str,
 }
 _REMAKE_PLAN = "delete it; `dpaudit resume` remakes it"
+_ONLY_REGULAR = "a run directory holds only regular files and its chunks/ directory; remove it, or restore the file"
 _TEMPORARY = re.compile(r"^\..+\.(\d+)(-[0-9a-f]{8})?\.tmp$")  # .NAME.PID-RANDOM.tmp (older: .NAME.PID.tmp)
 
 
@@ -181,7 +183,7 @@ def write_file(root: Path, relative: str, data: bytes) -> None:
 
 
 def read_file(root: Path, relative: str) -> bytes | None:
-    """The contents of ``root/relative``, or None if it does not exist; a link there is an error."""
+    """The contents of ``root/relative``, or None if it does not exist; a link or no regular file there is an error."""
     *parents, name = Path(relative).parts
     try:
         directory = _open_directory(Path(root), tuple(parents))
@@ -190,14 +192,14 @@ def read_file(root: Path, relative: str) -> bytes | None:
     except OSError as exc:
         raise _unusable(Path(root, *parents), "read", exc) from None
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=directory)
+        opened = open_regular(name, _ONLY_REGULAR, dir_fd=directory, follow_links=False, shown=Path(root, relative))
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise _unusable(Path(root, relative), "read", exc) from None
     finally:
         os.close(directory)
-    with _usage_error_on_os_error(Path(root, relative), "read"), os.fdopen(fd, "rb") as handle:
+    with _usage_error_on_os_error(Path(root, relative), "read"), opened as handle:
         return handle.read()
 
 
@@ -318,7 +320,9 @@ def _load_npz(root: Path, relative: str) -> tuple[dict[str, np.ndarray], str] | 
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as archive:
             arrays = {name: archive[name] for name in archive.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError):
+    # What damage makes zipfile raise besides BadZipFile: NotImplementedError for a flipped version or compression
+    # method, RuntimeError for a flipped encryption flag.
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError, NotImplementedError, RuntimeError):
         return None
     stored, record = arrays.pop("checksum", None), arrays.pop("campaign", None)
     if stored is None or record is None or stored.shape or str(stored) != checksum(arrays):
@@ -382,8 +386,11 @@ class RunStore:
     def _damaged(self, name: str, problem: str, fix: str) -> UsageError:
         return UsageError(f"{self.root / name} {problem}: {fix}")
 
-    def check_no_links(self) -> None:
-        """Refuse a run directory that holds a link: every write must stay inside it."""
+    def check_layout(self) -> None:
+        """Refuse a run directory that holds a link (every write must stay inside it) or a chunks/ that is no directory.
+
+        A FIFO, socket or file named chunks would otherwise read as a directory of no chunks.
+        """
         for directory in (self.root, self.chunks):  # chunks/ is scanned only once the root showed it is no link
             with _usage_error_on_os_error(directory, "read"):
                 if not directory.is_dir():
@@ -392,6 +399,11 @@ class RunStore:
             for entry in entries:
                 if entry.is_symlink():
                     raise UsageError(f"{entry.path} is a link: a run directory must hold no links; remove it")
+                if directory == self.root and entry.name == "chunks" and not entry.is_dir():
+                    raise UsageError(
+                        f"{entry.path} is {file_kind(entry.stat().st_mode)}, not a directory: remove it;"
+                        " `dpaudit resume` makes it again"
+                    )
 
     # -- campaign metadata -------------------------------------------------------------------------------------
 
@@ -445,16 +457,16 @@ class RunStore:
 
     def _make_root(self) -> None:
         make_directory(self.root)
-        self.check_no_links()
+        self.check_layout()
 
     def make_chunks_directory(self) -> None:
         with _usage_error_on_os_error(self.chunks, "create"), suppress(FileExistsError):
             self.chunks.mkdir()
-        self.check_no_links()
+        self.check_layout()
 
     def _metadata(self) -> dict:
         """campaign.json, its fields present and of the right types."""
-        self.check_no_links()
+        self.check_layout()
         path = self.root / "campaign.json"
         fix = "restore it from a backup, or re-run the campaign into a new directory"
         metadata = read_json(self.root, "campaign.json", fix)
@@ -602,17 +614,21 @@ class RunStore:
         secrets = str(plan.task) == "next-token" and config.get("design") != "all-examples" and not gradient
         return (*_CHUNK_ARRAYS, *observed, *((_CANDIDATES,) if secrets else ()))
 
-    def _valid_chunks(self, plan: Plan) -> list[dict[str, np.ndarray]]:
-        """The sound chunks; one damaged by a crash is ignored (and so recomputed), a tampered one is refused."""
+    def _valid_chunks(self, plan: Plan) -> tuple[list[dict[str, np.ndarray]], list[str]]:
+        """The sound chunks, and the names of those whose checksum fails (damaged: ignored, and so recomputed).
+
+        A chunk whose checksum holds but whose arrays do not fit the plan (tampered with) is refused.
+        """
         n_models, targets = plan.membership.shape
         classes = plan.reference_outputs.shape[1]
         fix = "delete it; `dpaudit resume` trains its models again"
         expected = self._chunk_arrays(plan)
-        valid = []
+        valid, damaged = [], []
         for path in sorted(self.chunks.glob("models-*.npz")):
             name = f"chunks/{path.name}"
             loaded = _load_npz(self.root, name)
             if loaded is None:
+                damaged.append(name)
                 continue
             arrays, record = loaded
             self._check_record(name, record)
@@ -635,13 +651,13 @@ class RunStore:
             if not all(np.isfinite(array).all() for array in finite):
                 raise self._damaged(name, "holds non-finite outputs (models that diverged)", fix)
             valid.append(arrays)
-        return valid
+        return valid, damaged
 
     def finished(self) -> np.ndarray:
         """(models,) bool: the models whose outputs are safely on disk."""
         plan = self.plan()
         done = np.zeros(len(plan.membership), dtype=bool)
-        for arrays in self._valid_chunks(plan):
+        for arrays in self._valid_chunks(plan)[0]:
             done[arrays["indices"]] = True
         return done
 
@@ -649,12 +665,13 @@ class RunStore:
         """All models' outputs in model order; an error if any model is missing."""
         plan = self.plan()
         n_models = len(plan.membership)
-        chunks = self._valid_chunks(plan)
+        chunks, damaged = self._valid_chunks(plan)
         indices = np.concatenate([c["indices"] for c in chunks]) if chunks else np.zeros(0, dtype=np.int64)
         unique, first = np.unique(indices, return_index=True)
         if len(unique) != n_models:
+            unreadable = f" ({', '.join(damaged)} damaged: the checksum fails)" if damaged else ""
             raise UsageError(
-                f"{self.root} has outputs for {len(unique)} of {n_models} models: "
+                f"{self.root} has outputs for {len(unique)} of {n_models} models{unreadable}: "
                 f"`dpaudit resume {self.root}` trains the rest"
             )
         gathered = {name: np.concatenate([c[name] for c in chunks])[first] for name in self._chunk_arrays(plan)}
@@ -780,6 +797,20 @@ class RunStore:
             return None
         if not (isinstance(record, dict) and isinstance(record.get("campaign"), str)):
             raise self._damaged(name, 'is not {"campaign": ..., "values": {...}}', fix)
+        if record["campaign"] != self._record() and self.saved_plan() is not None:
+            # plan.npz, checksummed, was made under campaign.json as it is (saved_plan checks): the copy in this
+            # file, which no checksum covers, is what changed.
+            try:
+                made = json.loads(record["campaign"])
+            except ValueError:
+                made = None
+            changed = differences(made, self._metadata()) if isinstance(made, dict) else ["unreadable"]
+            if changed:
+                raise self._damaged(
+                    name,
+                    f"holds a copy of campaign.json that differs from it ({'; '.join(changed)}; plan.npz confirms it)",
+                    fix,
+                )
         self._check_record(name, record["campaign"])
         values = record.get("values")
         if not isinstance(values, dict):

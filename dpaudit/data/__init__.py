@@ -22,12 +22,13 @@ import hashlib
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import BinaryIO, ClassVar
 
 import numpy as np
 
 from accountants import validation as check
 from dpaudit.errors import UsageError
+from dpaudit.files import open_regular
 
 # Fractions (public, private); the rest is test. Fixed: the split is part of the dataset's identity.
 _SPLIT = (0.4, 0.4)
@@ -163,7 +164,8 @@ def synthetic(n: int = 2000, dim: int = 32, num_classes: int = 4, separation: fl
 
 
 def _read_cifar10_file(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    raw = np.fromfile(path, dtype=np.uint8)
+    with _opened(path, f"cifar10:{path.parent}") as handle:
+        raw = np.fromfile(handle, dtype=np.uint8)
     if raw.size == 0 or raw.size % CIFAR10_RECORD_BYTES:
         raise UsageError(
             f"{path} is not a CIFAR-10 binary batch: {raw.size} bytes is not a multiple of "
@@ -183,7 +185,7 @@ def cifar10(folder: str | Path, limit: int | None = None) -> Dataset:
     """
     folder = Path(folder)
     files = [folder / name for name in (*_CIFAR10_TRAIN_FILES, _CIFAR10_TEST_FILE)]
-    missing = [f.name for f in files if not f.is_file()]
+    missing = [f.name for f in files if not f.exists()]  # what stands there instead is named as it is read
     if missing:
         raise UsageError(
             f"CIFAR-10 binary files missing in {folder}: {', '.join(missing)}; point "
@@ -197,25 +199,31 @@ def cifar10(folder: str | Path, limit: int | None = None) -> Dataset:
     return _standardised_split("cifar10", x, y, 10)
 
 
-def _existing_file(path: Path, spec: str, option: str = "--dataset") -> Path:
-    if not path.is_file():
-        raise UsageError(f"{option} {spec}: no file {path}; give the path of an existing file")
-    return path
-
-
-def _npz_arrays(path: Path) -> dict[str, np.ndarray]:
-    """Every array of the .npz archive ``path``; a usage error if it is not one."""
+def _opened(path: Path, spec: str, option: str = "--dataset") -> BinaryIO:
+    """The data file ``path`` (of ``option spec``) opened for reading; a usage error if it is missing or no file."""
     try:
-        archive = np.load(path, allow_pickle=False)
-        if not isinstance(archive, np.lib.npyio.NpzFile):
-            raise ValueError("it holds a single array")
-        with archive:
-            return {key: archive[key] for key in archive.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise UsageError(
-            f"{path} is not an .npz archive of numeric arrays ({reason}); write it with numpy.savez(path, x=..., y=...)"
-        ) from None
+        return open_regular(path, f"{option} {spec} reads a regular file there; copy the data into one")
+    except FileNotFoundError:
+        raise UsageError(f"{option} {spec}: no file {path}; give the path of an existing file") from None
+    except OSError as exc:
+        raise UsageError(f"{option} {spec}: cannot read {path} ({exc.strerror or exc}); make it readable") from None
+
+
+def _npz_arrays(path: Path, spec: str, option: str = "--dataset") -> dict[str, np.ndarray]:
+    """Every array of the .npz archive ``path`` (of ``option spec``); a usage error if it is not one."""
+    with _opened(path, spec, option) as handle:
+        try:
+            archive = np.load(handle, allow_pickle=False)
+            if not isinstance(archive, np.lib.npyio.NpzFile):
+                raise ValueError("it holds a single array")
+            with archive:
+                return {key: archive[key] for key in archive.files}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise UsageError(
+                f"{path} is not an .npz archive of numeric arrays ({reason}); write it with numpy.savez(path, x=...,"
+                " y=...)"
+            ) from None
 
 
 def from_npz(path: str | Path) -> Dataset:
@@ -224,8 +232,8 @@ def from_npz(path: str | Path) -> Dataset:
     ``x``: (n, *input_shape) numeric features (e.g. (n, d) vectors, (n, C, H, W) images); ``y``: (n,) whole-number
     class labels, renumbered as in :func:`_classes`. Written e.g. by ``numpy.savez(path, x=x, y=y)``.
     """
-    path = _existing_file(Path(path), f"npz:{path}")
-    arrays = _npz_arrays(path)
+    path = Path(path)
+    arrays = _npz_arrays(path, f"npz:{path}")
     keys = set(arrays)
     split_keys = keys & set(SPLIT_KEYS)
     if {"x", "y"} <= keys and not split_keys:
@@ -261,19 +269,20 @@ def from_csv(path: str | Path) -> Dataset:
 
     Split by :func:`split_indices` like an .npz's ``x`` and ``y``.
     """
-    path = _existing_file(Path(path), f"csv:{path}")
-    x, y = _checked_part(path, _csv_arrays(path), "features", "label")
+    path = Path(path)
+    x, y = _checked_part(path, _csv_arrays(path, f"csv:{path}"), "features", "label")
     rows = split_indices(len(y))
     _check_split_sizes(path, [len(part) for part in rows], len(y))
     return _user_dataset(f"csv:{path}", path, [(x[part], y[part]) for part in rows])
 
 
-def _csv_arrays(path: Path) -> dict[str, np.ndarray]:
+def _csv_arrays(path: Path, spec: str, option: str = "--dataset") -> dict[str, np.ndarray]:
     """A CSV table's ``features`` (every column but ``label``, numeric) and ``label``; a usage error otherwise."""
     import pandas as pd
 
     try:
-        frame = pd.read_csv(path)
+        with _opened(path, spec, option) as handle:
+            frame = pd.read_csv(handle)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise UsageError(

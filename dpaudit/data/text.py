@@ -106,9 +106,8 @@ def _text(path: str | None) -> tuple[str, bytes]:
     if path is None:
         return "text", corpus()[:EMBEDDED_BYTES]
     file = Path(path)
-    if not file.is_file():
-        raise UsageError(f"--dataset text:{path}: no file {file}; give the path of an existing UTF-8 text file")
-    raw = file.read_bytes()
+    with data._opened(file, f"text:{path}") as handle:
+        raw = handle.read()
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as error:

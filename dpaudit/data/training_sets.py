@@ -40,8 +40,8 @@ def training_set(spec: str, option: str = "--dataset") -> tuple[np.ndarray, np.n
             f"{option} must be npz:PATH (arrays x and y), csv:PATH (a label column), text or text:PATH (byte windows),"
             f" got {spec!r}"
         )
-    path = data._existing_file(Path(name), spec, option)
-    arrays = data._npz_arrays(path) if kind == "npz" else data._csv_arrays(path)
+    path = Path(name)
+    arrays = data._npz_arrays(path, spec, option) if kind == "npz" else data._csv_arrays(path, spec, option)
     keys = ("x", "y") if kind == "npz" else ("features", "label")
     missing = [key for key in keys if key not in arrays]
     if missing:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from dpaudit import background
+from dpaudit.errors import UsageError
 from dpaudit.mechanisms.base import Mechanism, PerExampleGradients, Step
 from dpaudit.mechanisms.catalogue import check_noise_and_clip
 from dpaudit.mechanisms.denoise import denoise_gradient
@@ -178,5 +179,7 @@ class DpSgd(Mechanism):
 
 
 def dp_sgd(name: str, noise_multiplier: float, clip_norm: float, denoise: bool = False) -> DpSgd:
-    """The DP baseline ``name`` ∈ {dp-sgd, dp-lora, dp-lora-fa} (module docstring)."""
+    """The DP baseline ``name`` ∈ {dp-sgd, dp-lora, dp-lora-fa} (module docstring); another name is a UsageError."""
+    if not isinstance(name, str) or name not in DP_SGD_PARAMETERIZATIONS:
+        raise UsageError(f"dp_sgd(): no DP baseline {name!r}; give one of {', '.join(DP_SGD_PARAMETERIZATIONS)}")
     return DpSgd(noise_multiplier, clip_norm, DP_SGD_PARAMETERIZATIONS[name], denoise, name)
