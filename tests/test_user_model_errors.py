@@ -191,3 +191,13 @@ def test_a_planted_dpaudit_bug_around_the_users_forward_pass_is_still_an_interna
     err = capsys.readouterr().err
     assert "Traceback" in err and "ValueError: planted bug" in err and "internal error" in err
     assert not out.exists()
+
+
+def test_sys_exit_anywhere_in_a_command_is_an_error_never_exit_0(monkeypatch, capsys):
+    """Code a command runs outside the probed stages (a trainer, a statistic) calling sys.exit(0) is still exit 2."""
+    from accountants import gaussian
+
+    monkeypatch.setattr(gaussian, "epsilon", lambda *args, **kwargs: sys.exit(0))
+    monkeypatch.delenv("DPAUDIT_DEBUG", raising=False)
+    assert main(["bounds", "gaussian", "--sigma", "1", "--delta", "1e-5"]) == 2
+    one_line_error(capsys, "called sys.exit(0)")
