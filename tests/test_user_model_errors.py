@@ -50,6 +50,13 @@ class NumpyInForward(Net):
         return super().forward(torch.from_numpy(x.numpy()))
 
 
+class FailsInTrainingMode(Net):
+    def forward(self, x):
+        if self.training:
+            raise RuntimeError("this model only evaluates")
+        return super().forward(x)
+
+
 def good(input_shape, num_classes):
     return Net(input_shape, num_classes)
 
@@ -104,6 +111,10 @@ def item_in_forward(input_shape, num_classes):
 
 def numpy_in_forward(input_shape, num_classes):
     return NumpyInForward(input_shape, num_classes)
+
+
+def fails_in_training_mode(input_shape, num_classes):
+    return FailsInTrainingMode(input_shape, num_classes)
 
 
 def lazy(input_shape, num_classes):
@@ -161,6 +172,7 @@ def _audit(dataset, out, *options: str) -> int:
         ("user_models:frozen", ["every parameter of the model is frozen", "--no-pretrain"]),
         ("user_models:item_in_forward", ["the training step's gradients on a batch of shape (2, 8)", ".item()"]),
         ("user_models:numpy_in_forward", ["the training step's gradients on a batch of shape (2, 8)"]),
+        ("user_models:fails_in_training_mode", ["a pretraining step (training mode)", "this model only evaluates"]),
         ("user_models:lazy", ["parameter '0.weight' has no shape yet", "nn.Linear(d_in, d_out)"]),
         ("user_models:conv_on_vectors", ["its forward pass on a batch of shape (2, 8)", "RuntimeError"]),
         ("torch.nn:Linear", ["--model torch.nn:Linear: building the model, Linear((8,), 2)", "TypeError"]),

@@ -345,7 +345,8 @@ def _probe_model(config: CampaignConfig, inputs: resolve.Inputs) -> None:
     """The model's forward pass and the training step's gradients, tried on a couple of public examples.
 
     The forward pass must give float32 logits of shape (n, classes), or (n, T, vocabulary) for next-token data.
-    The gradients are the mechanism's (per example or per batch), through the engine's vectorised forward pass,
+    A model to be pretrained takes a pretraining step (training mode, plain autograd) on a copy. The gradients
+    are the mechanism's (per example or per batch), through the engine's vectorised forward pass,
     which refuses what a plain one allows (``.item()``, numpy or data-dependent branches inside ``forward``). A
     failure of the user's model (``--model`` or an object given to dpaudit.audit) is named as theirs.
     """
@@ -376,9 +377,15 @@ def _probe_model(config: CampaignConfig, inputs: resolve.Inputs) -> None:
             f"{what} returned {logits.dtype} logits on {batch}: dpaudit trains float32 models; return float32"
             " logits (e.g. .float())"
         )
+    user_files = source_files(list(architecture.modules()))
+    if config.pretrain:  # pretraining runs the model in training mode, through plain autograd (models.pretrain)
+        model.train()
+        with users_code(f"a pretraining step (training mode) on {batch}", user_files):
+            models.mean_loss(dataset.task, model(torch.from_numpy(x)), torch.from_numpy(y)).backward()
+        model.eval()
     shadow = _reference_start(config, model, inputs.mechanism)
     gradients = engine.step_gradient_function(shadow, inputs.mechanism)
-    with users_code(f"the training step's gradients on {batch}", source_files(list(architecture.modules()))):
+    with users_code(f"the training step's gradients on {batch}", user_files):
         gradients(
             shadow.trainable,
             shadow.frozen,
