@@ -9,9 +9,12 @@ resumed campaign continues with exactly what its finished chunks were trained wi
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import dataclasses
 import hashlib
 import io
+import sys
 from collections.abc import Sequence
 from dataclasses import astuple
 
@@ -34,7 +37,7 @@ from dpaudit.campaign.shadow import (
     train_models,
 )
 from dpaudit.campaign.store import Plan, RunStore, checksum
-from dpaudit.config import CampaignConfig
+from dpaudit.config import PYTHON_OBJECT, CampaignConfig
 from dpaudit.data import text
 from dpaudit.errors import UsageError
 from dpaudit.formatting import json_text
@@ -44,6 +47,7 @@ from dpaudit.mechanisms.privacy import LayerShape, Training
 from dpaudit.seeding import ModelRandomness, campaign_rng
 from dpaudit.training import canaries as canary_lib
 from dpaudit.training import engine, sampling
+from dpaudit.user_code import blamed_on_user, source_files
 
 _EXPOSURE_CANDIDATES = 1000  # candidates of the secrets' format each model scores: exposure up to log2(1001) ≈ 10
 
@@ -211,17 +215,32 @@ def _stored_base(store: RunStore, architecture: nn.Module, plan: Plan | None) ->
     return base.eval().requires_grad_(False)
 
 
-def check_inputs(config: CampaignConfig, inputs: resolve.Inputs) -> resolve.Inputs:
-    """``inputs`` checked against the config before anything is written.
+def check_inputs(
+    config: CampaignConfig, inputs: resolve.Inputs, rank_given: bool = True
+) -> tuple[CampaignConfig, resolve.Inputs]:
+    """``inputs`` checked against the config before anything is written; the config and inputs to run.
 
-    The checks that need them: the model learns the data's task, it has layers to adapt, the rank fits every
-    adapted layer, ``target_modules`` name layers of a LoRA adapter, the gradient canaries fit the trained tensors.
+    The checks that need them: the model learns the data's task, its parameters are float32 (and not all frozen
+    where it is pretrained), it has layers to adapt, the rank fits every adapted layer, ``target_modules`` name
+    layers of a LoRA adapter, the model's forward pass and the training step's gradients work on a couple of public
+    examples (:func:`_probe_model`), the gradient canaries fit the trained tensors, the claim can be bounded.
+
+    ``rank_given``: False where ``config.rank`` is the default rank, not the user's: a default larger than the
+    model's layers take is lowered to the largest they take (:func:`_fitted_default_rank`, said on stderr), so that
+    any data runs at the defaults; the returned config and mechanism then have that rank. A rank the user gave is
+    refused where it does not fit.
     """
-    dataset, architecture, mechanism = inputs.dataset, inputs.architecture, inputs.mechanism
-    if models.task_of(architecture) != dataset.task:
+    architecture = inputs.architecture
+    _check_parameters(config, architecture)
+    dataset, mechanism = inputs.dataset, inputs.mechanism
+    try:
+        task = models.task_of(architecture)
+    except UsageError as error:
+        raise UsageError(f"{_model_named(config)}: {error}") from None
+    if task != dataset.task:
         raise UsageError(
             f"--dataset {config.dataset} is {dataset.task} data, but the model ({type(architecture).__name__}) learns"
-            f" {models.task_of(architecture)} (its `task` attribute): give a model of the data's task, e.g."
+            f" {task} (its `task` attribute): give a model of the data's task, e.g."
             " dpaudit.transformer.CausalTransformer for text"
         )
     if not models.adapted_layers(architecture):
@@ -236,8 +255,13 @@ def check_inputs(config: CampaignConfig, inputs: resolve.Inputs) -> resolve.Inpu
             f"--target-modules chooses the layers of a LoRA adapter, and mechanism {config.mechanism!r} trains or"
             " measures every layer: leave --target-modules out, or use dp-lora, dp-lora-fa or prism"
         )
+    rank_note = None
+    if config.rank is not None and not rank_given:
+        config, inputs, rank_note = _fitted_default_rank(config, inputs)
+        mechanism = inputs.mechanism
     if config.rank is not None:  # LoRA or m1/m2's projection: r <= d_in
         models.check_rank(architecture, config.rank, config.target_modules)
+    _probe_model(config, inputs)
     if config.canary == "gradient" and config.canaries is not None:
         trained = _reference_start(config, architecture, mechanism).trainable
         coordinates = sum(t[0].numel() for t in trained.values())
@@ -257,7 +281,118 @@ def check_inputs(config: CampaignConfig, inputs: resolve.Inputs) -> resolve.Inpu
             f"no accountant can bound the privacy {config.mechanism} claims in this campaign ({error}): change the"
             " setting it comes from (--noise, --batch-size, --epochs)"
         ) from None
-    return inputs
+    if rank_note is not None:  # said once every check has passed, so that a refusal stays one line
+        print(f"dpaudit: {rank_note}", file=sys.stderr)
+    return config, inputs
+
+
+def _model_named(config: CampaignConfig) -> str:
+    """The model as the user named it, for a message: ``--model MODULE:FACTORY``, or the object's class."""
+    if config.model is None or config.model.startswith(PYTHON_OBJECT):
+        return "the model" if config.model is None else f"the model {config.model.removeprefix(PYTHON_OBJECT)}"
+    return f"--model {config.model}"
+
+
+def _check_parameters(config: CampaignConfig, architecture: nn.Module) -> None:
+    """Parameters dpaudit can train: of known shape, float32, and some trainable where the model is pretrained."""
+    what = _model_named(config)
+    for name, parameter in architecture.named_parameters():
+        if isinstance(parameter, nn.parameter.UninitializedParameter):
+            raise UsageError(
+                f"{what}: parameter {name!r} has no shape yet (a lazy module, e.g. nn.LazyLinear, takes it from"
+                " its first forward pass): give the layer its input size, e.g. nn.Linear(d_in, d_out)"
+            )
+        if parameter.dtype != torch.float32:
+            raise UsageError(
+                f"{what}: parameter {name!r} is {parameter.dtype}: dpaudit trains float32 models (--precision"
+                " bf16 runs them under bf16 autocast); return model.float() from the factory"
+            )
+    trainable = [parameter.requires_grad for parameter in architecture.parameters()]
+    if config.pretrain and trainable and not any(trainable):  # no parameters at all: no layers, refused after
+        raise UsageError(
+            f"{what}: every parameter of the model is frozen (requires_grad False), so pretraining it on the public"
+            " split trains nothing: leave its parameters trainable, or fine-tune its own weights with --no-pretrain"
+        )
+
+
+def _fitted_default_rank(
+    config: CampaignConfig, inputs: resolve.Inputs
+) -> tuple[CampaignConfig, resolve.Inputs, str | None]:
+    """``config`` and ``inputs`` at the largest rank the adapted layers take where the default rank is larger.
+
+    As PRISM caps its rank at each layer's size, a default rank (16) larger than a layer's input dimension (a
+    dataset of 8 features) is lowered, for the whole adapter, to the smallest adapted layer's. The mechanism is
+    rebuilt at that rank (a default rank comes with a catalogue mechanism, never an object of the user's), and the
+    campaign records it: its hash, claim and layer shapes are those of that rank. The third value says so in a
+    line for stderr (None where the default fits).
+    """
+    assert config.rank is not None, "only a ranked mechanism has a default rank"
+    layer, limit = models.rank_limit(inputs.architecture, config.target_modules)
+    if config.rank <= limit:
+        return config, inputs, None
+    fitted = dataclasses.replace(config, rank=limit)
+    said = (
+        f"rank {limit}, not the default {config.rank}: the input dimension of layer {layer!r} is {limit}, and a"
+        " LoRA rank is at most every adapted layer's (give --rank to choose it)"
+    )
+    return fitted, dataclasses.replace(inputs, mechanism=resolve.mechanism(fitted)), said
+
+
+_PROBE_EXAMPLES = 2  # public examples the model is tried on before anything is written
+
+
+def _probe_model(config: CampaignConfig, inputs: resolve.Inputs) -> None:
+    """The model's forward pass and the training step's gradients, tried on a couple of public examples.
+
+    The forward pass must give float32 logits of shape (n, classes), or (n, T, vocabulary) for next-token data.
+    A model to be pretrained takes a pretraining step (training mode, plain autograd) on a copy. The gradients
+    are the mechanism's (per example or per batch), through the engine's vectorised forward pass,
+    which refuses what a plain one allows (``.item()``, numpy or data-dependent branches inside ``forward``). A
+    failure of the user's model (``--model`` or an object given to dpaudit.audit) is named as theirs.
+    """
+    dataset, architecture = inputs.dataset, inputs.architecture
+    x, y = dataset.public.x[:_PROBE_EXAMPLES], dataset.public.y[:_PROBE_EXAMPLES]
+    batch = f"a batch of shape {tuple(x.shape)}"
+    model = copy.deepcopy(architecture).eval()  # in training mode, a forward pass would move BatchNorm's statistics
+    what = _model_named(config)
+
+    def users_code(stage: str, user_files: frozenset[str] | None = None) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext() if config.model is None else blamed_on_user(what, stage, user_files)
+
+    with users_code(f"its forward pass on {batch}"), torch.no_grad():
+        logits = model(torch.from_numpy(x))
+    expected, axes = (
+        ((len(x), x.shape[1], dataset.num_classes), "(batch, positions, vocabulary)")
+        if dataset.task == "next-token"
+        else ((len(x), dataset.num_classes), "(batch, classes)")
+    )
+    if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != expected:
+        got = f"shape {tuple(logits.shape)}" if isinstance(logits, torch.Tensor) else f"a {type(logits).__name__}"
+        raise UsageError(
+            f"{what} returned {got} on {batch}; it must return one tensor of logits {axes}, here {expected}: one"
+            f" output per class of the data ({dataset.num_classes}), no tuple, no extra dimension"
+        )
+    if logits.dtype != torch.float32:
+        raise UsageError(
+            f"{what} returned {logits.dtype} logits on {batch}: dpaudit trains float32 models; return float32"
+            " logits (e.g. .float())"
+        )
+    user_files = source_files(list(architecture.modules()))
+    if config.pretrain:  # pretraining runs the model in training mode, through plain autograd (models.pretrain)
+        model.train()
+        with users_code(f"a pretraining step (training mode) on {batch}", user_files):
+            models.mean_loss(dataset.task, model(torch.from_numpy(x)), torch.from_numpy(y)).backward()
+        model.eval()
+    shadow = _reference_start(config, model, inputs.mechanism)
+    gradients = engine.step_gradient_function(shadow, inputs.mechanism)
+    with users_code(f"the training step's gradients on {batch}", user_files):
+        gradients(
+            shadow.trainable,
+            shadow.frozen,
+            torch.from_numpy(x)[None],
+            torch.from_numpy(y)[None],
+            torch.ones(1, len(x)),
+        )
 
 
 def _members(pool_membership: np.ndarray) -> int:
@@ -294,7 +429,8 @@ def prepare(
     re-pretrained base must match the checksum the plan recorded. ``inputs``: checked ones (:func:`check_inputs`);
     None: :func:`dpaudit.campaign.resolve.resolve` the config's names.
     """
-    inputs = check_inputs(config, resolve.resolve(config)) if inputs is None else inputs
+    if inputs is None:
+        config, inputs = check_inputs(config, resolve.resolve(config))
     dataset, architecture, mechanism = inputs.dataset, inputs.architecture, inputs.mechanism
     resumed = store.create_or_check(config, dataset.fingerprint(), fingerprints(config, inputs))
     plan = store.saved_plan() if resumed else None

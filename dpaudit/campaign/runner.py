@@ -73,7 +73,13 @@ def _chunk_task(setup: Setup, indices: np.ndarray, device_name: str) -> ChunkOut
     return train_chunk(setup, indices, torch.device(device_name))
 
 
-def run(config: CampaignConfig, execution: Execution, out: Path, inputs: resolve.Inputs | None = None) -> RunStore:
+def run(
+    config: CampaignConfig,
+    execution: Execution,
+    out: Path,
+    inputs: resolve.Inputs | None = None,
+    rank_given: bool = True,
+) -> RunStore:
     """Train every shadow model not yet in the run directory ``out``; return the store holding all outputs.
 
     Finished chunks are never retrained; a chunk killed half-way is retrained from its start. Per-model
@@ -90,6 +96,8 @@ def run(config: CampaignConfig, execution: Execution, out: Path, inputs: resolve
         out: the run directory; created if missing, continued if it holds this campaign.
         inputs: the dataset, base model and mechanism objects; None: resolved from the config's names
             (:func:`.resolve.resolve`); :func:`dpaudit.audit` passes the objects the config describes.
+        rank_given: False where ``config.rank`` is the default rank: one larger than the model's layers take is
+            lowered to the largest they take (:func:`.plan.check_inputs`), and the campaign runs at that rank.
 
     Returns:
         The :class:`RunStore` of ``out``, every shadow model's chunk written (read it with
@@ -101,7 +109,7 @@ def run(config: CampaignConfig, execution: Execution, out: Path, inputs: resolve
     """
     store = RunStore(out)
     # A refused campaign leaves no directory: the lock below creates it.
-    inputs = plan.check_inputs(config, resolve.resolve(config) if inputs is None else inputs)
+    config, inputs = plan.check_inputs(config, resolve.resolve(config) if inputs is None else inputs, rank_given)
     with store.lock():
         try:
             _run_locked(config, execution, store, inputs)

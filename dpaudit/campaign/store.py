@@ -591,6 +591,12 @@ class RunStore:
             )
         return plan
 
+    def analysed_attack(self) -> str | None:
+        """The attack summary.json was last written with (by ``audit``, ``resume`` or ``analyse``); None before."""
+        summary = read_json(self.root, "summary.json", "delete it (analysing the run writes it again)")
+        attack = summary.get("attack") if isinstance(summary, dict) else None
+        return attack if isinstance(attack, str) else None
+
     def read_base(self) -> bytes | None:
         """base.pt's bytes (torch's format, read by dpaudit.campaign.runner), None if absent."""
         return read_file(self.root, "base.pt")

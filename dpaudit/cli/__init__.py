@@ -72,6 +72,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dpaudit: interrupted", file=sys.stderr)
         return INTERRUPTED
+    except SystemExit as exc:  # no command of dpaudit's exits: code it ran did (a model, trainer or statistic)
+        if debug:
+            raise
+        print(
+            f"dpaudit: error: code the command ran (your model, trainer or statistic?) called sys.exit({exc.code!r}),"
+            " which ends no dpaudit command: remove the call (DPAUDIT_DEBUG=1 shows where)",
+            file=sys.stderr,
+        )
+        return USAGE_ERROR
     except Exception:
         if debug:
             raise

@@ -173,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
 
     from dpaudit.campaign import runner  # torch and peft load here, not for `dpaudit bounds`
 
-    return finish(runner.run(config, execution, out), args.attack, args.json)
+    return finish(runner.run(config, execution, out, rank_given="rank" in values), args.attack, args.json)
 
 
 def check_creatable(out: Path) -> None:

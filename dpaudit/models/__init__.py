@@ -27,7 +27,7 @@ from torch import nn
 
 from dpaudit.errors import UsageError
 from dpaudit.models.transformer import CausalTransformer
-from dpaudit.user_code import load_callable
+from dpaudit.user_code import blamed_on_user, load_callable
 
 PARAMETERIZATIONS = ("full", "lora", "lora-fa")
 TASKS = ("classification", "next-token")
@@ -40,8 +40,11 @@ def task_of(model: nn.Module) -> str:
     A peft-wrapped model answers for the model it wraps (peft forwards unknown attributes).
     """
     task = getattr(model, "task", "classification")
-    if task not in TASKS:
-        raise ValueError(f"model task must be one of {', '.join(TASKS)}, got {task!r}")
+    if not isinstance(task, str) or task not in TASKS:
+        raise UsageError(
+            f"the model's `task` attribute is {task!r}: set it to one of {', '.join(TASKS)}, or leave it out for"
+            " classification"
+        )
     return task
 
 
@@ -148,7 +151,8 @@ def from_factory(spec: str, input_shape: tuple[int, ...], num_classes: int) -> n
     factory = load_callable("--model", spec, ("input_shape", "num_classes"), "a torch.nn.Module")
     factory_name = spec.partition(":")[2]
     arguments = (tuple(input_shape), num_classes)
-    model = factory(*arguments)
+    with blamed_on_user(f"--model {spec}", f"building the model, {factory_name}{arguments},"):
+        model = factory(*arguments)
     if not isinstance(model, nn.Module):
         raise UsageError(
             f"--model {spec}: {factory_name}{arguments} returned a {type(model).__name__},"
@@ -213,16 +217,24 @@ def projection_dim(layer: nn.Linear | nn.Conv2d) -> int:
     return int(np.prod(layer.weight.shape[1:]))
 
 
+def rank_limit(model: nn.Module, targets: tuple[str, ...] | None = None) -> tuple[str, int]:
+    """The largest rank an adapter of the layers ``targets`` names takes, and the layer that limits it.
+
+    A rank-r adapter needs r ≤ d_i for every adapted layer (otherwise A has more rows than its input).
+    """
+    dims = {name: projection_dim(layer) for name, layer in lora_layers(model, targets).items()}
+    name = min(dims, key=dims.__getitem__)
+    return name, dims[name]
+
+
 def check_rank(model: nn.Module, rank: int, targets: tuple[str, ...] | None = None) -> None:
-    """A rank-r adapter needs r ≤ d_i for every adapted layer (otherwise A has more rows than its input)."""
+    """Refuse a rank larger than :func:`rank_limit`."""
     if rank < 1:
         raise UsageError(f"--rank must be a positive integer, got {rank}")
-    dims = {name: projection_dim(layer) for name, layer in lora_layers(model, targets).items()}
-    too_small = {name: d for name, d in dims.items() if d < rank}
-    if too_small:
-        name, d = min(too_small.items(), key=lambda item: item[1])
+    name, limit = rank_limit(model, targets)
+    if rank > limit:
         raise UsageError(
-            f"--rank {rank} is larger than layer {name!r}'s input dimension {d}; use --rank <= {min(dims.values())}"
+            f"--rank {rank} is larger than layer {name!r}'s input dimension {limit}; use --rank <= {limit}"
         )
 
 

@@ -226,11 +226,7 @@ def train(
         mechanism.initialise(params, state)
     if canaries is not None:
         canaries.start(params, randomness, sample_rate, steps, config.epochs)
-    gradients = (
-        example_gradient_function(shadow.module, list(params))
-        if mechanism.per_example
-        else gradient_function(shadow.module, per_example=False)
-    )
+    gradients = step_gradient_function(shadow, mechanism)
     for step, (weight_t, examples) in enumerate(background.ahead(_gathered(batches, x, y, blocks, device))):
         parts = tuple(
             gradients(params, shadow.frozen, block_x, block_y, weight_t[:, block])
@@ -270,6 +266,16 @@ def train(
         shadow.canary_observations = canaries.finish(params)
     shadow.trainable = {name: p.detach() for name, p in params.items()}
     return shadow
+
+
+def step_gradient_function(shadow: ShadowModels, mechanism: Mechanism) -> Callable:
+    """(trainable, frozen, x, y, w) → a step's gradients of ``shadow``'s K models, as ``mechanism`` takes them.
+
+    Per example (:func:`example_gradient_function`) for a per-example mechanism, else each model's batch gradient.
+    """
+    if mechanism.per_example:
+        return example_gradient_function(shadow.module, list(shadow.trainable))
+    return gradient_function(shadow.module, per_example=False)
 
 
 @torch.no_grad()

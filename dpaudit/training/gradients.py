@@ -18,6 +18,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from dpaudit import models as model_lib
+from dpaudit.errors import UsageError
 from dpaudit.mechanisms.base import PerExampleGradients
 
 
@@ -275,7 +276,7 @@ def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callab
         def recorder(name):
             def hook(layer, args, output):
                 if name in inputs:
-                    raise ValueError(
+                    raise UsageError(
                         f"layer {name!r} is called twice in one forward pass: factored per-example gradients "
                         "record one input per layer; give each use its own layer"
                     )
@@ -307,7 +308,7 @@ def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callab
                 else model_lib.example_losses(task, logits.flatten(0, 1), y.flatten(0, 1)).sum()
             )
             if any(output._version != versions[name] for name, output in outputs.items()):
-                raise ValueError(
+                raise UsageError(
                     "a trained layer's output was modified in place (e.g. ReLU(inplace=True)): "
                     "per-example output gradients need it unchanged; use out-of-place modules"
                 )
