@@ -17,6 +17,11 @@ Tests used for the verdicts (all two-sided at 5%):
 * mean test accuracies of two groups of models: Welch's t-test on the per-cell mean and standard deviation;
 * TPR at a fixed FPR: whether the 95% Clopper-Pearson intervals overlap.
 * AUCs on the byte-level transformer (intervals too narrow for a test): their order within the 95% CIs.
+
+A claimed effect's verdict (``results_doc.statistics.ordering_verdict``) has the power to say it: "holds" where the
+test is significant in the claimed direction, "does not hold" where it is significant against it or could have
+shown the claimed effect (its minimum detectable difference at 80% power is no larger) and did not, else "not
+resolved". Intervals that treat trials sharing models as independent never claim that power.
 """
 
 from __future__ import annotations

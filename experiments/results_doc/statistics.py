@@ -178,3 +178,56 @@ def ci_order(lower: pd.Series, higher: pd.Series, prefix: str) -> str:
     if lower_low > higher_high:
         return "reversed"
     return "not resolved"
+
+
+POWER = 0.8  # the power at which a test counts as able to show an effect (its minimum detectable difference)
+Z_POWER = 0.8416212335729143  # the standard normal quantile at POWER
+
+
+def auc_se(row: pd.Series, prefix: str = "") -> float:
+    """The standard error of ``row``'s AUC: its 95% CI's width / (2 · 1.96), as :func:`auc_z` reads it."""
+    low, high = _interval(row, f"{prefix}auc")
+    return (high - low) / (2 * Z_95)
+
+
+def minimum_detectable_difference(standard_error: float) -> float:
+    """The smallest true difference a two-sided z test at :data:`LEVEL` detects with probability :data:`POWER`.
+
+    ``(z_{1-α/2} + z_{power}) · se``: the difference whose z statistic exceeds the critical value in 80% of repeats.
+
+    Raises:
+        ValueError: the standard error is negative, NaN or infinite.
+    """
+    if not (math.isfinite(standard_error) and standard_error >= 0):
+        raise ValueError(f"a standard error must be finite and >= 0, got {standard_error}")
+    return (Z_95 + Z_POWER) * standard_error
+
+
+def ordering_verdict(difference: float, standard_error: float, expected: float | None) -> str:
+    """Whether a claimed effect holds here, with the power to say so: the rule behind RESULTS.md's verdicts.
+
+    Args:
+        difference: the measured difference, signed so that the claim predicts it to be > 0.
+        standard_error: its standard error (> 0; a z test at :data:`LEVEL`).
+        expected: the claimed effect carried over to this setting (> 0), e.g. the paper's difference, or its
+            relative size times this setting's own leakage; None where the claim states no size (a test that
+            finds nothing then resolves nothing).
+
+    Returns:
+        ``holds``: significant in the claimed direction; ``does not hold``: significant against it, or not
+        significant while the test could have shown ``expected`` (minimum detectable difference ≤ expected);
+        ``not resolved``: not significant, and the test could not have shown ``expected`` (or it is None).
+
+    Raises:
+        ValueError: a NaN or infinite input, a standard error <= 0 or an expected effect <= 0.
+    """
+    stated = {"difference": difference, "standard_error": standard_error, "expected": expected}
+    for name, value in stated.items():
+        if value is not None and not math.isfinite(value):
+            raise ValueError(f"{name} is {value}: a verdict needs a finite number")
+    if standard_error <= 0 or (expected is not None and expected <= 0):
+        raise ValueError(f"the standard error and the expected effect must be > 0, got {standard_error}, {expected}")
+    if z_p(difference / standard_error) < LEVEL:
+        return "holds" if difference > 0 else "does not hold"
+    able = expected is not None and minimum_detectable_difference(standard_error) <= expected
+    return "does not hold" if able else "not resolved"
