@@ -173,7 +173,8 @@ PRISM is the next section's table.
 {found} Tightest cell: {tightest["mechanism"]} ({tightest["threat_model"]}), {num(tightness.max(), 2)} of the
 analytic ε. Largest tightness per threat model: {
         ", ".join(f"{threat} {num(value, 2)}" for threat, value in by_threat.items())
-    }. Not tested: the papers' datasets, models and batch sizes (q < 1), and more than one seed per cell.
+    }. Not tested here: the papers' datasets, models and batch sizes, q < 1 (benchmarks/bench_white_box.py's case (b)
+runs q ≈ 0.1), and more than one seed per cell.
 """
     summary = (
         "Audit tightness, mechanisms × threat models",
