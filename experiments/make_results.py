@@ -17,6 +17,11 @@ Tests used for the verdicts (all two-sided at 5%):
 * mean test accuracies of two groups of models: Welch's t-test on the per-cell mean and standard deviation;
 * TPR at a fixed FPR: whether the 95% Clopper-Pearson intervals overlap.
 * AUCs on the byte-level transformer (intervals too narrow for a test): their order within the 95% CIs.
+
+A claimed effect's verdict (``results_doc.statistics.ordering_verdict``) has the power to say it: "holds" where the
+test is significant in the claimed direction, "does not hold" where it is significant against it or could have
+shown the claimed effect (its minimum detectable difference at 80% power is no larger) and did not, else "not
+resolved". Intervals that treat trials sharing models as independent never claim that power.
 """
 
 from __future__ import annotations
@@ -79,6 +84,10 @@ def render(results: Path = RESULTS, paper_numbers: Path = PAPER_NUMBERS) -> str:
     campaigns = pd.concat([src.table(name) for name in CAMPAIGNS])
     models_low, models_high = campaigns["models"].min(), campaigns["models"].max()
     audit_epochs = ranks_text(sorted(campaigns["epochs"].unique()))
+    # The mechanisms' own audits (tightness, PRISM's leak, the planted bugs) train more models for fewer steps.
+    white_box = pd.concat([src.table(name) for name in ("audit_tightness", "prism_leak", "mutants")])
+    trials_low, trials_high = (white_box["n_in"] + white_box["n_out"]).agg(["min", "max"])
+    steps_low, steps_high = white_box["steps"].agg(["min", "max"])
     paper_trials = src.paper("w_t1_trials")
     head = f"""# Reproduced results: the papers' numbers next to ours
 
@@ -105,8 +114,9 @@ private LLM fine-tuning" (arXiv:2510.01137).
 pretraining, 40% private pool = {pool} examples, 20% test) instead of CIFAR-10 / GPT-2 / RoBERTa; the MLP
 64-128-128-10 instead of a CNN / ResNet / transformer (except the [S] Table 1 analogue on a byte-level transformer,
 whose section names its text and model), so LoRA ranks are ≤ 64 (r must not exceed any adapted layer's input
-dimension); {models_low}-{models_high} shadow models per audit
-instead of 200-{paper_trials:g}; {audit_epochs} fine-tuning epochs for the audits. CIFAR-10 runs need
+dimension); {models_low}-{models_high} shadow models and {audit_epochs} fine-tuning epochs for the papers' audits
+instead of 200-{paper_trials:g} models ({trials_low:g}-{trials_high:g} trials of {steps_low:g}-{steps_high:g}
+steps for the mechanisms' own audits: tightness, PRISM's leak, planted bugs). CIFAR-10 runs need
 `--dataset cifar10:PATH --paper-scale` (not run here: no dataset copy).
 Verdicts are computed (two-sided tests at {LEVEL:g}; see `make_results.py`'s docstring): "not tested" where our
 setting differs from the one the claim is about.

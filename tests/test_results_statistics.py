@@ -304,3 +304,54 @@ def test_table_is_markdown():
     assert formatting.table(["r", "AUC"], [["4", "0.5"], ["16", "0.9"]]) == (
         "| r | AUC |\n|---|---|\n| 4 | 0.5 |\n| 16 | 0.9 |"
     )
+
+
+def test_z_power_is_the_normal_quantile_at_the_power():
+    assert st.Z_POWER == pytest.approx(stats.norm.ppf(st.POWER), abs=1e-12)
+
+
+def test_the_minimum_detectable_difference_is_detected_with_the_stated_power():
+    """A true difference equal to the MDD gives z > 1.96 in 80% of repeats (normal errors of the stated se)."""
+    se = 0.03
+    mdd = st.minimum_detectable_difference(se)
+    z = stats.norm(mdd / se, 1)
+    assert z.sf(st.Z_95) + z.cdf(-st.Z_95) == pytest.approx(st.POWER, abs=1e-3)  # the far tail adds < 1e-3
+
+
+@pytest.mark.parametrize(
+    "difference, se, expected, verdict",
+    [
+        (0.10, 0.02, 0.05, "holds"),  # z = 5
+        (-0.10, 0.02, 0.05, "does not hold"),  # significant against the claim
+        (0.01, 0.01, 0.05, "does not hold"),  # MDD 0.028 <= 0.05: the claimed effect would have shown
+        (0.01, 0.05, 0.07, "not resolved"),  # MDD 0.14 > 0.07: [W] Table 3's r = 32 → 63 at our se
+        (0.0, 0.01, (st.Z_95 + st.Z_POWER) * 0.01, "does not hold"),  # the boundary: MDD = expected counts as able
+        (0.0, 0.01, 0.028, "not resolved"),  # just below the MDD
+        (0.0, 0.001, None, "not resolved"),  # a claim without a size: finding nothing resolves nothing
+        (-0.05, 0.01, None, "does not hold"),
+    ],
+)
+def test_ordering_verdict(difference, se, expected, verdict):
+    assert st.ordering_verdict(difference, se, expected) == verdict
+
+
+@pytest.mark.parametrize(
+    "difference, se, expected", [(math.nan, 0.1, 0.1), (0.1, 0.0, 0.1), (0.1, 0.1, 0.0), (0.1, math.inf, 0.1)]
+)
+def test_ordering_verdict_refuses_undefined_inputs(difference, se, expected):
+    with pytest.raises(ValueError):
+        st.ordering_verdict(difference, se, expected)
+
+
+def test_the_estimator_ceiling_grows_with_the_trials_toward_the_claim():
+    """The GDP route's ceiling at μ = 1 (ε 4.38 at δ = 1e-5): ~0.7 at 500 + 500, ~0.88 at 5000 + 5000 (simulated)."""
+    small, large = st.estimator_ceiling(500, 500, 4.37718, 1e-5), st.estimator_ceiling(5000, 5000, 4.37718, 1e-5)
+    assert 0.6 < small[1] < 0.8 and 0.83 < large[1] < 0.93
+    assert small[0] < small[1] and large[0] < large[1]  # CP certifies less than GDP of a GDP mechanism
+    assert small[1] < large[1] and small[0] < large[0]
+
+
+@pytest.mark.parametrize("n_in, epsilon", [(0, 1.0), (10, 0.0), (10, math.inf)])
+def test_the_estimator_ceiling_refuses_undefined_inputs(n_in, epsilon):
+    with pytest.raises(ValueError):
+        st.estimator_ceiling(n_in, 10, epsilon, 1e-5)

@@ -11,6 +11,7 @@ from mechanism_audit_grid import BOUND_COLUMNS
 
 from .formatting import auc_ci, bound_text, num, plural, power, table
 from .sources import Section, Sources, setting_value
+from .statistics import CEILING_SEEDS, estimator_ceiling
 
 # Threat models of audit_tightness.py, as the table names them (docs/theory.md §3.9).
 THREAT_MODELS = {
@@ -67,16 +68,37 @@ against the exact profile and the audit.
     return Section([], body)
 
 
-def best_empirical(row: pd.Series) -> tuple[float, str]:
-    """The largest empirical ε of an audit_tightness row and its route (CP, GDP, one-run Steinke, one-run f-DP)."""
+# Claims that are μ-GDP (a Gaussian mechanism at q = 1, as every cell here is): only for them are the GDP route and the
+# one-run f-DP bound valid lower bounds; for m2 ([W] Thm 5) and the adaptive prism they are model-based estimates.
+GDP_CLAIMS = ("dp-sgd", "dp-lora", "dp-lora-fa")
+
+
+def best_empirical(row: pd.Series, valid_only: bool = False) -> tuple[float, str]:
+    """The largest empirical ε of an audit_tightness row and its route (CP, GDP, one-run Steinke, one-run f-DP).
+
+    ``valid_only``: among the routes that are valid lower bounds for the row's claim (:data:`GDP_CLAIMS`).
+    """
+    gdp_valid = not valid_only or row["mechanism"] in GDP_CLAIMS
     routes = {
         "CP": row["epsilon_cp"],
-        "GDP": row["epsilon_gdp"],
+        "GDP": row["epsilon_gdp"] if gdp_valid else float("nan"),
         "one-run": row["epsilon_one_run"],
-        "one-run f-DP": row["epsilon_one_run_fdp"],
+        "one-run f-DP": row["epsilon_one_run_fdp"] if gdp_valid else float("nan"),
     }
     name = max((name for name, value in routes.items() if not pd.isna(value)), key=lambda name: routes[name])
     return float(routes[name]), name
+
+
+def _ceiling(row: pd.Series, route: str) -> str:
+    """The estimator's ceiling for the row's route at its trials (:func:`estimator_ceiling`); — for one-run rows."""
+    if route not in ("CP", "GDP"):
+        return "—"
+    ceilings = dict(
+        zip(
+            ("CP", "GDP"), estimator_ceiling(int(row["n_in"]), int(row["n_out"]), row["analytic_epsilon"], row["delta"])
+        )
+    )
+    return num(ceilings[route], 2)
 
 
 def audit_tightness(src: Sources) -> Section:
@@ -87,10 +109,11 @@ def audit_tightness(src: Sources) -> Section:
     for _, row in every.iterrows():
         if row["verdict"] == "not run":
             reason = f"not run: {row['verdict_reason']}".replace("|", "/")
-            rows.append([row["mechanism"], THREAT_MODELS[row["threat_model"]], reason, *["—"] * 7])
+            rows.append([row["mechanism"], THREAT_MODELS[row["threat_model"]], reason, *["—"] * 8])
             continue
         one_run = row["design"] == "one-run"
-        best, route = best_empirical(row)
+        best, route = best_empirical(row, valid_only=True)
+        gdp_note = "" if row["mechanism"] in GDP_CLAIMS else " (model-based)"
         trials = (
             f"{row['canaries']:g} canaries × {plural(row['models'], 'run')}"
             if one_run
@@ -104,9 +127,11 @@ def audit_tightness(src: Sources) -> Section:
                 num(row["analytic_epsilon"], 2),
                 "—" if one_run else auc_ci(row),
                 bound_text(row["epsilon_cp"]),
-                bound_text(row["epsilon_gdp"]),
-                f"{bound_text(row['epsilon_one_run'])} / {bound_text(row['epsilon_one_run_fdp'])}",
+                bound_text(row["epsilon_gdp"]) + ("" if one_run else gdp_note),
+                f"{bound_text(row['epsilon_one_run'])} / {bound_text(row['epsilon_one_run_fdp'])}"
+                + (gdp_note if one_run else ""),
                 f"{num(best / row['analytic_epsilon'], 2)} ({route})",
+                _ceiling(row, route),
                 row["verdict"],
             ]
         )
@@ -118,7 +143,7 @@ def audit_tightness(src: Sources) -> Section:
                     route == "GDP" and row["verdict"] != "violated",
                 )
             )
-    tightness = frame.apply(lambda row: best_empirical(row)[0] / row["analytic_epsilon"], axis=1)
+    tightness = frame.apply(lambda row: best_empirical(row, valid_only=True)[0] / row["analytic_epsilon"], axis=1)
     tightest = frame.loc[tightness.idxmax()]
     by_threat = {
         threat: float(tightness[frame["threat_model"] == threat].max()) for threat in frame["threat_model"].unique()
@@ -134,6 +159,8 @@ def audit_tightness(src: Sources) -> Section:
     )
     steps_value = setting_value(frame, "steps")
     in_models = frame.loc[frame["design"] != "one-run", "n_in"].min()
+    dp_sgd = frame[(frame["mechanism"] == "dp-sgd") & (frame["design"] != "one-run")].iloc[0]
+    gdp_ceiling = estimator_ceiling(int(in_models), int(in_models), dp_sgd["analytic_epsilon"], dp_sgd["delta"])[1]
     trials_text = f"{plural(in_models, 'IN model')} and as many OUT" + (
         " (fewer than the 1000 + 1000 planned: CPU budget)" if in_models < 1000 else ""
     )
@@ -148,7 +175,12 @@ dp-lora-fa and prism ([P] Thm 3.4); [W] Thm 5 + App. F.2 for m2 with its project
         trials_text
     } per IN/OUT cell, and M canaries in each of a few models for
 one-run cells. Empirical ε at 95%: Clopper-Pearson (CP) and GDP routes over IN/OUT models; the pooled one-run
-bounds (Steinke et al. / f-DP) for one-run cells. Tightness = the largest empirical ε / analytic ε. The prism
+bounds (Steinke et al. / f-DP) for one-run cells. Tightness = the largest empirical ε of a route that is a valid
+lower bound for the cell's claim / analytic ε: CP and Steinke always; GDP and f-DP only for a μ-GDP claim (the DP-SGD
+family here), a model-based estimate for m2 and prism (marked). Ceiling = the share of the analytic ε the same
+estimator certifies on ideal scores of a μ-GDP mechanism exactly as leaky as the claim, at the cell's trials (median of
+{CEILING_SEEDS} simulated audits, one statistic): a tightness near it is limited by the trials, far below it by the
+attack. The prism
 rows are the campaign's adaptive PRISM ([P] Eq. 24 on ΔZ_dp's canonical lift); adaptive against non-adaptive
 PRISM is the next section's table.
 
@@ -163,7 +195,8 @@ PRISM is the next section's table.
                 "CP ε",
                 "GDP ε",
                 "one-run ε (Steinke / f-DP)",
-                "tightness (route)",
+                "tightness (valid route)",
+                "ceiling at these trials",
                 "verdict",
             ],
             rows,
@@ -173,13 +206,15 @@ PRISM is the next section's table.
 {found} Tightest cell: {tightest["mechanism"]} ({tightest["threat_model"]}), {num(tightness.max(), 2)} of the
 analytic ε. Largest tightness per threat model: {
         ", ".join(f"{threat} {num(value, 2)}" for threat, value in by_threat.items())
-    }. Not tested: the papers' datasets, models and batch sizes (q < 1), and more than one seed per cell.
+    }. Not tested here: the papers' datasets, models and batch sizes, q < 1 (benchmarks/bench_white_box.py's case (b)
+runs q ≈ 0.1), and more than one seed per cell.
 """
     summary = (
         "Audit tightness, mechanisms × threat models",
         "analytic ε bounds every audit's ε",
         f"largest empirical/analytic {num(tightness.max(), 2)} ({tightest['mechanism']}, "
-        f"{tightest['threat_model']}); black-box at most {num(by_threat.get('black-box', float('nan')), 2)}",
+        f"{tightest['threat_model']}); black-box at most {num(by_threat.get('black-box', float('nan')), 2)};"
+        f" the GDP estimator's own ceiling at {in_models:g} + {in_models:g} trials: {num(gdp_ceiling, 2)}",
         "**no**: " + "; ".join(refuted)
         if refuted
         else ("GDP route only: " + "; ".join(text for text, _ in above) if above else "**yes** (none above)"),

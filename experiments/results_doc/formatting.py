@@ -23,6 +23,11 @@ def sig(value: float, digits: int = 3) -> str:
     )
 
 
+def signed(value: float, digits: int = 3) -> str:
+    """``+0.012`` / ``-0.012``; a value that rounds to zero is ``+0.000``, never ``-0.000``."""
+    return f"{round(value, digits) + 0.0:+.{digits}f}"
+
+
 def power(value: float) -> str:
     """A small rate such as δ in the papers' style: ``1e-5`` (one significant digit: 2.5e-5 prints ``2e-5``)."""
     mantissa, exponent = f"{value:.0e}".split("e")

@@ -119,7 +119,9 @@ all layers, Poisson b =
 δ = {power(first["delta"])}; one σ per ε for all three (PLD accountant):
 {", ".join(f"σ = {num(s)} (ε = {t:g})" for t, s in sigmas.items())}. {first["models"]:g} models per cell (mean ± std).
 Optimisers: DP-LoRA and DP-LoRA-FA plain SGD at lr {sig(lrs["dp-lora"])} (untuned); PRISM its Adam-like adaptive
-direction at lr {sig(lrs["prism"])} (the best of three in a short probe). [P]'s DP-LoRA baseline is AdamW.
+direction at lr {sig(lrs["prism"])} (the best of three in a short probe). [P]'s DP-LoRA baseline is AdamW. The PRISM
+measured is dpaudit's: its adaptive moments read the canonical lift of the noisy tangent update, not Eq. 24's noisy
+factor pair as printed (which leaks: `prism_leak.py`, docs/theory.md §1.6).
 
 {
         table(
@@ -149,7 +151,9 @@ hyperparameter grid.
             f"DP-LoRA-FA {num(only(frame, method='dp-lora-fa', target_epsilon=t)['test_accuracy'])}"
             for t in targets
         ),
-        verdict + " (PRISM Adam-like with a tuned lr vs untuned SGD baselines: optimiser confound)",
+        verdict
+        + " (PRISM Adam-like with a tuned lr vs untuned SGD baselines: optimiser confound; dpaudit's canonical-lift"
+        " PRISM, not Eq. 24 as printed)",
     )
     return Section([summary], body)
 

@@ -16,10 +16,14 @@ the test: z = ±∞, p = 0.
 
 from __future__ import annotations
 
+import functools
 import math
 
+import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import optimize, stats
+
+from attacks import epsilon as epsilon_lib
 
 Z_95 = 1.959963984540054  # two-sided 95% normal quantile
 LEVEL = 0.05  # significance level of every comparison
@@ -178,3 +182,89 @@ def ci_order(lower: pd.Series, higher: pd.Series, prefix: str) -> str:
     if lower_low > higher_high:
         return "reversed"
     return "not resolved"
+
+
+POWER = 0.8  # the power at which a test counts as able to show an effect (its minimum detectable difference)
+Z_POWER = 0.8416212335729143  # the standard normal quantile at POWER
+
+
+def auc_se(row: pd.Series, prefix: str = "") -> float:
+    """The standard error of ``row``'s AUC: its 95% CI's width / (2 · 1.96), as :func:`auc_z` reads it."""
+    low, high = _interval(row, f"{prefix}auc")
+    return (high - low) / (2 * Z_95)
+
+
+def minimum_detectable_difference(standard_error: float) -> float:
+    """The smallest true difference a two-sided z test at :data:`LEVEL` detects with probability :data:`POWER`.
+
+    ``(z_{1-α/2} + z_{power}) · se``: the difference whose z statistic exceeds the critical value in 80% of repeats.
+
+    Raises:
+        ValueError: the standard error is negative, NaN or infinite.
+    """
+    if not (math.isfinite(standard_error) and standard_error >= 0):
+        raise ValueError(f"a standard error must be finite and >= 0, got {standard_error}")
+    return (Z_95 + Z_POWER) * standard_error
+
+
+def ordering_verdict(difference: float, standard_error: float, expected: float | None) -> str:
+    """Whether a claimed effect holds here, with the power to say so: the rule behind RESULTS.md's verdicts.
+
+    Args:
+        difference: the measured difference, signed so that the claim predicts it to be > 0.
+        standard_error: its standard error (> 0; a z test at :data:`LEVEL`).
+        expected: the claimed effect carried over to this setting (> 0), e.g. the paper's difference, or its
+            relative size times this setting's own leakage; None where the claim states no size (a test that
+            finds nothing then resolves nothing).
+
+    Returns:
+        ``holds``: significant in the claimed direction; ``does not hold``: significant against it, or not
+        significant while the test could have shown ``expected`` (minimum detectable difference ≤ expected);
+        ``not resolved``: not significant, and the test could not have shown ``expected`` (or it is None).
+
+    Raises:
+        ValueError: a NaN or infinite input, a standard error <= 0 or an expected effect <= 0.
+    """
+    stated = {"difference": difference, "standard_error": standard_error, "expected": expected}
+    for name, value in stated.items():
+        if value is not None and not math.isfinite(value):
+            raise ValueError(f"{name} is {value}: a verdict needs a finite number")
+    if standard_error <= 0 or (expected is not None and expected <= 0):
+        raise ValueError(f"the standard error and the expected effect must be > 0, got {standard_error}, {expected}")
+    if z_p(difference / standard_error) < LEVEL:
+        return "holds" if difference > 0 else "does not hold"
+    able = expected is not None and minimum_detectable_difference(standard_error) <= expected
+    return "does not hold" if able else "not resolved"
+
+
+CEILING_SEEDS = 20  # simulated audits per ceiling: its median is stable to about ±0.02 at 500 + 500 trials
+
+
+@functools.cache
+def estimator_ceiling(n_in: int, n_out: int, epsilon: float, delta: float) -> tuple[float, float]:
+    """The share of ``epsilon`` dpaudit's estimators certify from ideal scores at these trial counts: (CP, GDP).
+
+    An audit can do no better than the most powerful test of a μ-GDP mechanism as leaky as its claim: scores
+    N(μ, 1) IN and N(0, 1) OUT, μ the one whose ε(δ) is ``epsilon``, and one statistic (a campaign with K of them
+    tests each at 1 - α/K, lower still). The median over :data:`CEILING_SEEDS` seeded audits of
+    :func:`attacks.epsilon.clopper_pearson_epsilon` and :func:`attacks.epsilon.gdp_epsilon` at 95%, over ``epsilon``:
+    a measured tightness near it is limited by the trials, far below it by the attack.
+
+    Raises:
+        ValueError: counts below 1, or ``epsilon`` not finite and > 0.
+    """
+    if n_in < 1 or n_out < 1 or not (math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"a ceiling needs trials >= 1 and a finite ε > 0, got {n_in}, {n_out}, {epsilon}")
+    mu = optimize.brentq(lambda m: epsilon_lib.gaussian_dp_epsilon(m, delta) - epsilon, 1e-9, 100.0)
+    rng = np.random.default_rng(0)
+    shares = []
+    for _ in range(CEILING_SEEDS):
+        members, others = rng.normal(mu, 1.0, n_in), rng.normal(0.0, 1.0, n_out)
+        shares.append(
+            [
+                method(members, others, delta).epsilon / epsilon
+                for method in (epsilon_lib.clopper_pearson_epsilon, epsilon_lib.gdp_epsilon)
+            ]
+        )
+    cp, gdp = np.median(np.array(shares), axis=0)
+    return float(cp), float(gdp)
