@@ -3,10 +3,10 @@
 Every cell is one campaign on digits' MLP at the same privacy parameters: full batch (b = N = 718, q = 1; with the
 input canary N = 719, q = 718/719 and half the epochs), σ = 2, C = 1, ``--epochs`` steps (T = 4 by default), δ =
 1e-5, so DP-SGD's analytic ε is the μ-GDP one at μ = √T/σ = 1 (4.38); each mechanism's analytic ε is its own
-accountant's (``analysis.bounds``: DP-SGD's PLD for dp-sgd, dp-lora, dp-lora-fa and prism ([P] Thm 3.4), [W] Thm 5 +
-App. F.2 for m2 with its projection resampled every step). Mechanisms: dp-sgd (full weights), dp-lora and dp-lora-fa
-(rank 8), m2 (rank 8, ``--resample-projection``), prism (rank 8, the campaign's PRISM: adaptive, [P] Eq. 24). Threat
-models (docs/theory.md §3.9):
+accountant's (``dpaudit.mechanisms.bounds``: DP-SGD's PLD for dp-sgd, dp-lora, dp-lora-fa and prism ([P] Thm 3.4),
+[W] Thm 5 + App. F.2 for m2 with its projection resampled every step). Mechanisms: dp-sgd (full weights), dp-lora
+and dp-lora-fa (rank 8), m2 (rank 8, ``--resample-projection``), prism (rank 8, the campaign's PRISM: adaptive, [P]
+Eq. 24). Threat models (docs/theory.md §3.9):
 
 * ``black-box``: the input canary ([W] App. F.1's static poison), the auditor sees the models' outputs;
 * ``weights``: a Dirac gradient canary, the auditor sees the final weights (``--observe weights``);

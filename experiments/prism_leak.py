@@ -21,7 +21,7 @@ Dirac rule of docs/theory.md §3.9), T steps. The canary is a real intrinsic gra
 The auditor sees every model's factors after every step (``--observe steps``; docs/theory.md §3.9):
 ``x_t = ⟨Z_t − Z_{t+1}, G_c/C⟩ / η``; the score is ``Σ_t x_t``, which telescopes to ``⟨Z_0 − Z_T, G_c/C⟩ / η``,
 so the weights observation gives the same numbers. Empirical ε: Clopper-Pearson and GDP routes at δ = 1e-5
-(attacks.epsilon, 95%); analytic ε: accountants.dpsgd at q = 1, the accountant dpaudit.analysis.bounds uses for PRISM
+(attacks.epsilon, 95%); analytic ε: accountants.dpsgd at q = 1, the accountant dpaudit.mechanisms.bounds uses for PRISM
 ([P] Thm 3.4). Verdict: attacks.tradeoff.audit_verdict on the Clopper-Pearson bound (docs/theory.md §3.7).
 
 Variants: ``factor-pair`` ([P] Eq. 24 as printed: ``PrismAdaptiveConfig(canonical_lift=False)``),

@@ -6,7 +6,7 @@ M2: ``g̃ = (V + Ξ) M / b``, M = AᵀA fixed per model as in LoRA-FA.
 std σC added *before* the rank-r Wishart projection. [W] Table 2 (CIFAR-10, 200 trials): at σ = 0.1 the AUC
 rises from 0.78 (r = 16) to 1.00 (r = 512), at σ = 0.5 from 0.56 to 0.86: a larger rank leaks more at fixed
 noise. With M fixed for T > 1 steps no analytic bound applies (``analytic_epsilon`` empty; see
-:mod:`dpaudit.analysis.bounds`). Writes ``w_table2_m2.csv`` / ``.png``; ``w_table3_m1.py`` runs the same grid for M1.
+:mod:`dpaudit.mechanisms.bounds`). Writes ``w_table2_m2.csv`` / ``.png``; ``w_table3_m1.py`` runs the same grid for M1.
 
     python experiments/w_table2_m2.py            # digits, r ∈ {4, 8, 16, 32, 64}, 256 models per point
     python experiments/w_table2_m2.py --paper-scale --dataset cifar10:/data/cifar-10-batches-bin

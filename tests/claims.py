@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dpaudit.analysis.bounds import AnalyticBound, event_bound
 from dpaudit.campaign import plan, resolve
 from dpaudit.config import CampaignConfig
+from dpaudit.mechanisms.bounds import AnalyticBound, event_bound
 from dpaudit.mechanisms.privacy import LayerShape
 
 

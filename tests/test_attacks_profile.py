@@ -15,7 +15,7 @@ DELTA = 1e-5
 
 
 def _gaussian_profile(mu: float) -> np.ndarray:
-    """μ-GDP's profile on the grid dpaudit.analysis.bounds.analytic_profile uses: 200 points on [0, 2ε] and ε itself."""
+    """μ-GDP's profile on the grid of dpaudit.mechanisms.bounds.analytic_profile: 200 points on [0, 2ε] and ε."""
     epsilon = gaussian.epsilon_for_mu(DELTA, mu)
     grid = np.append(np.linspace(0.0, 2.0 * epsilon, 200), epsilon)
     return np.stack([grid, gaussian.delta_for_mu(grid, mu)], axis=1)

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from accountants import dpsgd
-from dpaudit.analysis.bounds import event_bound
 from dpaudit.campaign import runner
 from dpaudit.campaign.store import RunStore
 from dpaudit.cli import main
 from dpaudit.config import CampaignConfig, Execution
 from dpaudit.mechanisms import privacy
+from dpaudit.mechanisms.bounds import event_bound
 
 DP_SGD = CampaignConfig(mechanism="dp-sgd", models=4, epochs=1, batch_size=64, seed=3)
 

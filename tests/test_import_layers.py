@@ -26,6 +26,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "dpaudit.background",
             "dpaudit.formatting",
             "dpaudit.user_code",
+            "dpaudit.files",
         ),
     ),
     ("catalogue", ("dpaudit.mechanisms.catalogue", "dpaudit.mechanisms.privacy", "dpaudit.training.sampling")),

@@ -23,12 +23,12 @@ import torch
 
 import dpaudit
 from dpaudit import analysis, data, models, seeding
-from dpaudit.analysis.bounds import event_bound
 from dpaudit.campaign import resolve, runner
 from dpaudit.campaign.store import RunStore
 from dpaudit.config import CampaignConfig, Execution
 from dpaudit.mechanisms import catalogue, privacy
 from dpaudit.mechanisms.base import Mechanism, Step
+from dpaudit.mechanisms.bounds import event_bound
 from dpaudit.mechanisms.privacy import LayerShape, Training
 from dpaudit.training import engine, sampling
 from tests.test_user_mechanism import ClippedNoisySum, MeanGradient

@@ -1,4 +1,4 @@
-"""Analytic bounds per mechanism (analysis.bounds), mechanism options on the CLI, and the summary's analytic fields."""
+"""Analytic bounds per mechanism (dpaudit.mechanisms.bounds), mechanism options on the CLI, the summary's fields."""
 
 import json
 import math
@@ -6,10 +6,10 @@ import math
 import pytest
 
 from accountants import dpsgd
-from dpaudit.analysis import bounds
 from dpaudit.campaign import resolve as resolver
 from dpaudit.cli import main
 from dpaudit.config import CampaignConfig
+from dpaudit.mechanisms import bounds
 from dpaudit.training import sampling
 from tests.claims import analytic_bound
 

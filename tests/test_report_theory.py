@@ -16,14 +16,13 @@ import pytest
 import torch
 
 from dpaudit import analysis, models
-from dpaudit.analysis import bounds
 from dpaudit.campaign import plan as campaign_plan
 from dpaudit.campaign import resolve as resolver
 from dpaudit.campaign import runner, sketch_inputs
 from dpaudit.campaign.store import ChunkOutputs, Plan, RunStore
 from dpaudit.cli.audit import finish
 from dpaudit.config import CampaignConfig, Execution
-from dpaudit.mechanisms import privacy
+from dpaudit.mechanisms import bounds, privacy
 from dpaudit.reporting import audit_report, figures
 from dpaudit.reporting import summary as run_summary
 from dpaudit.training import engine

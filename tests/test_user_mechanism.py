@@ -11,9 +11,9 @@ import torch
 
 from accountants import dpsgd
 from dpaudit import data, models, seeding
-from dpaudit.analysis import bounds
 from dpaudit.campaign import plan as campaign_plan
 from dpaudit.config import CampaignConfig
+from dpaudit.mechanisms import bounds
 from dpaudit.mechanisms.base import Mechanism, Step
 from dpaudit.mechanisms.dpsgd import dp_sgd
 from dpaudit.mechanisms.nonprivate import NonPrivate
@@ -134,7 +134,7 @@ def test_default_hooks_leave_the_engine_in_charge_and_claim_nothing(digits):
 
 
 def test_an_event_without_an_accountant_is_refused():
-    """An event type dpaudit.analysis.bounds has no accountant for is a TypeError naming it, never a silent ε."""
+    """An event type dpaudit.mechanisms.bounds has no accountant for is a TypeError naming it, never a silent ε."""
 
     @dataclass(frozen=True)
     class Laplace:

@@ -18,7 +18,11 @@ from attacks import exposure as exposure_lib
 from attacks import lira, loss, one_run, reference, rmia, tradeoff, white_box
 from attacks import metrics as metrics_lib
 from attacks import scores as score_lib
-from dpaudit.analysis.bounds import (
+from dpaudit.campaign.store import ChunkOutputs, Plan, RunStore
+from dpaudit.config import CampaignConfig
+from dpaudit.errors import UsageError
+from dpaudit.mechanisms import catalogue, privacy
+from dpaudit.mechanisms.bounds import (
     AnalyticBound,
     AnalyticProfile,
     LayerShape,
@@ -27,10 +31,6 @@ from dpaudit.analysis.bounds import (
     event_bound,
     sketch_claim,
 )
-from dpaudit.campaign.store import ChunkOutputs, Plan, RunStore
-from dpaudit.config import CampaignConfig
-from dpaudit.errors import UsageError
-from dpaudit.mechanisms import catalogue, privacy
 
 OUTPUT_ATTACKS = ("canary-loss", "lira-online", "lira-offline", "reference", "rmia")
 WHITE_BOX = "white-box"  # the score of what a white-box campaign observed (--observe weights | steps)

@@ -22,9 +22,9 @@ import numpy as np
 from attacks import epsilon as epsilon_lib
 from attacks import metrics as metrics_lib
 from dpaudit.analysis import CONFIDENCE, FPRS, Analysis, OneRunBounds, best_bound, one_run_bounds
-from dpaudit.analysis.bounds import analytic_profile, event_bound
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms import privacy
+from dpaudit.mechanisms.bounds import analytic_profile, event_bound
 from dpaudit.training_audit.store import TrainingAuditStore
 
 

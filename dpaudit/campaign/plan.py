@@ -26,7 +26,6 @@ from attacks import canary as input_canary
 from attacks import designs
 from dpaudit import data as data_lib
 from dpaudit import models
-from dpaudit.analysis import bounds
 from dpaudit.campaign import resolve
 from dpaudit.campaign.shadow import (
     Setup,
@@ -41,7 +40,7 @@ from dpaudit.config import PYTHON_OBJECT, CampaignConfig
 from dpaudit.data import text
 from dpaudit.errors import UsageError
 from dpaudit.formatting import json_text
-from dpaudit.mechanisms import catalogue, privacy
+from dpaudit.mechanisms import bounds, catalogue, privacy
 from dpaudit.mechanisms.base import Mechanism
 from dpaudit.mechanisms.privacy import LayerShape, Training
 from dpaudit.seeding import ModelRandomness, campaign_rng
@@ -84,7 +83,7 @@ def claimed_privacy(
     """The privacy event ``mechanism`` claims in ``config``'s campaign (:meth:`Mechanism.privacy` at its facts).
 
     ``members`` and ``layers`` as :func:`campaign_training`. Neighbouring: add/remove one example, as DP-SGD's
-    accountants. The analysis bounds this event (:func:`dpaudit.analysis.bounds.event_bound`).
+    accountants. The analysis bounds this event (:func:`dpaudit.mechanisms.bounds.event_bound`).
     """
     return mechanism.privacy(campaign_training(config, members, layers, mechanism.sampling))
 

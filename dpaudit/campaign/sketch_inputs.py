@@ -2,7 +2,7 @@
 
 The lemma's ε needs the smallest eigenvalue λ̄ of the cumulative gradient's Gram matrix, a per-example gradient
 bound C and the loss's smoothness β; :func:`measure_sketch_inputs` measures them on two of the campaign's models,
-retrained on the CPU as the full-weight realisation of LoRA-FA, and :func:`dpaudit.analysis.bounds.sketch_claim`
+retrained on the CPU as the full-weight realisation of LoRA-FA, and :func:`dpaudit.mechanisms.bounds.sketch_claim`
 turns them into the claimed ε.
 """
 

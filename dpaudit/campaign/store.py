@@ -95,7 +95,7 @@ class Plan:
     reference_outputs: np.ndarray  # (targets, F)
     population_labels: np.ndarray  # (population,) or (population, T): the test split, in no training set (RMIA's z)
     max_members: np.ndarray  # () the largest member count N of any model: with the batch size it fixes q and T
-    layer_shapes: np.ndarray  # (layers, 3) d_out, d_in, example rank of each adapted layer (dpaudit.analysis.bounds)
+    layer_shapes: np.ndarray  # (layers, 3) d_out, d_in, example rank of each adapted layer (dpaudit.mechanisms.bounds)
     base_checksum: np.ndarray  # () str: checksum of base.pt's tensors, so a re-pretrained base is checked
     # () str: the claimed privacy event (privacy.to_record) as JSON: privacy.json must hold it, the mechanism claim it
     claimed_privacy: np.ndarray

@@ -4,7 +4,7 @@ A mechanism names the tensors it trains (its ``parameterization``, see :mod:`dpa
 per-model randomness in :meth:`Mechanism.setup`, and maps each step's gradients to the update the optimiser
 applies in :meth:`Mechanism.transform` (or owns the update through the hooks of the base class
 :class:`dpaudit.mechanisms.base.Mechanism`, no-ops by default), and states its guarantee as a privacy event
-(:meth:`Mechanism.privacy`, :mod:`dpaudit.mechanisms.privacy`) that :mod:`.analysis.bounds` turns into a bound. The
+(:meth:`Mechanism.privacy`, :mod:`dpaudit.mechanisms.privacy`) that :mod:`.bounds` turns into a bound. The
 engine knows nothing about privacy.
 
 Modules: ``catalogue`` (every mechanism name, the options that apply to it and the planted bugs; torch-free, read

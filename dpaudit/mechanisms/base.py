@@ -110,7 +110,8 @@ class Mechanism:
       :data:`dpaudit.models.PARAMETERIZATIONS`) and ``per_example`` (whether :meth:`transform` needs per-example
       gradients, e.g. to clip them) as attributes;
     * :meth:`setup` and :meth:`transform`;
-    * :meth:`privacy`, the guarantee it claims in a run, from which :mod:`dpaudit.analysis.bounds` picks the accountant.
+    * :meth:`privacy`, the guarantee it claims in a run, from which :mod:`dpaudit.mechanisms.bounds` picks the
+      accountant.
 
     The other members have defaults that leave the engine's plain SGD in charge; override those the mechanism
     needs:
@@ -188,7 +189,7 @@ class Mechanism:
         """The guarantee this mechanism claims when it trains as ``training`` says (docs/theory.md §2.10).
 
         Called by the campaign's plan before any model trains; the event is written to privacy.json and
-        :mod:`dpaudit.analysis.bounds` turns it into the analytic bound.
+        :mod:`dpaudit.mechanisms.bounds` turns it into the analytic bound.
 
         Args:
             training: the run's facts: sample rate q and step count T of the engine's Poisson layout, and the

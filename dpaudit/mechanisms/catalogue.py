@@ -19,7 +19,7 @@ with :func:`applying`): ``noise`` (σ, the sketch's σ_g), ``clip`` (C, with Poi
 projection M = AᵀA; none and dp-sgd train the full weights without any A), ``alpha`` (the adapters' scale
 alpha/r: m1/m2 project with M = AᵀA unscaled, [W] Def. 3), ``denoise`` ([D]'s spectral denoising, §1.7),
 ``resample-projection`` ([W] App. F.2), ``mutant`` (a planted bug, :data:`MUTANTS`, tests and benchmarks only),
-``sketch-claim`` ([S] Lemma 7.2's ε is set beside the audit as a claim, :func:`dpaudit.analysis.bounds.sketch_claim`),
+``sketch-claim`` ([S] Lemma 7.2's ε is set beside the audit as a claim, :func:`dpaudit.mechanisms.bounds.sketch_claim`),
 ``step-likelihood`` (Gaussian noise on a Poisson-sampled clipped sum: white-box step campaigns score the canary by the
 per-step likelihood ratio, docs/theory.md §3.9) and ``final-release`` (only the final weights are released, [S]
 Eq. 14: no ``--observe steps``).

@@ -1,13 +1,13 @@
 """Privacy events: what a mechanism claims about its privacy, as data the accountants can be picked by.
 
 A mechanism describes its guarantee in a run (:class:`Training`) as one frozen event
-(:meth:`dpaudit.mechanisms.base.Mechanism.privacy`); :mod:`dpaudit.analysis.bounds` turns each type of event into its
+(:meth:`dpaudit.mechanisms.base.Mechanism.privacy`); :mod:`dpaudit.mechanisms.bounds` turns each type of event into its
 analytic bound, in the spirit of dp_accounting's ``DpEvent`` → ``PrivacyAccountant`` (docs/theory.md §2.10).
 The events hold numbers only: no torch, no reference to the mechanism, so a bound never depends on code that
 trains.
 
 ==========================  =================================================================================
-event                       bound (:mod:`dpaudit.analysis.bounds`)
+event                       bound (:mod:`dpaudit.mechanisms.bounds`)
 ==========================  =================================================================================
 :class:`SubsampledGaussian`  Poisson-subsampled Gaussian, σ, q, T, PLD accountant (docs/theory.md §2.2)
 :class:`NoisyProjectionM2`   [W] Thm 5 per step + App. F.2 composition (docs/theory.md §2.6)
