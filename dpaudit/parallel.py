@@ -8,11 +8,30 @@ distributed are the ``cluster`` extra, imported only when ``--backend dask`` ask
 
 from __future__ import annotations
 
+import functools
 import os
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from dpaudit.config import Execution
+
+
+@functools.cache
+def exit_with_parent(parent: int) -> None:
+    """Make this worker process exit when ``parent`` (the process that started it) is gone.
+
+    A thread polls once a second; it also exits at once if ``parent`` died before the worker got here (a kill -9
+    while the worker was still importing). Once per process and parent.
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="dpaudit-parent-watch", daemon=True).start()
 
 
 @contextmanager
@@ -27,7 +46,9 @@ def joblib_backend(execution: Execution, workers: int) -> Iterator[None]:
     import joblib
 
     if execution.backend != "dask":
-        with joblib.parallel_config(backend="loky"):
+        # Each worker watches this process from its start, before its first task arrives: a kill -9 during the
+        # workers' start-up (or while they wait) must not leave them running (loky keeps idle workers 300 s).
+        with joblib.parallel_config(backend="loky", initializer=exit_with_parent, initargs=(os.getpid(),)):
             yield
         return
     from dask.distributed import Client, LocalCluster

@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import math
 import os
-import threading
 import time
 from pathlib import Path
 
@@ -54,22 +53,12 @@ def _auto_chunk_size(setup: Setup, device: torch.device, workers: int) -> int:
     return int(max(1, min(n, free // 2 // per_model)))
 
 
-@functools.cache
-def _exit_with_parent() -> None:
-    """Make this worker process exit when its parent dies (kill -9 of the driver), instead of training on."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="dpaudit-parent-watch", daemon=True).start()
-
-
 def _chunk_task(setup: Setup, indices: np.ndarray, device_name: str) -> ChunkOutputs:
-    """A worker's job: train one chunk on its device; only the outputs travel back."""
-    _exit_with_parent()
+    """A worker's job: train one chunk on its device; only the outputs travel back.
+
+    A dask worker's parent is its nanny: it watches that from its first chunk (loky's from its start).
+    """
+    parallel.exit_with_parent(os.getppid())
     return train_chunk(setup, indices, torch.device(device_name))
 
 
