@@ -359,7 +359,7 @@ def _probe_model(config: CampaignConfig, inputs: resolve.Inputs) -> None:
         return contextlib.nullcontext() if config.model is None else blamed_on_user(what, stage, user_files)
 
     with users_code(f"its forward pass on {batch}"), torch.no_grad():
-        logits = model(torch.from_numpy(x))
+        logits = models.forward(model, torch.from_numpy(x))
     expected, axes = (
         ((len(x), x.shape[1], dataset.num_classes), "(batch, positions, vocabulary)")
         if dataset.task == "next-token"
@@ -368,8 +368,9 @@ def _probe_model(config: CampaignConfig, inputs: resolve.Inputs) -> None:
     if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != expected:
         got = f"shape {tuple(logits.shape)}" if isinstance(logits, torch.Tensor) else f"a {type(logits).__name__}"
         raise UsageError(
-            f"{what} returned {got} on {batch}; it must return one tensor of logits {axes}, here {expected}: one"
-            f" output per class of the data ({dataset.num_classes}), no tuple, no extra dimension"
+            f"{what} returned {got} on {batch}; it must return logits {axes}, here {expected}: one output per class"
+            f" of the data ({dataset.num_classes}), no extra dimension; a tensor, or a ModelOutput or dict with"
+            " `logits`, or a tuple whose first item is them"
         )
     if logits.dtype != torch.float32:
         raise UsageError(
@@ -380,7 +381,7 @@ def _probe_model(config: CampaignConfig, inputs: resolve.Inputs) -> None:
     if config.pretrain:  # pretraining runs the model in training mode, through plain autograd (models.pretrain)
         model.train()
         with users_code(f"a pretraining step (training mode) on {batch}", user_files):
-            models.mean_loss(dataset.task, model(torch.from_numpy(x)), torch.from_numpy(y)).backward()
+            models.mean_loss(dataset.task, models.forward(model, torch.from_numpy(x)), torch.from_numpy(y)).backward()
         model.eval()
     shadow = _reference_start(config, model, inputs.mechanism)
     gradients = engine.step_gradient_function(shadow, inputs.mechanism)
@@ -501,7 +502,9 @@ def prepare(
         store.check_claimed_privacy(claimed)
     else:
         with torch.no_grad():
-            reference_outputs = outputs_of(setup, lambda x: base(torch.from_numpy(x)), setup.targets_x, setup.targets_y)
+            reference_outputs = outputs_of(
+                setup, lambda x: models.forward(base, torch.from_numpy(x)), setup.targets_x, setup.targets_y
+            )
         shapes = np.array([astuple(shape) for shape in layers], dtype=np.int64)
         store.save_plan(
             Plan(

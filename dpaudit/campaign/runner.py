@@ -159,9 +159,12 @@ def _run_locked(config: CampaignConfig, execution: Execution, store: RunStore, i
                     store.write_chunk(outputs)
                     bar.update(len(outputs.indices))
     # [S] Lemma 7.2's inputs are measured on LoRA-FA retrained as full-weight training of every layer: where LoRA
-    # leaves layers out (the transformer's head), that is another training, so nothing is measured.
-    every_layer = set(models.lora_layers(setup.base)) == set(models.adapted_layers(setup.base))
-    if config.mechanism in catalogue.applying("sketch-claim") and every_layer and store.needs_measurements():
+    # leaves layers out (the transformer's head, --target-modules) or adapts a tied weight (GPT-2's lm_head, whose
+    # full-weight update would move its embedding too), that is another training, so nothing is measured.
+    adapted = models.adapted_layers(setup.base)
+    every_layer = set(models.lora_layers(setup.base, config.target_modules)) == set(adapted)
+    untied = not any(id(layer.weight) in models.tied_parameters(setup.base) for layer in adapted.values())
+    if config.mechanism in catalogue.applying("sketch-claim") and every_layer and untied and store.needs_measurements():
         store.write_measurements(sketch_inputs.measure_sketch_inputs(setup))
     store.record_seconds(time.perf_counter() - start)
 

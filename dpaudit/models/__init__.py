@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
+from torch.func import functional_call
 
 from dpaudit.errors import UsageError
 from dpaudit.models.transformer import CausalTransformer
@@ -37,15 +38,59 @@ _ADAPTED_TYPES = (nn.Linear, nn.Conv2d)
 def task_of(model: nn.Module) -> str:
     """The model's task (module docstring): its ``task`` attribute, ``classification`` where it has none.
 
-    A peft-wrapped model answers for the model it wraps (peft forwards unknown attributes).
+    A peft-wrapped model answers for the model it wraps (peft forwards unknown attributes). A Hugging Face model
+    without the attribute has its class's task: a causal LM (``GPT2LMHeadModel``, ``*ForCausalLM``) is
+    ``next-token``, any other (``*ForSequenceClassification``) ``classification`` (docs/models.md).
     """
-    task = getattr(model, "task", "classification")
+    task = getattr(model, "task", None)
+    if task is None:
+        task = "next-token" if _is_causal_lm(model) else "classification"
     if not isinstance(task, str) or task not in TASKS:
         raise UsageError(
             f"the model's `task` attribute is {task!r}: set it to one of {', '.join(TASKS)}, or leave it out for"
             " classification"
         )
     return task
+
+
+def _is_causal_lm(model: nn.Module) -> bool:
+    """Whether ``model`` (or the model a peft wrapper holds) is one of transformers' causal language models."""
+    unwrap = getattr(model, "get_base_model", None)
+    inner = unwrap() if callable(unwrap) else model
+    if not type(inner).__module__.startswith("transformers."):
+        return False  # transformers is not imported for models that are not its own (seconds to import)
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    names = {name for value in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values() for name in _class_names(value)}
+    return type(inner).__name__ in names
+
+
+def _class_names(value: str | tuple[str, ...]) -> tuple[str, ...]:
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+def output_logits(output: object) -> torch.Tensor:
+    """The logits of a model's output: the output itself, or those a Hugging Face model returns with it.
+
+    The one adapter between models and dpaudit (docs/models.md): a ``ModelOutput`` or a dict is read through its
+    ``logits``, a tuple through its first item (transformers' ``return_dict=False``); anything else is returned as
+    it is, for the caller's check of its type and shape.
+    """
+    if isinstance(output, dict):  # transformers' ModelOutput is an OrderedDict
+        return output["logits"] if "logits" in output else output  # type: ignore[return-value]
+    if isinstance(output, tuple) and output and isinstance(output[0], torch.Tensor):
+        return output[0]
+    return output  # type: ignore[return-value]
+
+
+def forward(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``module``'s logits on ``x`` (:func:`output_logits` of its output)."""
+    return output_logits(module(x))
+
+
+def functional_forward(module: nn.Module, tensors: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """``module``'s logits on ``x`` with its parameters and buffers ``tensors`` (``torch.func.functional_call``)."""
+    return output_logits(functional_call(module, tensors, (x,)))
 
 
 def example_losses(task: str, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -123,7 +168,7 @@ def pretrain(
     for _ in range(epochs):
         for batch in np.array_split(order_rng.permutation(len(y)), max(1, len(y) // batch_size)):
             optimiser.zero_grad()
-            mean_loss(task, model(inputs[batch]), labels[batch]).backward()
+            mean_loss(task, forward(model, inputs[batch]), labels[batch]).backward()
             optimiser.step()
     model.eval()
     for p in model.parameters():
@@ -174,6 +219,8 @@ def fingerprint(model: nn.Module) -> str:
 def adapted_layers(model: nn.Module) -> dict[str, nn.Linear | nn.Conv2d]:
     """Name → layer for every Linear/Conv2d layer: the layers full fine-tuning (or a projection) trains.
 
+    A layer whose weight is an earlier layer's (tied) is left out: it is that layer.
+
     A model with an ``nn.MultiheadAttention`` is refused: its fused ``in_proj_weight`` is no layer an adapter or
     a per-example gradient can target, and it reads ``out_proj``'s weight without calling the layer, so a LoRA
     adapter that peft puts there never trains.
@@ -185,7 +232,26 @@ def adapted_layers(model: nn.Module) -> dict[str, nn.Linear | nn.Conv2d]:
                 "out_proj read without being called): build attention from nn.Linear q/k/v/out projections, as "
                 "dpaudit.models.transformer.CausalSelfAttention does"
             )
-    return {name: m for name, m in model.named_modules() if isinstance(m, _ADAPTED_TYPES)}
+    layers: dict[str, nn.Linear | nn.Conv2d] = {}
+    weights: set[int] = set()
+    for name, module in model.named_modules():
+        # A weight tied to an earlier layer's is that layer's parameter: trained (and counted) once.
+        if isinstance(module, _ADAPTED_TYPES) and id(module.weight) not in weights:
+            weights.add(id(module.weight))
+            layers[name] = module
+    return layers
+
+
+def tied_parameters(model: nn.Module) -> set[int]:
+    """``id`` of every parameter the model holds under more than one name (a tied weight: GPT-2's ``lm_head``).
+
+    Such a parameter is one parameter: ``named_parameters`` names it once (its first name), ``functional_call``
+    ties the names again, and its gradient sums every use (docs/models.md).
+    """
+    names: dict[int, int] = {}
+    for _, parameter in model.named_parameters(remove_duplicate=False):
+        names[id(parameter)] = names.get(id(parameter), 0) + 1
+    return {key for key, count in names.items() if count > 1}
 
 
 def lora_layers(model: nn.Module, targets: tuple[str, ...] | None = None) -> dict[str, nn.Linear | nn.Conv2d]:
