@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 import warnings
 
 import numpy as np
@@ -18,12 +19,14 @@ import torch
 from dpaudit import models
 from dpaudit.cli import main
 from dpaudit.data import text
+from dpaudit.errors import UsageError
 from dpaudit.mechanisms.dpsgd import dp_sgd
-from dpaudit.mechanisms.nonprivate import NonPrivate
+from dpaudit.mechanisms.nonprivate import NonPrivate, lora_fa
 from dpaudit.seeding import shadow_randomness
-from dpaudit.training import engine
+from dpaudit.training import engine, sampling
 
 transformers = pytest.importorskip("transformers")
+_CPU = torch.device("cpu")
 
 
 def gpt2(input_shape, num_classes):
@@ -100,7 +103,20 @@ def test_a_raw_gpt2_audits_through_the_cli(tmp_path, monkeypatch):
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         rc = main(
             ["audit", "--model", "tests.test_hf_models:gpt2", "--dataset", f"text:{corpus}"]
-            + ["--no-pretrain", "--rank", "2", "--models", "2", "--epochs", "1", "--quiet", "--out", str(out)]
+            + [
+                "--no-pretrain",
+                "--target-modules",
+                "lm_head",
+                "--rank",
+                "2",
+                "--models",
+                "2",
+                "--epochs",
+                "1",
+                "--quiet",
+                "--out",
+                str(out),
+            ]
         )
     assert rc == 0, err.getvalue()
     scores = np.loadtxt(out / "scores.csv", delimiter=",", skiprows=1, usecols=2)
@@ -132,3 +148,91 @@ def test_a_tied_weight_is_one_parameter_trained_with_the_gradient_of_every_use()
         torch.testing.assert_close(
             batch["transformer.wte.weight"][k], torch.stack(expected).mean(0), atol=1e-10, rtol=0
         )
+
+
+def llama(input_shape, num_classes):
+    """A tiny ``LlamaForCausalLM`` (untied head), eager attention."""
+    config = transformers.LlamaConfig(
+        vocab_size=num_classes,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=input_shape[0],
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+        attn_implementation="eager",
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return transformers.LlamaForCausalLM(config)
+
+
+_LLAMA_ATTENTION = ["model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.v_proj"]
+_LLAMA_LINEAR = [
+    *(f"model.layers.0.self_attn.{name}_proj" for name in "qkvo"),
+    *(f"model.layers.0.mlp.{name}_proj" for name in ("gate", "up", "down")),
+]
+
+
+@pytest.mark.parametrize(
+    ("targets", "adapted"),
+    [
+        (None, _LLAMA_LINEAR),  # the output head is left out by default
+        (("all-linear",), _LLAMA_LINEAR),
+        (("q_proj", "v_proj"), _LLAMA_ATTENTION),  # suffixes
+        ((r".*\.(q|v)_proj",), _LLAMA_ATTENTION),  # a regular expression over the whole name
+        (("model.layers.0.self_attn.q_proj", "lm_head"), [_LLAMA_ATTENTION[0], "lm_head"]),  # full names; the head
+    ],
+)
+def test_lora_targets_are_matched_as_peft_matches_them(targets, adapted):
+    assert list(models.lora_layers(llama((8,), 16), targets)) == adapted
+
+
+def test_a_classifiers_head_is_left_out_by_default():
+    assert "classifier" not in models.lora_layers(bert((8,), 2))
+    assert "classifier" in models.lora_layers(bert((8,), 2), ("classifier", "query"))
+
+
+@pytest.mark.parametrize(
+    ("factory", "targets", "message"),
+    [
+        (llama, ("q_proj", "query"), "LoRA target(s) query name no"),
+        (llama, ("(q",), "'(q' is no regular expression"),
+        (gpt2, ("c_attn",), "transformer.h.0.attn.c_attn, transformer.h.0.attn.c_proj, transformer.h.0.mlp.c_fc, …"),
+        (gpt2, None, "its only Linear/Conv2d layer is its output head lm_head"),
+    ],
+)
+def test_a_target_that_names_nothing_is_refused_in_one_line(factory, targets, message):
+    with pytest.raises(UsageError, match=re.escape(message)) as refused:
+        models.lora_layers(factory((8,), 16), targets)
+    assert "\n" not in str(refused.value)
+
+
+def test_lora_fa_on_the_targeted_layers_moves_each_of_them_and_says_which(tmp_path, capsys):
+    """LoRA-FA with --target-modules (once refused): the printed layers are the adapted ones, and each one trains."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(text.corpus()[: 40 * (text.SEQUENCE_LENGTH + 1)])
+    out = tmp_path / "run"
+    rc = main(
+        ["audit", "--model", "tests.test_hf_models:llama", "--dataset", f"text:{corpus}", "--no-pretrain"]
+        + ["--target-modules", "q_proj,v_proj", "--rank", "2", "--models", "2", "--epochs", "1", "--quiet"]
+        + ["--out", str(out)]
+    )
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert f"LoRA adapts 2 layer(s): {', '.join(_LLAMA_ATTENTION)}; the output head lm_head is left out" in err
+    assert not (out / "measured.json").exists()  # [S] Lemma 7.2 on two of eight layers: not measured
+    # The same adapter in the engine: after one epoch every adapted layer's B has moved in every model.
+    dataset = text.load(str(corpus))
+    base = llama(dataset.input_shape, 256).eval().requires_grad_(False)
+    randomness = shadow_randomness(0, np.arange(2))
+    shadow = engine.build(base, "lora-fa", models.LoraSpec(2, targets=("q_proj", "v_proj")), randomness, _CPU)
+    membership = np.ones((2, len(dataset.private)), dtype=bool)
+    settings = sampling.TrainingConfig(epochs=1, batch_size=8, lr=0.1)
+    engine.train(shadow, lora_fa(), dataset.private.x, dataset.private.y, membership, randomness, settings)
+    moved = {name.split(".lora_B")[0].removeprefix("base_model.model.") for name in shadow.trainable}
+    assert sorted(moved) == _LLAMA_ATTENTION
+    assert all((tensor.flatten(1).abs().amax(1) > 0).all() for tensor in shadow.trainable.values())

@@ -40,7 +40,7 @@ from dpaudit.config import PYTHON_OBJECT, CampaignConfig
 from dpaudit.data import text
 from dpaudit.errors import UsageError
 from dpaudit.formatting import json_text
-from dpaudit.mechanisms import bounds, catalogue, privacy
+from dpaudit.mechanisms import bounds, privacy
 from dpaudit.mechanisms.base import Mechanism
 from dpaudit.mechanisms.privacy import LayerShape, Training
 from dpaudit.seeding import ModelRandomness, campaign_rng
@@ -247,12 +247,10 @@ def check_inputs(
             f"the model ({type(architecture).__name__}) has no nn.Linear or nn.Conv2d layer for the mechanism to"
             " train: build it from such layers"
         )
-    if config.target_modules is not None and (
-        mechanism.parameterization == "full" or config.mechanism in catalogue.applying("sketch-claim")
-    ):
+    if config.target_modules is not None and mechanism.parameterization == "full":
         raise UsageError(
-            f"--target-modules chooses the layers of a LoRA adapter, and mechanism {config.mechanism!r} trains or"
-            " measures every layer: leave --target-modules out, or use dp-lora, dp-lora-fa or prism"
+            f"--target-modules chooses the layers of a LoRA adapter, and mechanism {config.mechanism!r} trains every"
+            " layer: leave --target-modules out, or use lora-fa, sketch, dp-lora, dp-lora-fa or prism"
         )
     rank_note = None
     if config.rank is not None and not rank_given:
@@ -282,7 +280,23 @@ def check_inputs(
         ) from None
     if rank_note is not None:  # said once every check has passed, so that a refusal stays one line
         print(f"dpaudit: {rank_note}", file=sys.stderr)
+    if config.model is not None or config.target_modules is not None:
+        print(f"dpaudit: {adapted_layers_note(config, architecture, mechanism)}", file=sys.stderr)
     return config, inputs
+
+
+def adapted_layers_note(config: CampaignConfig, architecture: nn.Module, mechanism: Mechanism) -> str:
+    """Which layers the mechanism trains, in a line: the LoRA adapter's (and the head it leaves out), or every one."""
+    if mechanism.parameterization == "full" or config.rank is None:
+        return f"{config.mechanism} trains every layer: {', '.join(models.adapted_layers(architecture))}"
+    adapted = models.lora_layers(architecture, config.target_modules)
+    head = models.output_head(architecture)
+    left_out = (
+        f"; the output head {head} is left out (--target-modules adds it)"
+        if head is not None and head not in adapted
+        else ""
+    )
+    return f"LoRA adapts {len(adapted)} layer(s): {', '.join(adapted)}{left_out}"
 
 
 def _model_named(config: CampaignConfig) -> str:

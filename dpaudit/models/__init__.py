@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -254,28 +255,87 @@ def tied_parameters(model: nn.Module) -> set[int]:
     return {key for key, count in names.items() if count > 1}
 
 
-def lora_layers(model: nn.Module, targets: tuple[str, ...] | None = None) -> dict[str, nn.Linear | nn.Conv2d]:
-    """The layers a LoRA adapter wraps: those of :func:`adapted_layers` that ``targets`` names.
+ALL_LINEAR = "all-linear"  # peft's shorthand: every linear layer but the output head
+_LAYER_NAME = re.compile(r"[\w.-]+")  # a target of other characters is a regular expression, as peft reads a string
 
-    peft's ``target_modules`` semantics: a layer is targeted when its name is a target or ends with ``"." +``
-    a target (``("q", "v")`` targets every ``*.q`` and ``*.v``). ``None``: the model's ``lora_targets``
-    attribute where it has one (the transformer's leave its output head out), else every Linear/Conv2d layer.
+
+def lora_layers(model: nn.Module, targets: tuple[str, ...] | None = None) -> dict[str, nn.Linear | nn.Conv2d]:
+    """The layers a LoRA adapter wraps: those of :func:`adapted_layers` that ``targets`` names (docs/models.md §5).
+
+    peft's ``target_modules`` semantics, matched by peft itself: a layer is targeted when its name is a target or
+    ends with ``"." +`` a target (``("q", "v")`` targets every ``*.q`` and ``*.v``); one target that is no plain
+    name is a regular expression the whole name must match (``.*(q|v)_proj``); ``all-linear`` is every
+    ``nn.Linear`` but the output head (:func:`output_head`). ``None``: the model's ``lora_targets`` attribute where
+    it has one (the transformer's leave its output head out), else every Linear/Conv2d layer but a transformers
+    model's output head.
     """
     layers = adapted_layers(model)
     targets = targets if targets is not None else getattr(model, "lora_targets", None)
+    head = output_head(model)
     if targets is None:
-        return layers
+        default = {name: layer for name, layer in layers.items() if name != head}
+        if not default:
+            raise UsageError(
+                f"LoRA adapts no layer of the model by default: its only Linear/Conv2d layer is its output head {head}"
+                f"{_unadaptable(model)}; adapt the head with --target-modules {head}"
+            )
+        return default
+    if len(targets) == 1 and targets[0].lower() == ALL_LINEAR:
+        chosen = dict.fromkeys(name for name, layer in layers.items() if isinstance(layer, nn.Linear) and name != head)
+        unmatched = [] if chosen else list(targets)
+    else:
+        import peft  # lazy: pulls in transformers
+        from peft.tuners.tuners_utils import check_target_module_exists
 
-    def named(name: str, target: str) -> bool:
-        return name == target or name.endswith(f".{target}")
+        def matching(target_modules: str | list[str]) -> list[str]:
+            config = peft.LoraConfig(target_modules=target_modules)
+            return [name for name in layers if check_target_module_exists(config, name)]
 
-    unmatched = [target for target in targets if not any(named(name, target) for name in layers)]
+        if len(targets) == 1 and not _LAYER_NAME.fullmatch(targets[0]):
+            try:
+                chosen = dict.fromkeys(matching(targets[0]))
+            except re.error as error:
+                raise UsageError(
+                    f"LoRA target {targets[0]!r} is no regular expression ({error}): fix the pattern, or name layers"
+                ) from None
+            unmatched = [] if chosen else list(targets)
+        else:
+            named = {target: matching([target]) for target in targets}
+            chosen = dict.fromkeys(name for names in named.values() for name in names)
+            unmatched = [target for target, names in named.items() if not names]
     if unmatched or not targets:
         raise UsageError(
-            f"LoRA target(s) {', '.join(unmatched) or '(none given)'} name no Linear/Conv2d layer of the model; "
-            f"name layers or their last name parts, e.g. {', '.join(list(layers)[:4])}"
+            f"LoRA target(s) {', '.join(unmatched) or '(none given)'} name no Linear/Conv2d layer of the model"
+            f"{_unadaptable(model)}; name layers or their last name parts, e.g. {', '.join(list(layers)[:4])}, a"
+            f" regular expression or {ALL_LINEAR}"
         )
-    return {name: layer for name, layer in layers.items() if any(named(name, target) for target in targets)}
+    return {name: layer for name, layer in layers.items() if name in chosen}
+
+
+def _unadaptable(model: nn.Module) -> str:
+    """For a message: the transformers ``Conv1D`` layers (GPT-2's attention and MLP), which dpaudit cannot adapt."""
+    conv1d = [name for name, module in model.named_modules() if type(module).__name__ == "Conv1D"]
+    if not conv1d:
+        return ""
+    return (
+        f" ({', '.join(conv1d[:3])}{', …' if len(conv1d) > 3 else ''} are transformers Conv1D layers, which dpaudit"
+        " cannot adapt yet)"
+    )
+
+
+def output_head(model: nn.Module) -> str | None:
+    """The name of a transformers model's output head (``lm_head``, a classifier's ``score``/``classifier``), else None.
+
+    peft's ``all-linear`` leaves it out (its output embeddings, or for sequence classification the head named
+    ``score`` or ``classifier``); dpaudit's default adapter does too (docs/models.md §5).
+    """
+    if not type(model).__module__.startswith("transformers."):
+        return None
+    get_output = getattr(model, "get_output_embeddings", None)
+    head = get_output() if callable(get_output) else None
+    if head is None:
+        head = next((getattr(model, name) for name in ("score", "classifier") if hasattr(model, name)), None)
+    return next((name for name, module in model.named_modules() if module is head), None)
 
 
 def projection_dim(layer: nn.Linear | nn.Conv2d) -> int:
@@ -335,7 +395,8 @@ def attach_lora(model: nn.Module, spec: LoraSpec) -> nn.Module:
         # peft annotates lora_alpha as int but only divides it by r: a fractional alpha (--alpha 8.5) is valid.
         lora_alpha=spec.rank * spec.scale,  # type: ignore[arg-type]
         lora_dropout=0.0,
-        target_modules=list(lora_layers(model, spec.targets)),
+        # The chosen layers' full names as one pattern: as a list, peft would also adapt layers they are suffixes of.
+        target_modules="|".join(re.escape(name) for name in lora_layers(model, spec.targets)),
         init_lora_weights=False,
     )
     wrapped = peft.get_peft_model(model, config)
