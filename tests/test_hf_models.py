@@ -16,7 +16,10 @@ import numpy as np
 import pytest
 import torch
 
+import dpaudit
+from dpaudit import data as data_lib
 from dpaudit import models
+from dpaudit.campaign.store import RunStore
 from dpaudit.cli import main
 from dpaudit.data import text
 from dpaudit.errors import UsageError
@@ -24,6 +27,7 @@ from dpaudit.mechanisms.dpsgd import dp_sgd
 from dpaudit.mechanisms.nonprivate import NonPrivate, lora_fa
 from dpaudit.seeding import shadow_randomness
 from dpaudit.training import engine, sampling
+from tests.one_line import one_line_error
 
 transformers = pytest.importorskip("transformers")
 _CPU = torch.device("cpu")
@@ -236,3 +240,51 @@ def test_lora_fa_on_the_targeted_layers_moves_each_of_them_and_says_which(tmp_pa
     moved = {name.split(".lora_B")[0].removeprefix("base_model.model.") for name in shadow.trainable}
     assert sorted(moved) == _LLAMA_ATTENTION
     assert all((tensor.flatten(1).abs().amax(1) > 0).all() for tensor in shadow.trainable.values())
+
+
+def _token_arrays(vocabulary: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """60 sequences of 8 token ids below ``vocabulary``, labelled by whether the first is in its lower half."""
+    x = np.random.default_rng(0).integers(vocabulary, size=(60, 8))
+    return x, (x[:, 0] < vocabulary // 2).astype(np.int64)
+
+
+def test_token_ids_reach_a_bert_classifier_as_they_are(tmp_path):
+    """Integer ids are never standardised (once: floats, "Expected ... Long", exit 3); the canary is token ids too."""
+    x, y = _token_arrays()
+    dataset = data_lib.from_arrays(x, y, tokens=True)
+    assert dataset.private.x.dtype == np.int64 and set(np.unique(dataset.private.x)) <= set(range(32))
+    assert {tuple(row) for row in dataset.private.x} <= {tuple(row) for row in x}
+    result = dpaudit.audit(
+        bert((8,), 2),
+        (x, y),
+        dp_sgd("dp-lora", 1.0, 1.0),
+        out=tmp_path,
+        rank=2,
+        models=2,
+        epochs=1,
+        pretrain=False,
+        batch_size=8,
+    )
+    assert np.isfinite(result.metrics.auc) and result.analytic.epsilon > 0
+    # The canary, random token ids (a float one would crash the embedding), labelled by the reference model.
+    assert RunStore(tmp_path).plan().target_labels.tolist() in ([0], [1])
+
+
+@pytest.mark.parametrize(
+    ("x", "message"),
+    [
+        (
+            _token_arrays(64)[0],
+            "holds token id 63, but the input embedding of --model tests.test_hf_models:bert has 32",
+        ),
+        (np.where(np.arange(480).reshape(60, 8) == 25, 2.5, _token_arrays()[0]), "x[3, 1] is 2.5, but the model's"),
+    ],
+)
+def test_token_ids_the_embedding_cannot_take_are_refused_in_one_line(tmp_path, capsys, x, message):
+    np.savez(tmp_path / "tokens.npz", x=x, y=_token_arrays()[1])
+    rc = main(
+        ["audit", "--model", "tests.test_hf_models:bert", "--dataset", f"npz:{tmp_path / 'tokens.npz'}"]
+        + ["--no-pretrain", "--rank", "2", "--models", "2", "--epochs", "1", "--quiet", "--out", str(tmp_path / "run")]
+    )
+    assert rc == 2
+    one_line_error(capsys, message)

@@ -242,6 +242,7 @@ def check_inputs(
             f" {task} (its `task` attribute): give a model of the data's task, e.g."
             " dpaudit.transformer.CausalTransformer for text"
         )
+    _check_token_ids(config, dataset, architecture)
     if not models.adapted_layers(architecture):
         raise UsageError(
             f"the model ({type(architecture).__name__}) has no nn.Linear or nn.Conv2d layer for the mechanism to"
@@ -297,6 +298,20 @@ def adapted_layers_note(config: CampaignConfig, architecture: nn.Module, mechani
         else ""
     )
     return f"LoRA adapts {len(adapted)} layer(s): {', '.join(adapted)}{left_out}"
+
+
+def _check_token_ids(config: CampaignConfig, dataset: data_lib.Dataset, architecture: nn.Module) -> None:
+    """Integer inputs are token ids the model's input embedding has rows for (docs/models.md §6)."""
+    vocabulary = models.input_vocabulary(architecture)
+    if vocabulary is None or not np.issubdtype(dataset.private.x.dtype, np.integer):
+        return
+    largest = max(int(part.x.max()) for part in (dataset.public, dataset.private, dataset.test))
+    if largest >= vocabulary:
+        raise UsageError(
+            f"--dataset {config.dataset.removeprefix(PYTHON_OBJECT)} holds token id {largest}, but the input embedding"
+            f" of {_model_named(config)} has {vocabulary} rows: give ids from 0 to {vocabulary - 1}, or a model whose"
+            f" vocabulary is at least {largest + 1}"
+        )
 
 
 def _model_named(config: CampaignConfig) -> str:
@@ -482,7 +497,13 @@ def prepare(
             candidates = text.secret_windows(_EXPOSURE_CANDIDATES, campaign_rng(config.seed, "exposure"), length)
         else:
             shape = (count, *dataset.input_shape)
-            x_q = input_canary.draw_canary_input(shape, campaign_rng(config.seed, "canary")).astype(np.float32)
+            vocabulary = models.input_vocabulary(architecture)
+            x_q = (
+                # A token model's canary is a sequence of uniformly random token ids (docs/models.md §6).
+                campaign_rng(config.seed, "canary").integers(vocabulary, size=shape)
+                if vocabulary is not None and np.issubdtype(dataset.private.x.dtype, np.integer)
+                else input_canary.draw_canary_input(shape, campaign_rng(config.seed, "canary")).astype(np.float32)
+            )
             labels = (
                 _canary_labels(config, dataset, base, mechanism, x_q, layout, device)
                 if plan is None

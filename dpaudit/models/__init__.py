@@ -207,6 +207,19 @@ def from_factory(spec: str, input_shape: tuple[int, ...], num_classes: int) -> n
     return model
 
 
+def input_vocabulary(model: nn.Module) -> int | None:
+    """The rows of the model's input embedding where its input is token ids (docs/models.md §6), else None.
+
+    A transformers model's ``get_input_embeddings()``; another model's first module with parameters of its own.
+    """
+    embedding: object = None
+    if type(model).__module__.startswith("transformers."):
+        embedding = model.get_input_embeddings()  # type: ignore[operator]
+    else:
+        embedding = next((m for m in model.modules() if next(m.parameters(recurse=False), None) is not None), None)
+    return embedding.num_embeddings if isinstance(embedding, nn.Embedding) else None
+
+
 def fingerprint(model: nn.Module) -> str:
     """SHA-256 of the architecture (its module tree as torch prints it) and of every tensor of its state."""
     digest = hashlib.sha256(repr(model).encode())
