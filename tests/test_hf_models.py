@@ -7,8 +7,6 @@ token embedding, one parameter trained once with the gradient of both uses.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import re
 import warnings
 
@@ -27,10 +25,12 @@ from dpaudit.mechanisms.dpsgd import dp_sgd
 from dpaudit.mechanisms.nonprivate import NonPrivate, lora_fa
 from dpaudit.seeding import shadow_randomness
 from dpaudit.training import engine, sampling
+from dpaudit.training import gradients as gradients_lib
 from tests.one_line import one_line_error
 
 transformers = pytest.importorskip("transformers")
 _CPU = torch.device("cpu")
+_GPT2_BLOCK = ["transformer.h.0.attn.c_attn", "transformer.h.0.attn.c_proj", "transformer.h.0.mlp.c_fc"]
 
 
 def gpt2(input_shape, num_classes):
@@ -98,31 +98,19 @@ def test_the_task_comes_from_a_hugging_face_class():
     assert models.task_of(bert((8,), 2)) == "classification"
 
 
-def test_a_raw_gpt2_audits_through_the_cli(tmp_path, monkeypatch):
-    """ModelOutput forward and tied lm_head: LoRA-FA on the head trains, [S] Lemma 7.2 is left unmeasured."""
+def test_a_raw_gpt2_audits_through_the_cli(tmp_path, capsys):
+    """ModelOutput forward, Conv1D layers, tied lm_head: LoRA-FA where peft users put it, [S] Lemma 7.2 unmeasured."""
     corpus = tmp_path / "corpus.txt"
     corpus.write_bytes(text.corpus()[: 40 * (text.SEQUENCE_LENGTH + 1)])  # 40 windows, 16 private
     out = tmp_path / "run"
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        rc = main(
-            ["audit", "--model", "tests.test_hf_models:gpt2", "--dataset", f"text:{corpus}"]
-            + [
-                "--no-pretrain",
-                "--target-modules",
-                "lm_head",
-                "--rank",
-                "2",
-                "--models",
-                "2",
-                "--epochs",
-                "1",
-                "--quiet",
-                "--out",
-                str(out),
-            ]
-        )
-    assert rc == 0, err.getvalue()
+    rc = main(
+        ["audit", "--model", "tests.test_hf_models:gpt2", "--dataset", f"text:{corpus}", "--no-pretrain"]
+        + ["--rank", "2", "--models", "2", "--epochs", "1", "--quiet", "--out", str(out)]
+    )
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    layers = ", ".join([*_GPT2_BLOCK, "transformer.h.0.mlp.c_proj"])
+    assert f"LoRA adapts 4 layer(s): {layers}; the output head lm_head is left out" in err
     scores = np.loadtxt(out / "scores.csv", delimiter=",", skiprows=1, usecols=2)
     assert np.isfinite(scores).all() and len(scores) == 2
     # The full-weight retraining behind [S] Lemma 7.2 would move the tied embedding too: not measured.
@@ -130,28 +118,32 @@ def test_a_raw_gpt2_audits_through_the_cli(tmp_path, monkeypatch):
 
 
 def test_a_tied_weight_is_one_parameter_trained_with_the_gradient_of_every_use():
-    """GPT-2's lm_head is wte: full fine-tuning trains it once, with autograd's gradient (both uses), in float64."""
+    """GPT-2's lm_head is wte: full fine-tuning trains it once, with autograd's gradient (both uses), in float64.
+
+    Its Conv1D weights train too, untransposed, with their plain gradients (materialised per example).
+    """
     base = gpt2((8,), 16).double().eval().requires_grad_(False)
-    assert models.adapted_layers(base).keys() == {"lm_head"}
-    shadow = engine.build(base, "full", None, shadow_randomness(0, np.arange(2)), torch.device("cpu"))
-    assert shadow.trainable.keys() == {"transformer.wte.weight"} and shadow.n_models == 2
+    conv1d = [*_GPT2_BLOCK, "transformer.h.0.mlp.c_proj"]
+    assert list(models.adapted_layers(base)) == [*conv1d, "lm_head"]
+    shadow = engine.build(base, "full", None, shadow_randomness(0, np.arange(2)), _CPU)
+    trained = {"transformer.wte.weight", *(f"{name}.weight" for name in conv1d)}
+    assert shadow.trainable.keys() == trained and shadow.n_models == 2
     x = torch.randint(16, (2, 3, 8), generator=torch.Generator().manual_seed(0))
     y = torch.randint(16, (2, 3, 8), generator=torch.Generator().manual_seed(1))
     gradients = engine.step_gradient_function(shadow, dp_sgd("dp-sgd", 1.0, 1.0))
     per_example = gradients(shadow.trainable, shadow.frozen, x, y, torch.ones(2, 3)).materialise()
     batch = engine.step_gradient_function(shadow, NonPrivate())(shadow.trainable, shadow.frozen, x, y, torch.ones(2, 3))
     for k in range(2):
-        expected = []
+        expected: dict[str, list[torch.Tensor]] = {name: [] for name in trained}
         for i in range(3):
             model = gpt2((8,), 16).double()
-            model.transformer.wte.weight.requires_grad_(True)
-            logits = model(x[k, i : i + 1]).logits
-            models.mean_loss("next-token", logits, y[k, i : i + 1]).backward()
-            expected.append(model.transformer.wte.weight.grad)
-        torch.testing.assert_close(per_example["transformer.wte.weight"][k], torch.stack(expected), atol=1e-10, rtol=0)
-        torch.testing.assert_close(
-            batch["transformer.wte.weight"][k], torch.stack(expected).mean(0), atol=1e-10, rtol=0
-        )
+            parameters = dict(model.named_parameters())
+            models.mean_loss("next-token", model(x[k, i : i + 1]).logits, y[k, i : i + 1]).backward()
+            for name in trained:
+                expected[name].append(parameters[name].grad)
+        for name, example_gradients in expected.items():
+            torch.testing.assert_close(per_example[name][k], torch.stack(example_gradients), atol=1e-10, rtol=0)
+            torch.testing.assert_close(batch[name][k], torch.stack(example_gradients).mean(0), atol=1e-10, rtol=0)
 
 
 def llama(input_shape, num_classes):
@@ -205,8 +197,6 @@ def test_a_classifiers_head_is_left_out_by_default():
     [
         (llama, ("q_proj", "query"), "LoRA target(s) query name no"),
         (llama, ("(q",), "'(q' is no regular expression"),
-        (gpt2, ("c_attn",), "transformer.h.0.attn.c_attn, transformer.h.0.attn.c_proj, transformer.h.0.mlp.c_fc, …"),
-        (gpt2, None, "its only Linear/Conv2d layer is its output head lm_head"),
     ],
 )
 def test_a_target_that_names_nothing_is_refused_in_one_line(factory, targets, message):
@@ -288,3 +278,56 @@ def test_token_ids_the_embedding_cannot_take_are_refused_in_one_line(tmp_path, c
     )
     assert rc == 2
     one_line_error(capsys, message)
+
+
+def _gpt2_lora(parameterization: str, models_count: int = 3) -> engine.ShadowModels:
+    """Float64 GPT-2s with LoRA of rank 2 on its Conv1D layers (peft's fan_in_fan_out), as peft users target them."""
+    base = gpt2((8,), 16).double().eval().requires_grad_(False)
+    spec = models.LoraSpec(2, targets=("c_attn", "c_proj", "c_fc"))
+    return engine.build(base, parameterization, spec, shadow_randomness(0, np.arange(models_count)), _CPU)
+
+
+def test_conv1d_layers_are_adapted_and_the_batched_engine_equals_a_per_model_loop():
+    """GPT-2's Conv1D (a transposed Linear) under LoRA-FA: every adapted layer moves, batched = looped to 1e-5."""
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(16, size=(20, 8)), rng.integers(16, size=(20, 8))
+    membership = rng.random((3, 20)) < 0.6
+    randomness = shadow_randomness(0, np.arange(3))
+    settings = sampling.TrainingConfig(epochs=2, batch_size=5, lr=0.5)
+    batched = engine.train(_gpt2_lora("lora-fa"), lora_fa(), x, y, membership, randomness, settings)
+    looped = engine.train_sequentially(_gpt2_lora("lora-fa"), lora_fa(), x, y, membership, randomness, settings)
+    adapted = {name.split(".lora_B")[0].removeprefix("base_model.model.") for name in batched.trainable}
+    assert sorted(adapted) == sorted([*_GPT2_BLOCK, "transformer.h.0.mlp.c_proj"])
+    for name, tensor in batched.trainable.items():
+        assert (tensor.flatten(1).abs().amax(1) > 0).all(), name
+        torch.testing.assert_close(tensor, looped.trainable[name], atol=1e-5, rtol=0)
+
+
+def test_factored_per_example_gradients_of_conv1d_adapters_are_exact():
+    """DP-LoRA's factored per-example gradients on GPT-2's Conv1D adapters equal vmap(grad)'s, in float64."""
+    shadow = _gpt2_lora("lora", models_count=2)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # lora_B = 0 would hide lora_A's gradient
+        for tensor in shadow.trainable.values():
+            tensor.copy_(torch.randn(tensor.shape, generator=generator, dtype=tensor.dtype))
+    x, y = torch.randint(16, (2, 3, 8), generator=generator), torch.randint(16, (2, 3, 8), generator=generator)
+    weights = torch.ones(2, 3)
+    factored = engine.step_gradient_function(shadow, dp_sgd("dp-lora", 1.0, 1.0))
+    dense = gradients_lib.gradient_function(shadow.module, per_example=True)
+    expected = dense(shadow.trainable, shadow.frozen, x, y, weights)
+    got = factored(shadow.trainable, shadow.frozen, x, y, weights)
+    assert isinstance(got, gradients_lib.LinearExampleGradients)
+    for name, tensor in got.materialise().items():
+        torch.testing.assert_close(tensor, expected[name], atol=1e-10, rtol=1e-10)
+
+
+def test_a_projection_of_transposed_conv1d_weights_is_refused_in_one_line(tmp_path, capsys):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(text.corpus()[: 40 * (text.SEQUENCE_LENGTH + 1)])
+    rc = main(
+        ["audit", "--model", "tests.test_hf_models:gpt2", "--dataset", f"text:{corpus}", "--mechanism", "m2"]
+        + ["--no-pretrain", "--rank", "2", "--models", "2", "--epochs", "1", "--quiet", "--out", str(tmp_path / "run")]
+    )
+    assert rc == 2
+    one_line_error(capsys, "transformer.h.0.attn.c_attn is a transformers Conv1D", "use a LoRA mechanism")
+    assert not (tmp_path / "run").exists()

@@ -72,8 +72,8 @@ def layer_shapes(module: nn.Module) -> list[LayerShape]:
     """:class:`LayerShape` of every adapted Linear/Conv2d layer of ``module`` (:mod:`dpaudit.models`)."""
     shapes = []
     for layer in models.adapted_layers(module).values():
-        d_out, d_in = layer.weight.shape[0], models.projection_dim(layer)
-        shapes.append(LayerShape(d_out, d_in, 1 if isinstance(layer, nn.Linear) else min(d_out, d_in)))
+        d_out, d_in = models.output_dim(layer), models.projection_dim(layer)
+        shapes.append(LayerShape(d_out, d_in, min(d_out, d_in) if isinstance(layer, nn.Conv2d) else 1))
     return shapes
 
 
@@ -252,6 +252,13 @@ def check_inputs(
         raise UsageError(
             f"--target-modules chooses the layers of a LoRA adapter, and mechanism {config.mechanism!r} trains every"
             " layer: leave --target-modules out, or use lora-fa, sketch, dp-lora, dp-lora-fa or prism"
+        )
+    transposed = [name for name, layer in models.adapted_layers(architecture).items() if models.transposed(layer)]
+    if transposed and mechanism.parameterization == "full" and config.rank is not None:
+        raise UsageError(
+            f"{config.mechanism} projects each layer's weight gradient on its input dimension, and {transposed[0]} is a"
+            " transformers Conv1D, whose weight is stored transposed: use a LoRA mechanism (lora-fa, dp-lora,"
+            " dp-lora-fa, prism), or dp-sgd"
         )
     rank_note = None
     if config.rank is not None and not rank_given:

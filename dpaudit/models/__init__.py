@@ -20,6 +20,7 @@ import copy
 import hashlib
 import math
 import re
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +35,18 @@ from dpaudit.user_code import blamed_on_user, load_callable
 PARAMETERIZATIONS = ("full", "lora", "lora-fa")
 TASKS = ("classification", "next-token")
 _ADAPTED_TYPES = (nn.Linear, nn.Conv2d)
+
+
+def transposed(layer: nn.Module) -> bool:
+    """Whether ``layer`` is a transformers ``Conv1D`` (GPT-2's attention and MLP), a Linear stored transposed.
+
+    Its weight is (d_in, d_out); peft adapts it with ``fan_in_fan_out`` (docs/models.md §7).
+    """
+    return type(layer).__name__ == "Conv1D" and type(layer).__module__.startswith("transformers.")
+
+
+def _adaptable(module: nn.Module) -> bool:
+    return isinstance(module, _ADAPTED_TYPES) or transposed(module)
 
 
 def task_of(model: nn.Module) -> str:
@@ -230,8 +243,8 @@ def fingerprint(model: nn.Module) -> str:
     return digest.hexdigest()
 
 
-def adapted_layers(model: nn.Module) -> dict[str, nn.Linear | nn.Conv2d]:
-    """Name → layer for every Linear/Conv2d layer: the layers full fine-tuning (or a projection) trains.
+def adapted_layers(model: nn.Module) -> dict[str, nn.Module]:
+    """Name → layer for every Linear, Conv2d and transformers Conv1D layer: the layers full fine-tuning trains.
 
     A layer whose weight is an earlier layer's (tied) is left out: it is that layer.
 
@@ -246,11 +259,11 @@ def adapted_layers(model: nn.Module) -> dict[str, nn.Linear | nn.Conv2d]:
                 "out_proj read without being called): build attention from nn.Linear q/k/v/out projections, as "
                 "dpaudit.models.transformer.CausalSelfAttention does"
             )
-    layers: dict[str, nn.Linear | nn.Conv2d] = {}
+    layers: dict[str, nn.Module] = {}
     weights: set[int] = set()
     for name, module in model.named_modules():
         # A weight tied to an earlier layer's is that layer's parameter: trained (and counted) once.
-        if isinstance(module, _ADAPTED_TYPES) and id(module.weight) not in weights:
+        if _adaptable(module) and id(module.weight) not in weights:
             weights.add(id(module.weight))
             layers[name] = module
     return layers
@@ -272,7 +285,7 @@ ALL_LINEAR = "all-linear"  # peft's shorthand: every linear layer but the output
 _LAYER_NAME = re.compile(r"[\w.-]+")  # a target of other characters is a regular expression, as peft reads a string
 
 
-def lora_layers(model: nn.Module, targets: tuple[str, ...] | None = None) -> dict[str, nn.Linear | nn.Conv2d]:
+def lora_layers(model: nn.Module, targets: tuple[str, ...] | None = None) -> dict[str, nn.Module]:
     """The layers a LoRA adapter wraps: those of :func:`adapted_layers` that ``targets`` names (docs/models.md §5).
 
     peft's ``target_modules`` semantics, matched by peft itself: a layer is targeted when its name is a target or
@@ -289,12 +302,14 @@ def lora_layers(model: nn.Module, targets: tuple[str, ...] | None = None) -> dic
         default = {name: layer for name, layer in layers.items() if name != head}
         if not default:
             raise UsageError(
-                f"LoRA adapts no layer of the model by default: its only Linear/Conv2d layer is its output head {head}"
-                f"{_unadaptable(model)}; adapt the head with --target-modules {head}"
+                f"LoRA adapts no layer of the model by default: its only Linear/Conv2d layer is its output head {head};"
+                f" adapt the head with --target-modules {head}"
             )
         return default
     if len(targets) == 1 and targets[0].lower() == ALL_LINEAR:
-        chosen = dict.fromkeys(name for name, layer in layers.items() if isinstance(layer, nn.Linear) and name != head)
+        chosen = dict.fromkeys(
+            name for name, layer in layers.items() if not isinstance(layer, nn.Conv2d) and name != head
+        )
         unmatched = [] if chosen else list(targets)
     else:
         import peft  # lazy: pulls in transformers
@@ -318,22 +333,11 @@ def lora_layers(model: nn.Module, targets: tuple[str, ...] | None = None) -> dic
             unmatched = [target for target, names in named.items() if not names]
     if unmatched or not targets:
         raise UsageError(
-            f"LoRA target(s) {', '.join(unmatched) or '(none given)'} name no Linear/Conv2d layer of the model"
-            f"{_unadaptable(model)}; name layers or their last name parts, e.g. {', '.join(list(layers)[:4])}, a"
-            f" regular expression or {ALL_LINEAR}"
+            f"LoRA target(s) {', '.join(unmatched) or '(none given)'} name no Linear/Conv2d layer of the model;"
+            f" name layers or their last name parts, e.g. {', '.join(list(layers)[:4])}, a regular expression or"
+            f" {ALL_LINEAR}"
         )
     return {name: layer for name, layer in layers.items() if name in chosen}
-
-
-def _unadaptable(model: nn.Module) -> str:
-    """For a message: the transformers ``Conv1D`` layers (GPT-2's attention and MLP), which dpaudit cannot adapt."""
-    conv1d = [name for name, module in model.named_modules() if type(module).__name__ == "Conv1D"]
-    if not conv1d:
-        return ""
-    return (
-        f" ({', '.join(conv1d[:3])}{', …' if len(conv1d) > 3 else ''} are transformers Conv1D layers, which dpaudit"
-        " cannot adapt yet)"
-    )
 
 
 def output_head(model: nn.Module) -> str | None:
@@ -351,9 +355,18 @@ def output_head(model: nn.Module) -> str | None:
     return next((name for name, module in model.named_modules() if module is head), None)
 
 
-def projection_dim(layer: nn.Linear | nn.Conv2d) -> int:
-    """d_i of [W] Eq. 36: the weight flattened to d_out × (all other dims)."""
-    return int(np.prod(layer.weight.shape[1:]))
+def projection_dim(layer: nn.Module) -> int:
+    """d_i of [W] Eq. 36: the weight flattened to d_out × (all other dims); a Conv1D's d_in is its first dim."""
+    weight = layer.weight
+    assert isinstance(weight, torch.Tensor), "an adapted layer has a weight"
+    return int(weight.shape[0]) if transposed(layer) else int(np.prod(weight.shape[1:]))
+
+
+def output_dim(layer: nn.Module) -> int:
+    """d_out of the layer's weight (a Conv1D's is its second dim)."""
+    weight = layer.weight
+    assert isinstance(weight, torch.Tensor), "an adapted layer has a weight"
+    return int(weight.shape[1] if transposed(layer) else weight.shape[0])
 
 
 def rank_limit(model: nn.Module, targets: tuple[str, ...] | None = None) -> tuple[str, int]:
@@ -411,8 +424,11 @@ def attach_lora(model: nn.Module, spec: LoraSpec) -> nn.Module:
         # The chosen layers' full names as one pattern: as a list, peft would also adapt layers they are suffixes of.
         target_modules="|".join(re.escape(name) for name in lora_layers(model, spec.targets)),
         init_lora_weights=False,
+        fan_in_fan_out=any(transposed(layer) for layer in lora_layers(model, spec.targets).values()),
     )
-    wrapped = peft.get_peft_model(model, config)
+    with warnings.catch_warnings():  # peft sets fan_in_fan_out back to False for each nn.Linear, and says so
+        warnings.filterwarnings("ignore", message="fan_in_fan_out is set to")
+        wrapped = peft.get_peft_model(model, config)
     wrapped.eval()
     return wrapped
 
