@@ -96,6 +96,8 @@ def test_the_task_comes_from_a_hugging_face_class():
     assert models.task_of(gpt2((8,), 16)) == "next-token"
     assert models.task_of(wrapped) == "next-token"  # peft's wrapper answers for the model it holds
     assert models.task_of(bert((8,), 2)) == "classification"
+    subclass = type("MyGPT2", (transformers.GPT2LMHeadModel,), {"__module__": "mymodels"})
+    assert models.task_of(subclass(gpt2((8,), 16).config)) == "next-token"  # a user's subclass: its base's task
 
 
 def test_a_raw_gpt2_audits_through_the_cli(tmp_path, capsys):

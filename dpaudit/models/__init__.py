@@ -42,7 +42,12 @@ def transposed(layer: nn.Module) -> bool:
 
     Its weight is (d_in, d_out); peft adapts it with ``fan_in_fan_out`` (docs/models.md §7).
     """
-    return type(layer).__name__ == "Conv1D" and type(layer).__module__.startswith("transformers.")
+    return any(cls.__name__ == "Conv1D" for cls in _transformers_classes(layer))
+
+
+def _transformers_classes(thing: object) -> list[type]:
+    """The classes of ``thing``'s type and its bases that are transformers' own (a user's subclass has them too)."""
+    return [cls for cls in type(thing).__mro__ if cls.__module__.startswith("transformers.")]
 
 
 def _adaptable(module: nn.Module) -> bool:
@@ -71,12 +76,13 @@ def _is_causal_lm(model: nn.Module) -> bool:
     """Whether ``model`` (or the model a peft wrapper holds) is one of transformers' causal language models."""
     unwrap = getattr(model, "get_base_model", None)
     inner = unwrap() if callable(unwrap) else model
-    if not type(inner).__module__.startswith("transformers."):
+    classes = _transformers_classes(inner)
+    if not classes:
         return False  # transformers is not imported for models that are not its own (seconds to import)
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     names = {name for value in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values() for name in _class_names(value)}
-    return type(inner).__name__ in names
+    return any(cls.__name__ in names for cls in classes)
 
 
 def _class_names(value: str | tuple[str, ...]) -> tuple[str, ...]:
@@ -226,7 +232,7 @@ def input_vocabulary(model: nn.Module) -> int | None:
     A transformers model's ``get_input_embeddings()``; another model's first module with parameters of its own.
     """
     embedding: object = None
-    if type(model).__module__.startswith("transformers."):
+    if _transformers_classes(model):
         embedding = model.get_input_embeddings()  # type: ignore[operator]
     else:
         embedding = next((m for m in model.modules() if next(m.parameters(recurse=False), None) is not None), None)
@@ -346,7 +352,7 @@ def output_head(model: nn.Module) -> str | None:
     peft's ``all-linear`` leaves it out (its output embeddings, or for sequence classification the head named
     ``score`` or ``classifier``); dpaudit's default adapter does too (docs/models.md §5).
     """
-    if not type(model).__module__.startswith("transformers."):
+    if not _transformers_classes(model):
         return None
     get_output = getattr(model, "get_output_embeddings", None)
     head = get_output() if callable(get_output) else None
