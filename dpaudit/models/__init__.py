@@ -1,17 +1,20 @@
 """Models: a small MLP and the seed CNN of [W] App. F.1, public pretraining, and LoRA adapters via peft.
 
-peft imports transformers (seconds), so it is imported inside :func:`attach_lora` only.
+peft imports transformers (seconds), so it is imported inside :func:`attach_lora` and :func:`lora_layers` only, and
+transformers only for a model that is its own (:func:`task_of`).
 
 Parameterizations (what a mechanism trains, docs/theory.md §1):
 
-* ``full``: the weight matrices of every Linear/Conv2d layer (biases stay at their pretrained values, as in
-  LoRA fine-tuning, so that full fine-tuning and LoRA variants train the same layers);
+* ``full``: the weight matrices of every Linear/Conv2d (and transformers Conv1D) layer, a tied one once (biases
+  stay at their pretrained values, as in LoRA fine-tuning, so that full fine-tuning and LoRA variants train the
+  same layers);
 * ``lora``: both LoRA factors ``lora_A`` and ``lora_B`` (DP-LoRA);
 * ``lora-fa``: ``lora_B`` only, ``lora_A`` a frozen Gaussian drawn per model ([W] Sec. 2, App. E).
 
 Tasks (the loss a model trains with; a module's ``task`` attribute, :func:`task_of`): ``classification`` (logits
 (n, C), labels (n,), the default) or ``next-token`` (logits (n, T, V), targets (n, T); an example's loss is the mean
-cross-entropy over its T positions), e.g. :class:`dpaudit.models.transformer.CausalTransformer`.
+cross-entropy over its T positions), e.g. :class:`dpaudit.models.transformer.CausalTransformer`. A Hugging Face
+model runs as it comes: its output is read by :func:`output_logits`, its task from its class (docs/models.md).
 """
 
 from __future__ import annotations
