@@ -245,8 +245,8 @@ def check_inputs(
     _check_token_ids(config, dataset, architecture)
     if not models.adapted_layers(architecture):
         raise UsageError(
-            f"the model ({type(architecture).__name__}) has no nn.Linear or nn.Conv2d layer for the mechanism to"
-            " train: build it from such layers"
+            f"the model ({type(architecture).__name__}) has no nn.Linear or nn.Conv2d layer (nor a transformers Conv1D)"
+            " for the mechanism to train: build it from such layers"
         )
     if config.target_modules is not None and mechanism.parameterization == "full":
         raise UsageError(
