@@ -91,7 +91,7 @@ def _audit(*argv: str) -> tuple[int, str]:
             "LoRA target(s) tail name no Linear/Conv2d layer",
         ),
         (["--mechanism", "dp-sgd", "--target-modules", "head"], "--target-modules does not apply to mechanism"),
-        (["--mechanism", "lora-fa", "--target-modules", "head"], "mechanism 'lora-fa' trains or measures every"),
+        (["--mechanism", "m2", "--target-modules", "head"], "mechanism 'm2' trains every layer"),
         (["--target-modules", ","], "--target-modules must name layers"),
     ],
 )

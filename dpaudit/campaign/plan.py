@@ -40,7 +40,7 @@ from dpaudit.config import PYTHON_OBJECT, CampaignConfig
 from dpaudit.data import text
 from dpaudit.errors import UsageError
 from dpaudit.formatting import json_text
-from dpaudit.mechanisms import bounds, catalogue, privacy
+from dpaudit.mechanisms import bounds, privacy
 from dpaudit.mechanisms.base import Mechanism
 from dpaudit.mechanisms.privacy import LayerShape, Training
 from dpaudit.seeding import ModelRandomness, campaign_rng
@@ -72,8 +72,8 @@ def layer_shapes(module: nn.Module) -> list[LayerShape]:
     """:class:`LayerShape` of every adapted Linear/Conv2d layer of ``module`` (:mod:`dpaudit.models`)."""
     shapes = []
     for layer in models.adapted_layers(module).values():
-        d_out, d_in = layer.weight.shape[0], models.projection_dim(layer)
-        shapes.append(LayerShape(d_out, d_in, 1 if isinstance(layer, nn.Linear) else min(d_out, d_in)))
+        d_out, d_in = models.output_dim(layer), models.projection_dim(layer)
+        shapes.append(LayerShape(d_out, d_in, min(d_out, d_in) if isinstance(layer, nn.Conv2d) else 1))
     return shapes
 
 
@@ -242,17 +242,23 @@ def check_inputs(
             f" {task} (its `task` attribute): give a model of the data's task, e.g."
             " dpaudit.transformer.CausalTransformer for text"
         )
+    _check_token_ids(config, dataset, architecture)
     if not models.adapted_layers(architecture):
         raise UsageError(
-            f"the model ({type(architecture).__name__}) has no nn.Linear or nn.Conv2d layer for the mechanism to"
-            " train: build it from such layers"
+            f"the model ({type(architecture).__name__}) has no nn.Linear or nn.Conv2d layer (nor a transformers Conv1D)"
+            " for the mechanism to train: build it from such layers"
         )
-    if config.target_modules is not None and (
-        mechanism.parameterization == "full" or config.mechanism in catalogue.applying("sketch-claim")
-    ):
+    if config.target_modules is not None and mechanism.parameterization == "full":
         raise UsageError(
-            f"--target-modules chooses the layers of a LoRA adapter, and mechanism {config.mechanism!r} trains or"
-            " measures every layer: leave --target-modules out, or use dp-lora, dp-lora-fa or prism"
+            f"--target-modules chooses the layers of a LoRA adapter, and mechanism {config.mechanism!r} trains every"
+            " layer: leave --target-modules out, or use lora-fa, sketch, dp-lora, dp-lora-fa or prism"
+        )
+    transposed = [name for name, layer in models.adapted_layers(architecture).items() if models.transposed(layer)]
+    if transposed and mechanism.parameterization == "full" and config.rank is not None:
+        raise UsageError(
+            f"{config.mechanism} projects each layer's weight gradient on its input dimension, and {transposed[0]} is a"
+            " transformers Conv1D, whose weight is stored transposed: use a LoRA mechanism (lora-fa, dp-lora,"
+            " dp-lora-fa, prism), or dp-sgd"
         )
     rank_note = None
     if config.rank is not None and not rank_given:
@@ -282,7 +288,37 @@ def check_inputs(
         ) from None
     if rank_note is not None:  # said once every check has passed, so that a refusal stays one line
         print(f"dpaudit: {rank_note}", file=sys.stderr)
+    if config.model is not None or config.target_modules is not None:
+        print(f"dpaudit: {adapted_layers_note(config, architecture, mechanism)}", file=sys.stderr)
     return config, inputs
+
+
+def adapted_layers_note(config: CampaignConfig, architecture: nn.Module, mechanism: Mechanism) -> str:
+    """Which layers the mechanism trains, in a line: the LoRA adapter's (and the head it leaves out), or every one."""
+    if mechanism.parameterization == "full" or config.rank is None:
+        return f"{config.mechanism} trains every layer: {', '.join(models.adapted_layers(architecture))}"
+    adapted = models.lora_layers(architecture, config.target_modules)
+    head = models.output_head(architecture)
+    left_out = (
+        f"; the output head {head} is left out (--target-modules adds it)"
+        if head is not None and head not in adapted
+        else ""
+    )
+    return f"LoRA adapts {len(adapted)} layer(s): {', '.join(adapted)}{left_out}"
+
+
+def _check_token_ids(config: CampaignConfig, dataset: data_lib.Dataset, architecture: nn.Module) -> None:
+    """Integer inputs are token ids the model's input embedding has rows for (docs/models.md §6)."""
+    vocabulary = models.input_vocabulary(architecture)
+    if vocabulary is None or not np.issubdtype(dataset.private.x.dtype, np.integer):
+        return
+    largest = max(int(part.x.max()) for part in (dataset.public, dataset.private, dataset.test))
+    if largest >= vocabulary:
+        raise UsageError(
+            f"--dataset {config.dataset.removeprefix(PYTHON_OBJECT)} holds token id {largest}, but the input embedding"
+            f" of {_model_named(config)} has {vocabulary} rows: give ids from 0 to {vocabulary - 1}, or a model whose"
+            f" vocabulary is at least {largest + 1}"
+        )
 
 
 def _model_named(config: CampaignConfig) -> str:
@@ -359,7 +395,7 @@ def _probe_model(config: CampaignConfig, inputs: resolve.Inputs) -> None:
         return contextlib.nullcontext() if config.model is None else blamed_on_user(what, stage, user_files)
 
     with users_code(f"its forward pass on {batch}"), torch.no_grad():
-        logits = model(torch.from_numpy(x))
+        logits = models.forward(model, torch.from_numpy(x))
     expected, axes = (
         ((len(x), x.shape[1], dataset.num_classes), "(batch, positions, vocabulary)")
         if dataset.task == "next-token"
@@ -368,8 +404,9 @@ def _probe_model(config: CampaignConfig, inputs: resolve.Inputs) -> None:
     if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != expected:
         got = f"shape {tuple(logits.shape)}" if isinstance(logits, torch.Tensor) else f"a {type(logits).__name__}"
         raise UsageError(
-            f"{what} returned {got} on {batch}; it must return one tensor of logits {axes}, here {expected}: one"
-            f" output per class of the data ({dataset.num_classes}), no tuple, no extra dimension"
+            f"{what} returned {got} on {batch}; it must return logits {axes}, here {expected}: one output per class"
+            f" of the data ({dataset.num_classes}), no extra dimension; a tensor, or a ModelOutput or dict with"
+            " `logits`, or a tuple whose first item is them"
         )
     if logits.dtype != torch.float32:
         raise UsageError(
@@ -380,7 +417,7 @@ def _probe_model(config: CampaignConfig, inputs: resolve.Inputs) -> None:
     if config.pretrain:  # pretraining runs the model in training mode, through plain autograd (models.pretrain)
         model.train()
         with users_code(f"a pretraining step (training mode) on {batch}", user_files):
-            models.mean_loss(dataset.task, model(torch.from_numpy(x)), torch.from_numpy(y)).backward()
+            models.mean_loss(dataset.task, models.forward(model, torch.from_numpy(x)), torch.from_numpy(y)).backward()
         model.eval()
     shadow = _reference_start(config, model, inputs.mechanism)
     gradients = engine.step_gradient_function(shadow, inputs.mechanism)
@@ -467,7 +504,13 @@ def prepare(
             candidates = text.secret_windows(_EXPOSURE_CANDIDATES, campaign_rng(config.seed, "exposure"), length)
         else:
             shape = (count, *dataset.input_shape)
-            x_q = input_canary.draw_canary_input(shape, campaign_rng(config.seed, "canary")).astype(np.float32)
+            vocabulary = models.input_vocabulary(architecture)
+            x_q = (
+                # A token model's canary is a sequence of uniformly random token ids (docs/models.md §6).
+                campaign_rng(config.seed, "canary").integers(vocabulary, size=shape)
+                if vocabulary is not None and np.issubdtype(dataset.private.x.dtype, np.integer)
+                else input_canary.draw_canary_input(shape, campaign_rng(config.seed, "canary")).astype(np.float32)
+            )
             labels = (
                 _canary_labels(config, dataset, base, mechanism, x_q, layout, device)
                 if plan is None
@@ -501,7 +544,9 @@ def prepare(
         store.check_claimed_privacy(claimed)
     else:
         with torch.no_grad():
-            reference_outputs = outputs_of(setup, lambda x: base(torch.from_numpy(x)), setup.targets_x, setup.targets_y)
+            reference_outputs = outputs_of(
+                setup, lambda x: models.forward(base, torch.from_numpy(x)), setup.targets_x, setup.targets_y
+            )
         shapes = np.array([astuple(shape) for shape in layers], dtype=np.int64)
         store.save_plan(
             Plan(

@@ -51,8 +51,9 @@ def register(subparsers) -> None:
     campaign.add_argument(
         "--target-modules",
         metavar="NAME[,NAME...]",
-        help="layers the LoRA adapter wraps, peft's target_modules: a layer named NAME or ending in .NAME"
-        " (every Linear/Conv2d)",
+        help="layers the LoRA adapter wraps (any LoRA mechanism), matched as peft's target_modules: a layer named NAME"
+        " or ending in .NAME, one regular expression over the whole name, or all-linear (default: every Linear/Conv2d"
+        " but a transformers model's output head; docs/models.md)",
     )
     campaign.add_argument(
         "--schedule",

@@ -16,7 +16,7 @@ from typing import Protocol
 import numpy as np
 import torch
 from torch import nn
-from torch.func import functional_call, vmap
+from torch.func import vmap
 
 from dpaudit import background
 from dpaudit import models as model_lib
@@ -83,7 +83,10 @@ def build(
     k = len(randomness)
     if parameterization == "full":
         module = base
-        weights = {f"{name}.weight" for name in model_lib.adapted_layers(base)}
+        # A tied weight (GPT-2's lm_head is its token embedding) is trained under the one name named_parameters
+        # gives it; functional_call ties its other names to it.
+        names = {id(p): name for name, p in base.named_parameters()}
+        weights = {names[id(layer.weight)] for layer in model_lib.adapted_layers(base).values()}
         tensors = {name: p.detach().to(device) for name, p in base.named_parameters()}
         trainable = {name: t.expand(k, *t.shape).clone() for name, t in tensors.items() if name in weights}
         base_views = {name: _per_model_view(t, k) for name, t in tensors.items() if name not in weights}
@@ -282,7 +285,7 @@ def step_gradient_function(shadow: ShadowModels, mechanism: Mechanism) -> Callab
 def logits(shadow: ShadowModels, x: np.ndarray, batch_size: int = 4096) -> torch.Tensor:
     """(K, n, classes) logits of every model on the same inputs ``x`` (n, ...)."""
     forward = vmap(
-        lambda trainable, frozen, inputs: functional_call(shadow.module, {**frozen, **trainable}, (inputs,)),
+        lambda trainable, frozen, inputs: model_lib.functional_forward(shadow.module, {**frozen, **trainable}, inputs),
         in_dims=(0, 0, 0),
     )
     device = next(iter(shadow.trainable.values())).device
@@ -339,7 +342,7 @@ def train_sequentially(
         for step, (index, weight) in enumerate(batches):
             batch = torch.from_numpy(index[0][weight[0] > 0])
             optimiser.zero_grad()
-            model_lib.mean_loss(task, module(inputs[batch]), labels[batch]).backward()
+            model_lib.mean_loss(task, model_lib.forward(module, inputs[batch]), labels[batch]).backward()
             grads = {n: _gradient(params[n]).unsqueeze(0) for n in shadow.trainable}
             update = mechanism.transform(Step(grads, torch.from_numpy(weight), step), state)
             for n in shadow.trainable:
