@@ -40,7 +40,7 @@ from dpaudit.config import PYTHON_OBJECT, CampaignConfig
 from dpaudit.data import text
 from dpaudit.errors import UsageError
 from dpaudit.formatting import json_text
-from dpaudit.mechanisms import bounds, privacy
+from dpaudit.mechanisms import bounds, catalogue, privacy
 from dpaudit.mechanisms.base import Mechanism
 from dpaudit.mechanisms.privacy import LayerShape, Training
 from dpaudit.seeding import ModelRandomness, campaign_rng
@@ -89,8 +89,13 @@ def claimed_privacy(
 
 
 def _adapted_layer_shapes(config: CampaignConfig, module: nn.Module) -> list[LayerShape]:
-    """:class:`LayerShape` of the layers the mechanism adapts: every one, or those ``--target-modules`` names."""
-    adapted = models.lora_layers(module, config.target_modules) if config.target_modules else None
+    """:class:`LayerShape` of the layers the mechanism trains, in the model's order.
+
+    A LoRA adapter's (:func:`models.lora_layers`: those ``--target-modules`` names, else its default, which leaves a
+    transformer's output head out); every layer for the other mechanisms.
+    """
+    lora = config.mechanism in catalogue.applying("alpha")  # the mechanisms that train a LoRA adapter
+    adapted = models.lora_layers(module, config.target_modules) if lora else None
     return [
         shape
         for name, shape in zip(models.adapted_layers(module), layer_shapes(module))
