@@ -61,6 +61,17 @@ def register(subparsers) -> None:
         help=f"learning-rate schedule: cosine annealing over all steps, or constant ({defaults.schedule})",
     )
     campaign.add_argument(
+        "--optimizer",
+        choices=config_lib.OPTIMIZERS,
+        help="sgd (with momentum 0.9) or adamw (β1 0.9, β2 0.999); a DP mechanism privatises the gradient before the"
+        f" optimiser, so the claimed ε is the same ({defaults.optimizer})",
+    )
+    campaign.add_argument(
+        "--weight-decay",
+        type=float,
+        help=f"AdamW's decoupled weight decay, with --optimizer adamw ({config_lib.ADAMW_WEIGHT_DECAY})",
+    )
+    campaign.add_argument(
         "--design",
         choices=config_lib.DESIGNS,
         help=f"canary ([W] App. F.1), all-examples (LiRA's) or one-run (Steinke et al. 2023) ({defaults.design})",

@@ -132,6 +132,14 @@ def _layers_words(analysis: CampaignAnalysis) -> str:
     return f"{len(analysis.layers)} ({shapes}, inputs → outputs)"
 
 
+def _optimiser_words(config) -> str:
+    if config.optimizer == "adamw":
+        optimiser = f"AdamW (β1 {config.momentum:g}, β2 0.999, weight decay {config.weight_decay:g})"
+    else:
+        optimiser = f"SGD with momentum {config.momentum:g}"
+    return f"{optimiser}, learning rate {config.lr:g}, {config.schedule} schedule"
+
+
 def _audited(analysis: CampaignAnalysis) -> dict[str, str]:
     """What was audited, in words (the report's "what was audited" block)."""
     config = analysis.config
@@ -150,10 +158,7 @@ def _audited(analysis: CampaignAnalysis) -> dict[str, str]:
         "model": f"{model} ({start})",
         "trained layers": _layers_words(analysis),
         "data": config.dataset,
-        "training": (
-            f"{config.epochs} epochs, batch size {config.batch_size}, SGD with learning rate {config.lr:g},"
-            f" momentum {config.momentum:g}, {config.schedule} schedule"
-        ),
+        "training": f"{config.epochs} epochs, batch size {config.batch_size}, {_optimiser_words(config)}",
         "membership test": (
             f"{designs.get(config.design, config.design)}; {config.models} shadow models;"
             f" {analysis.attack} scores ({analysis.metrics.n_in} IN, {analysis.metrics.n_out} OUT)"

@@ -171,7 +171,7 @@ def train(
     """Fine-tune the K models of ``shadow`` in place on their members of the pool (x, y) with ``mechanism``.
 
     Batches are shuffled, or Poisson-sampled with expected size ``config.batch_size`` for a mechanism with
-    ``sampling = "poisson"`` (:class:`PoissonLayout`). The optimiser is torch's SGD with momentum over the stacked
+    ``sampling = "poisson"`` (:class:`PoissonLayout`). The optimiser (:func:`optimiser_of`) is torch's over the stacked
     tensors (elementwise, so stacking does not change any model's arithmetic), unless the mechanism owns its
     update; the hooks ``initialise``, ``update`` and ``finish`` (no-ops by default) are documented in
     :class:`dpaudit.mechanisms.base.Mechanism`.
@@ -201,9 +201,7 @@ def train(
         raise ValueError(f"membership has shape {membership.shape}, expected ({shadow.n_models}, {len(y)})")
     device = next(iter(shadow.trainable.values())).device
     params = {name: t.clone() for name, t in shadow.trainable.items()}
-    optimiser = torch.optim.SGD(
-        list(params.values()), lr=config.lr, momentum=config.momentum, fused=True
-    )  # one pass over the weights per step instead of three
+    optimiser = optimiser_of(list(params.values()), config, fused=True)  # one pass over the weights per step
     layout = layout or BatchLayout.for_members(int(membership.sum(axis=1).max()), config.batch_size)
     if mechanism.sampling == "poisson":
         if not mechanism.per_example:
@@ -271,6 +269,19 @@ def train(
     return shadow
 
 
+def optimiser_of(tensors: list[torch.Tensor], config: TrainingConfig, fused: bool) -> torch.optim.Optimizer:
+    """The optimiser ``config`` names over ``tensors``: SGD with momentum, or AdamW with β1 = momentum.
+
+    Both act elementwise (AdamW's moments, bias correction and decoupled decay are per element, its step count
+    shared), so on (K, ...) stacks of K models' tensors they are K independent optimisers.
+    """
+    if config.optimizer == "adamw":
+        return torch.optim.AdamW(
+            tensors, lr=config.lr, betas=(config.momentum, 0.999), weight_decay=config.weight_decay, fused=fused
+        )
+    return torch.optim.SGD(tensors, lr=config.lr, momentum=config.momentum, fused=fused)
+
+
 def step_gradient_function(shadow: ShadowModels, mechanism: Mechanism) -> Callable:
     """(trainable, frozen, x, y, w) → a step's gradients of ``shadow``'s K models, as ``mechanism`` takes them.
 
@@ -329,7 +340,7 @@ def train_sequentially(
                 params[name].copy_(value)
         for name, p in params.items():
             p.requires_grad_(name in shadow.trainable)
-        optimiser = torch.optim.SGD([params[n] for n in shadow.trainable], lr=config.lr, momentum=config.momentum)
+        optimiser = optimiser_of([params[n] for n in shadow.trainable], config, fused=False)
         schedule = (
             torch.optim.lr_scheduler.CosineAnnealingLR(
                 optimiser, T_max=config.epochs * layout.steps, eta_min=config.min_lr
