@@ -441,20 +441,33 @@ def _members(pool_membership: np.ndarray) -> int:
     return int(pool_membership.sum(axis=1).max())
 
 
+def _starting_weights(config: CampaignConfig, architecture: nn.Module) -> nn.Module:
+    """The model a campaign starts from: ``architecture``, re-drawn from the seed first where it is pretrained."""
+    if not config.pretrain:
+        return architecture
+    start = copy.deepcopy(architecture)
+    models.initialise(start, config.seed)
+    return start
+
+
 def fingerprints(config: CampaignConfig, inputs: resolve.Inputs) -> dict[str, str]:
     """The model's and the mechanism's fingerprints, recorded in campaign.json so that resume refuses a change.
 
-    The model: its architecture and the weights it starts from (pretraining first re-draws them from the seed);
-    the mechanism: its class and every parameter, as its ``repr`` shows them (a dataclass's fields).
+    The model: its architecture and the weights it starts from (pretraining first re-draws them from the seed),
+    or its architecture alone where ``--model``'s factory builds other weights at each call (no seed of its own,
+    e.g. a transformers model built from a config): the run's starting weights are then base.pt's, which a
+    resume reuses (docs/models.md). The mechanism: its class and every parameter, as its ``repr`` shows them (a
+    dataclass's fields).
     """
-    start = inputs.architecture
-    if config.pretrain:
-        start = copy.deepcopy(start)
-        models.initialise(start, config.seed)
+    start = _starting_weights(config, inputs.architecture)
+    weights = True  # the built-in model is built from the seed; a model object given to dpaudit.audit is as it is
+    if config.model is not None and not config.model.startswith(PYTHON_OBJECT):
+        again = models.from_factory(config.model, inputs.dataset.input_shape, inputs.dataset.num_classes)
+        weights = models.fingerprint(_starting_weights(config, again)) == models.fingerprint(start)
     mechanism = type(inputs.mechanism)
     described = f"{mechanism.__module__}.{mechanism.__qualname__}:{inputs.mechanism!r}"
     return {
-        "model_fingerprint": models.fingerprint(start),
+        "model_fingerprint": models.fingerprint(start, weights),
         "mechanism_fingerprint": hashlib.sha256(described.encode()).hexdigest(),
     }
 

@@ -242,13 +242,17 @@ def input_vocabulary(model: nn.Module) -> int | None:
     return embedding.num_embeddings if isinstance(embedding, nn.Embedding) else None
 
 
-def fingerprint(model: nn.Module) -> str:
-    """SHA-256 of the architecture (its module tree as torch prints it) and of every tensor of its state."""
+def fingerprint(model: nn.Module, weights: bool = True) -> str:
+    """SHA-256 of the architecture (its module tree as torch prints it) and of every tensor of its state.
+
+    ``weights=False``: the tensors' names, dtypes and shapes only (the architecture without its values).
+    """
     digest = hashlib.sha256(repr(model).encode())
     for name, tensor in sorted(model.state_dict().items()):
         array = tensor.detach().cpu().contiguous()
         digest.update(f"{name}:{array.dtype}:{tuple(array.shape)}".encode())
-        digest.update(array.numpy().tobytes() if array.dtype != torch.bfloat16 else array.float().numpy().tobytes())
+        if weights:
+            digest.update(array.numpy().tobytes() if array.dtype != torch.bfloat16 else array.float().numpy().tobytes())
     return digest.hexdigest()
 
 
