@@ -29,9 +29,9 @@ from dpaudit.mechanisms.nonprivate import lora_fa
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def _readme_example() -> str:
-    """The first ```python block of README.md's "Python API" section."""
-    section = README.read_text().split("## Python API", 1)[1]
+def _readme_example(after: str = "## Python API") -> str:
+    """The first ```python block of README.md after the line ``after`` (its "Python API" section's)."""
+    section = README.read_text().split(after, 1)[1]
     match = re.search(r"```python\n(.*?)```", section, re.S)
     assert match is not None
     return match.group(1)
@@ -232,3 +232,17 @@ def test_api_misuse_is_a_one_line_usage_error_naming_the_valid_choices(tmp_path,
     message = str(raised.value)
     assert len(message.splitlines()) == 1 and all(fragment in message for fragment in fragments), message
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_readme_lower_level_example_runs_as_written(tmp_path, monkeypatch, single_torch_thread):
+    monkeypatch.chdir(tmp_path)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(_readme_example("The lower-level pieces:"), "README.md", "exec"), {"__name__": "readme"})
+    lines = printed.getvalue().splitlines()
+    auc, cp_epsilon = map(float, lines[0].split())
+    assert 0 <= auc <= 1 and cp_epsilon >= 0 and float(lines[1]) >= 0
+    analytic, verdict = lines[2].split()
+    assert analytic == "None" and verdict in ("confirmed", "inconclusive")  # noise-free LoRA-FA: not DP at any ε
+    report = (tmp_path / "both" / "report.html").read_text()
+    assert report.count('class="headline"') == 2 and "my-run" in report and ">dp<" in report
