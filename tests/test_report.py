@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import tempfile
 
+import numpy as np
 import pytest
 
 from dpaudit.analysis import certifiable_epsilon
@@ -160,3 +161,23 @@ def test_report_of_a_missing_or_old_run_is_a_one_line_error(runs, tmp_path, caps
     assert main(["report", str(old)]) == 2
     err = capsys.readouterr().err
     assert "summary.json does not name the attack" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("models", [4, 8, 16])
+def test_a_log_log_roc_of_few_models_labels_at_least_three_ticks_on_each_axis(models):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from dpaudit.reporting.figures import draw_roc
+
+    half = np.arange(models // 2, dtype=float)
+    figure, ax = plt.subplots()
+    draw_roc(ax, {"scores": (half + 0.5, half)}, (None, 1e-5), "none", "few models", loglog=True)
+    figure.canvas.draw()
+    for axis in (ax.xaxis, ax.yaxis):
+        low, high = axis.get_view_interval()
+        shown = [t for t in axis.get_ticklabels() if t.get_text() and low <= t.get_position()[axis is ax.yaxis] <= high]
+        assert len(shown) >= 3, [t.get_text() for t in shown]
+    plt.close(figure)

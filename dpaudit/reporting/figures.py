@@ -98,6 +98,13 @@ def draw_roc(
     ax.plot(grid, grid, ":", color="grey", label="chance")
     scale = "log" if loglog else "linear"
     ax.set(xscale=scale, yscale=scale, xlabel="false positive rate", ylabel="true positive rate", title=title)
+    if loglog and floor > 0.01:  # under two decades (few models): 1, 2, 3, 5 in each, or only "1" would be labelled
+        from matplotlib import ticker  # loaded with the figure (figure_png)
+
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 3.0, 5.0)))
+            axis.set_major_formatter(ticker.FuncFormatter(lambda value, _: f"{value:g}"))
+            axis.set_minor_formatter(ticker.NullFormatter())
     ax.title.set_fontsize(9)
     ax.legend(loc="lower right", fontsize=7)
 
