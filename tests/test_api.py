@@ -57,6 +57,8 @@ def test_the_readme_example_is_short_and_its_scores_equal_the_clis(tmp_path, mon
     # DP-LoRA at σ = 1 has a finite analytic ε; noise-free LoRA-FA has none (not DP at any ε, [W] Prop. 2).
     assert float(lines[0].split()[2]) > 0 and lines[1].split()[2] == "None"
     assert all(0 <= float(line.split()[1]) <= 1 for line in lines)
+    outcomes = [line.split()[3] for line in lines]  # the verdict the result carries
+    assert outcomes[0] in ("consistent", "inconclusive") and outcomes[1] in ("confirmed", "inconclusive")
 
     # The example's class as a --model factory module, its arrays as an npz file.
     tree = ast.parse(code)
