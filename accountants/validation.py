@@ -167,12 +167,36 @@ def string(name: str, value) -> str:
     return value
 
 
+# What numpy's dtype kinds other than real numbers hold, in words: converting them to float64 either fails or
+# gives a number that means something else (a date's seconds since 1970, "1.5" parsed, a complex number's real part).
+_NOT_REAL = {
+    "U": "text",
+    "S": "bytes",
+    "M": "dates",
+    "m": "time spans",
+    "c": "complex numbers",
+    "V": "records or raw bytes",
+}
+
+
 def finite_array(name: str, values, *, ndim: int) -> np.ndarray:
-    """``values`` as a float64 array with ``ndim`` dimensions and only finite entries."""
+    """``values`` as a float64 array with ``ndim`` dimensions and only finite entries.
+
+    Only real numbers (booleans, integers, floats; Python objects that are each a real number) are accepted: text,
+    dates, time spans, complex numbers and records are refused by their dtype, whatever they would convert to.
+    """
     try:
-        array = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError) as error:
+        given = np.asarray(values)
+    except (TypeError, ValueError) as error:  # e.g. ragged nested lists
         raise InvalidArgument(f"{name} must be numeric; got {type(values).__name__} ({error})") from None
+    kind = given.dtype.kind
+    if kind in _NOT_REAL or (kind == "O" and not all(isinstance(v, numbers.Real) for v in given.flat)):
+        held = _NOT_REAL.get(kind, "Python objects that are not all real numbers")
+        raise InvalidArgument(
+            f"{name} must hold real numbers; got dtype {given.dtype} ({held}): convert it to floats (e.g. seconds"
+            " for times, the real and imaginary parts as two features for complex values) or drop it"
+        )
+    array = given.astype(np.float64)
     if array.ndim != ndim:
         raise InvalidArgument(f"{name} must be a {ndim}-D array; got shape {array.shape}")
     if not np.all(np.isfinite(array)):
