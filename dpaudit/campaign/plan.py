@@ -29,6 +29,7 @@ from dpaudit import models
 from dpaudit.campaign import resolve
 from dpaudit.campaign.shadow import (
     Setup,
+    blamed_on_model,
     lora_spec,
     one_thread_precision,
     outputs_of,
@@ -354,11 +355,7 @@ def _probe_model(config: CampaignConfig, inputs: resolve.Inputs) -> None:
     batch = f"a batch of shape {tuple(x.shape)}"
     model = copy.deepcopy(architecture).eval()  # in training mode, a forward pass would move BatchNorm's statistics
     what = _model_named(config)
-
-    def users_code(stage: str, user_files: frozenset[str] | None = None) -> contextlib.AbstractContextManager:
-        return contextlib.nullcontext() if config.model is None else blamed_on_user(what, stage, user_files)
-
-    with users_code(f"its forward pass on {batch}"), torch.no_grad():
+    with _users_code(config, f"its forward pass on {batch}"), torch.no_grad():
         logits = model(torch.from_numpy(x))
     expected, axes = (
         ((len(x), x.shape[1], dataset.num_classes), "(batch, positions, vocabulary)")
@@ -376,15 +373,14 @@ def _probe_model(config: CampaignConfig, inputs: resolve.Inputs) -> None:
             f"{what} returned {logits.dtype} logits on {batch}: dpaudit trains float32 models; return float32"
             " logits (e.g. .float())"
         )
-    user_files = source_files(list(architecture.modules()))
     if config.pretrain:  # pretraining runs the model in training mode, through plain autograd (models.pretrain)
         model.train()
-        with users_code(f"a pretraining step (training mode) on {batch}", user_files):
+        with _users_code(config, f"a pretraining step (training mode) on {batch}", architecture):
             models.mean_loss(dataset.task, model(torch.from_numpy(x)), torch.from_numpy(y)).backward()
         model.eval()
     shadow = _reference_start(config, model, inputs.mechanism)
     gradients = engine.step_gradient_function(shadow, inputs.mechanism)
-    with users_code(f"the training step's gradients on {batch}", user_files):
+    with _users_code(config, f"the training step's gradients on {batch}", architecture):
         gradients(
             shadow.trainable,
             shadow.frozen,
@@ -392,6 +388,20 @@ def _probe_model(config: CampaignConfig, inputs: resolve.Inputs) -> None:
             torch.from_numpy(y)[None],
             torch.ones(1, len(x)),
         )
+
+
+def _users_code(
+    config: CampaignConfig, stage: str, architecture: nn.Module | None = None
+) -> contextlib.AbstractContextManager:
+    """A failure of the user's model during ``stage`` named as theirs (:func:`dpaudit.user_code.blamed_on_user`).
+
+    ``architecture``: the block also runs dpaudit's code around the model (training), and the model's source
+    files tell whose a failure is; None: the block runs the model alone. Nothing for dpaudit's built-in model.
+    """
+    if config.model is None:
+        return contextlib.nullcontext()
+    user_files = None if architecture is None else source_files(list(architecture.modules()))
+    return blamed_on_user(_model_named(config), stage, user_files)
 
 
 def _members(pool_membership: np.ndarray) -> int:
@@ -435,11 +445,12 @@ def prepare(
     plan = store.saved_plan() if resumed else None
     base = _stored_base(store, architecture, plan) if resumed else None
     if base is None:
-        base = (
-            models.pretrain(architecture, dataset.public.x, dataset.public.y, seed=config.seed)
-            if config.pretrain
-            else architecture.eval().requires_grad_(False)
-        )
+        with _users_code(config, "pretraining on the public split", architecture):
+            base = (
+                models.pretrain(architecture, dataset.public.x, dataset.public.y, seed=config.seed)
+                if config.pretrain
+                else architecture.eval().requires_grad_(False)
+            )
         if plan is not None and _base_checksum(base) != str(plan.base_checksum):
             raise UsageError(
                 f"{store.root / 'base.pt'} was damaged, and pretraining again gives another base than the one its"
@@ -468,11 +479,11 @@ def prepare(
         else:
             shape = (count, *dataset.input_shape)
             x_q = input_canary.draw_canary_input(shape, campaign_rng(config.seed, "canary")).astype(np.float32)
-            labels = (
-                _canary_labels(config, dataset, base, mechanism, x_q, layout, device)
-                if plan is None
-                else plan.target_labels
-            )
+            if plan is None:
+                with _users_code(config, "training the reference model that labels the canary", architecture):
+                    labels = _canary_labels(config, dataset, base, mechanism, x_q, layout, device)
+            else:
+                labels = plan.target_labels
         pool_x, pool_y = np.concatenate([pool_x, x_q]), np.concatenate([pool_y, labels])
         target_index = np.arange(len(dataset.private), len(pool_y))
     else:
@@ -491,6 +502,7 @@ def prepare(
         gradient_canaries,
         canary_membership,
         candidates,
+        None if config.model is None else _model_named(config),
     )
     layers = _adapted_layer_shapes(config, base)
     # The claim the analysis judges the audit against, recorded in the plan before any model trains (privacy.json is
@@ -500,7 +512,7 @@ def prepare(
     if plan is not None:
         store.check_claimed_privacy(claimed)
     else:
-        with torch.no_grad():
+        with blamed_on_model(setup, "the base model's outputs on the targets"), torch.no_grad():
             reference_outputs = outputs_of(setup, lambda x: base(torch.from_numpy(x)), setup.targets_x, setup.targets_y)
         shapes = np.array([astuple(shape) for shape in layers], dtype=np.int64)
         store.save_plan(
