@@ -81,10 +81,20 @@ def open_unit(name: str, value) -> float:
     return value
 
 
+# The smallest normal float64: below it (subnormal rates) 1/q overflows and the PLD accountant's logarithms become
+# inf - inf, where the answer is ε = 0 to float64's precision anyway.
+SMALLEST_SAMPLE_RATE = float(np.finfo(np.float64).tiny)
+
+
 def sample_rate(name: str, value) -> float:
     value = _real(name, value)
     if not 0.0 < value <= 1.0:
         raise InvalidArgument(f"{name} must be in (0, 1] (Poisson sampling probability), got {value}")
+    if value < SMALLEST_SAMPLE_RATE:
+        raise InvalidArgument(
+            f"{name} = {value:g} is below {SMALLEST_SAMPLE_RATE:.4g}, the smallest normal float64, where the"
+            " accountants' arithmetic ends: give a rate of at least that (ε is 0 to float64's precision there)"
+        )
     return value
 
 
