@@ -73,29 +73,35 @@ def non_negative(name: str, value) -> float:
     return value
 
 
+# The smallest normal float64. A probability below it (a subnormal δ or sampling rate) breaks the accountants'
+# arithmetic (1/q overflows, log-domain sums meet inf - inf, an ε solved for δ becomes inf) while meaning nothing a
+# float64 can tell from 0.
+SMALLEST_PROBABILITY = float(np.finfo(np.float64).tiny)
+
+
+def _normal_probability(name: str, value: float) -> float:
+    if value < SMALLEST_PROBABILITY:
+        raise InvalidArgument(
+            f"{name} = {value:g} is below {SMALLEST_PROBABILITY:.4g}, the smallest normal float64, where the"
+            " accountants' arithmetic ends: give at least that"
+        )
+    return value
+
+
 def open_unit(name: str, value) -> float:
-    """A probability strictly inside (0, 1): delta, delta', alpha of [W] Thm 5, ..."""
+    """A probability strictly inside (0, 1): delta, delta', alpha of [W] Thm 5, ...; not subnormal."""
     value = _real(name, value)
     if not 0.0 < value < 1.0:
         raise InvalidArgument(f"{name} must be in (0, 1), got {value}")
-    return value
-
-
-# The smallest normal float64: below it (subnormal rates) 1/q overflows and the PLD accountant's logarithms become
-# inf - inf, where the answer is ε = 0 to float64's precision anyway.
-SMALLEST_SAMPLE_RATE = float(np.finfo(np.float64).tiny)
+    return _normal_probability(name, value)
 
 
 def sample_rate(name: str, value) -> float:
+    """A Poisson sampling probability in (0, 1], not subnormal."""
     value = _real(name, value)
     if not 0.0 < value <= 1.0:
         raise InvalidArgument(f"{name} must be in (0, 1] (Poisson sampling probability), got {value}")
-    if value < SMALLEST_SAMPLE_RATE:
-        raise InvalidArgument(
-            f"{name} = {value:g} is below {SMALLEST_SAMPLE_RATE:.4g}, the smallest normal float64, where the"
-            " accountants' arithmetic ends: give a rate of at least that (ε is 0 to float64's precision there)"
-        )
-    return value
+    return _normal_probability(name, value)
 
 
 def alignment(name: str, value) -> float:
