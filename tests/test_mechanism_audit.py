@@ -226,7 +226,7 @@ def test_cli_prints_json_and_text(capsys):
         (["wishart-m1", "--d", "100000"], "draw about 6.4e+11 random numbers, more than the 8.59e+09"),
         (["wishart-m2", "--d", "100000"], "lower --samples and --training-samples or the dimensions"),
         (["projection", "--d", "100000"], "100000 releases per input draw about 1.6e+11 random numbers"),
-        (["wishart-m2", "--n", "100000"], "one release (10003200000 numbers) needs 298 GiB"),  # its n x n Gram matrix
+        (["wishart-m2", "--n", "100000"], "the Gram matrix of one release (100000 x 100000) needs 298 GiB"),
     ],
 )
 def test_cli_bad_input_is_one_line_with_exit_2(argv, expected, capsys):

@@ -578,10 +578,12 @@ class _MatrixRelease(_Release):
         if self.r > self.pair.d:
             raise InvalidArgument(f"r must be <= d = {self.pair.d}, got r={self.r}")
         _release_size(self)
+        # the statistic of one release holds its n x n Gram matrix, a few copies while it is formed
+        n = self.pair.n
+        check.allocation(f"the Gram matrix of one release ({n} x {n})", 4 * 8 * n * n, "lower --n")
 
     def _elements_per_draw(self) -> int:
-        # the release's factors, and the n x n Gram matrix its statistic forms
-        return self.pair.d * max(self.r, self.pair.n) + self.pair.n**2
+        return self.pair.d * max(self.r, self.pair.n)
 
     def _sample(self, rng, count, side):
         return np.concatenate(
