@@ -152,10 +152,18 @@ def _canary_labels(
     if not np.isfinite(logits).all():
         raise UsageError(
             "the reference model that labels the canary (trained on the private data as the shadow models are)"
-            f" diverged (non-finite outputs) with --lr {config.lr:g} and --batch-size {config.batch_size}: lower --lr"
-            " or raise --batch-size; the shadow models would diverge too"
+            f" diverged (non-finite outputs) with --lr {config.lr:g} and --batch-size {config.batch_size}:"
+            f" {divergence_fix(base)}; the shadow models would diverge too"
         )
     return np.array([input_canary.least_likely_label(row) for row in logits], dtype=np.int64)
+
+
+def divergence_fix(model: nn.Module) -> str:
+    """What to change when training ``model`` diverged: the learning rate and batch size, and its BatchNorm layers."""
+    fix = "lower --lr or raise --batch-size"
+    if any(isinstance(module, nn.modules.batchnorm._BatchNorm) for module in model.modules()):
+        fix += " (or drop the model's BatchNorm layers: a small batch's statistics can blow its activations up)"
+    return fix
 
 
 def _reference_start(config: CampaignConfig, base: nn.Module, mechanism: Mechanism) -> engine.ShadowModels:
