@@ -23,7 +23,7 @@ from typing import ParamSpec, TypeVar
 import numpy as np
 from torch import nn
 
-from dpaudit import analysis
+from dpaudit import analysis, models
 from dpaudit import data as data_lib
 from dpaudit.analysis.training import TrainingAnalysis, analyse_training
 from dpaudit.campaign import resolve as resolver
@@ -144,7 +144,8 @@ def audit(
             f"mechanism must be a dpaudit.mechanisms.base.Mechanism, got {type(mechanism).__name__}: build one"
             " with dpaudit.mechanisms or subclass Mechanism"
         )
-    dataset = data if isinstance(data, data_lib.Dataset) else data_lib.from_arrays(*_pair(data))
+    tokens = models.input_vocabulary(model) is not None  # token ids stay as they are (docs/models.md §6)
+    dataset = data if isinstance(data, data_lib.Dataset) else data_lib.from_arrays(*_pair(data), tokens=tokens)
     registered = mechanism.name in TRAINING_MECHANISMS
     config = CampaignConfig(
         mechanism=mechanism.name if registered else _object_name(mechanism),

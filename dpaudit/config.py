@@ -15,7 +15,7 @@ from dpaudit.errors import UsageError
 from dpaudit.files import open_regular
 from dpaudit.mechanisms import catalogue
 from dpaudit.mechanisms.catalogue import FLOAT32_MAX, check_noise_and_clip
-from dpaudit.training.sampling import SCHEDULES
+from dpaudit.training.sampling import ADAMW_WEIGHT_DECAY, OPTIMIZERS, SCHEDULES
 
 # Mechanism names and which options apply to which (docs/theory.md §1): the one table is
 # dpaudit.mechanisms.catalogue.MECHANISMS (torch-free), whose module docstring says what each option means.
@@ -64,6 +64,8 @@ _HASHED_WHEN_CHANGED = {
     "pretrain": True,
     "target_modules": None,
     "schedule": "cosine",
+    "optimizer": "sgd",
+    "weight_decay": None,
 }
 PRECISIONS = ("fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
@@ -118,6 +120,8 @@ class CampaignConfig:
     pretrain: bool = True  # pretrain the base on the public split (False: the base's own weights, --no-pretrain)
     target_modules: tuple[str, ...] | None = None  # layers LoRA adapts (peft's target_modules); None: every layer
     schedule: str = "cosine"  # learning-rate schedule: cosine annealing over all steps ([W] App. F.1) or constant
+    optimizer: str = "sgd"  # sgd (with momentum) | adamw (β1 = momentum)
+    weight_decay: float | None = None  # AdamW's decoupled weight decay; None: ADAMW_WEIGHT_DECAY with adamw
 
     def __post_init__(self):
         checked = {
@@ -143,6 +147,7 @@ class CampaignConfig:
             "pretrain": check.boolean("--pretrain", self.pretrain),
             "target_modules": None if self.target_modules is None else _target_modules(self.target_modules),
             "schedule": check.one_of("--schedule", self.schedule, SCHEDULES),
+            **self._optimizer_options(),
             **self._mechanism_options(),
         }
         for name, value in checked.items():
@@ -226,6 +231,27 @@ class CampaignConfig:
             "observe": observe,
             "canaries": canaries,
         }
+
+    def _optimizer_options(self) -> dict:
+        """The optimiser and its weight decay; AdamW only where the mechanism leaves the update to the optimiser.
+
+        PRISM applies its own update ([P] Alg. 1), and the sketch's claim is about its released weights under SGD
+        ([S] Eq. 14): AdamW would be ignored by the one and void the other's claim.
+        """
+        optimizer = check.one_of("--optimizer", self.optimizer, OPTIMIZERS)
+        if optimizer == "sgd":
+            if self.weight_decay is not None:
+                raise UsageError("--weight-decay applies to --optimizer adamw (SGD here has no weight decay)")
+            return {"optimizer": optimizer, "weight_decay": None}
+        if self.mechanism in ("prism", "sketch"):
+            why = (
+                "applies its own update ([P] Alg. 1)"
+                if self.mechanism == "prism"
+                else "claims SGD's weights ([S] Eq. 14)"
+            )
+            raise UsageError(f"--optimizer adamw does not apply to {self.mechanism}, which {why}: use --optimizer sgd")
+        decay = ADAMW_WEIGHT_DECAY if self.weight_decay is None else self.weight_decay
+        return {"optimizer": optimizer, "weight_decay": check.real_in("--weight-decay", decay, 0, 1, high_open=True)}
 
     def _mechanism_options(self) -> dict:
         """Rank, alpha, σ and C checked, each only where it applies; unset ones take their defaults."""

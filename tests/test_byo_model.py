@@ -91,7 +91,7 @@ def _audit(*argv: str) -> tuple[int, str]:
             "LoRA target(s) tail name no Linear/Conv2d layer",
         ),
         (["--mechanism", "dp-sgd", "--target-modules", "head"], "--target-modules does not apply to mechanism"),
-        (["--mechanism", "lora-fa", "--target-modules", "head"], "mechanism 'lora-fa' trains or measures every"),
+        (["--mechanism", "m2", "--target-modules", "head"], "mechanism 'm2' trains every layer"),
         (["--target-modules", ","], "--target-modules must name layers"),
     ],
 )
@@ -188,3 +188,16 @@ def test_the_new_settings_are_toml_keys(tmp_path):
         "body.0",
         "head",
     )
+
+
+def test_a_factory_without_a_seed_of_its_own_resumes_from_the_weights_the_run_saved(user_files, tmp_path, capsys):
+    """``byo_factories:Net`` draws other weights at each call: resume reuses base.pt (was refused: "model changed")."""
+    out = tmp_path / "unseeded"
+    argv = ["audit", "--model", "byo_factories:Net", "--dataset", user_files, "--no-pretrain", "--rank", "2"]
+    argv += ["--models", "4", "--epochs", "1", "--chunk-size", "2", "--workers", "1", "--quiet", "--json"]
+    assert main([*argv, "--out", str(out)]) == 0
+    capsys.readouterr()
+    finished = RunStore(out).outputs().target_outputs
+    sorted((out / "chunks").glob("models-*.npz"))[-1].unlink()  # as if killed before its last chunk was written
+    assert main(["resume", str(out), "--workers", "1", "--quiet", "--json"]) == 0
+    assert np.array_equal(RunStore(out).outputs().target_outputs, finished)

@@ -1,5 +1,6 @@
 """Campaigns that survive and scale: kill -9 and resume, chunking/worker invariance, corrupt chunks, configs."""
 
+import dataclasses
 import json
 import signal
 import subprocess
@@ -72,6 +73,97 @@ def test_kill_9_then_resume_is_bit_identical_and_trains_no_chunk_twice(reference
         assert after[name] == identity  # finished chunks were neither retrained nor rewritten
     indices = np.concatenate([np.load(out / "chunks" / name)["indices"] for name in after])
     assert np.array_equal(np.sort(indices), np.arange(24))  # every model trained exactly once
+    assert np.array_equal(_logits(RunStore(out)), _logits(reference_run))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Seen:
+    """What a command under test has done so far."""
+
+    seconds: float  # since it started
+    worker_seconds: float | None  # since its first child process appeared; None before
+    out: Path
+    chunks_before: set[Path]
+
+    def new_chunk(self) -> bool:
+        return bool(set(self.out.glob("chunks/*.npz")) - self.chunks_before)
+
+
+def _session(leader: int) -> set[int]:
+    """Live (non-zombie) processes of the session ``leader`` started: it and every process below it."""
+    members = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[3]) == leader:
+            members.add(int(stat.parent.name))
+    return members
+
+
+# Moments from a command's start to its first chunk, in order, each a test of what it has done so far.
+_AUDIT_MOMENTS = {
+    "importing": lambda seen: seen.seconds >= 0.2,
+    "campaign.json written": lambda seen: (seen.out / "campaign.json").exists(),
+    "base model pretrained": lambda seen: (seen.out / "base.pt").exists(),
+    "first worker started": lambda seen: seen.worker_seconds is not None,
+    "first chunk written": _Seen.new_chunk,
+}
+_RESUME_MOMENTS = {
+    "importing": lambda seen: seen.seconds >= 0.2,
+    "first worker started": lambda seen: seen.worker_seconds is not None,
+    "workers importing": lambda seen: seen.worker_seconds is not None and seen.worker_seconds >= 0.5,
+    "workers starting to train": lambda seen: seen.worker_seconds is not None and seen.worker_seconds >= 2.0,
+    "first chunk written": _Seen.new_chunk,
+}
+
+
+def _kill_at(command: list[str], out: Path, moment: str, reached) -> None:
+    """Kill -9 ``command``, started in its own session, once ``reached``: no process of the session may survive.
+
+    Only the leader is killed, as a user would; its workers and loky's resource tracker must follow it.
+    """
+    before = set(out.glob("chunks/*.npz"))
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    start = time.monotonic()
+    first_worker = None
+    while proc.poll() is None and time.monotonic() - start < 300:
+        now = time.monotonic()
+        if first_worker is None and _session(proc.pid) - {proc.pid}:
+            first_worker = now
+        if reached(_Seen(now - start, None if first_worker is None else now - first_worker, out, before)):
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, f"{moment}: the command ended before the moment to kill it"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 60
+    while _session(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _session(proc.pid), f"processes left after a kill -9 at {moment}"
+
+
+def test_no_process_survives_a_kill_of_audit_or_resume_and_the_resumed_scores_are_the_uninterrupted_ones(
+    reference_run, tmp_path
+):
+    """A kill -9 of ``audit`` and of ``resume`` at five moments each, from the start to the first chunk.
+
+    Before the workers watched their parent from their start (``parallel.exit_with_parent`` as loky's
+    initializer), a kill during their start-up left them and their resource tracker running (loky keeps idle
+    workers 300 s). Each audit starts afresh; the resumes then continue the last one's run directory.
+    """
+    small = ["--models", "24", "--epochs", "1", "--batch-size", "64", "--seed", "3"]  # SMALL, the reference's
+    execution = ["--chunk-size", "4", "--workers", "2", "--quiet"]
+    for moment, reached in _AUDIT_MOMENTS.items():
+        out = tmp_path / moment.replace(" ", "-")
+        audit = [sys.executable, "-m", "dpaudit", "audit", *small, *execution, "--out", str(out)]
+        _kill_at(audit, out, moment, reached)
+    resume = [sys.executable, "-m", "dpaudit", "resume", str(out), *execution]
+    for moment, reached in _RESUME_MOMENTS.items():
+        _kill_at(resume, out, moment, reached)
+    assert 2 <= len(list(out.glob("chunks/*.npz"))) < 6, "the kills must land mid-campaign to mean anything"
+    assert main(["resume", str(out), "--quiet", "--workers", "2", "--json"]) == 0
     assert np.array_equal(_logits(RunStore(out)), _logits(reference_run))
 
 

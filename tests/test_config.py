@@ -52,6 +52,11 @@ def test_rank_is_none_exactly_where_no_mechanism_uses_it():
         ({"mechanism": "dp-sgd", "clip": 0.0}, "--clip must be in (0, inf]"),
         ({"mechanism": "dp-sgd", "clip": math.inf}, "--clip inf (no clipping) needs --noise 0"),
         ({"backend": "loky", "scheduler": "tcp://host:1"}, "--scheduler needs --backend dask"),
+        ({"optimizer": "adam"}, "--optimizer must be one of sgd, adamw"),
+        ({"weight_decay": 0.1}, "--weight-decay applies to --optimizer adamw"),
+        ({"optimizer": "adamw", "weight_decay": 1.0}, "--weight-decay must be in [0, 1)"),
+        ({"mechanism": "prism", "optimizer": "adamw"}, "adamw does not apply to prism, which applies its own update"),
+        ({"mechanism": "sketch", "optimizer": "adamw"}, "adamw does not apply to sketch, which claims SGD's weights"),
     ],
 )
 def test_python_api_refuses_what_the_command_line_refuses(fields, expected):

@@ -34,33 +34,26 @@ def _effective_weights(shadow: engine.ShadowModels, scale: float = 1.0) -> dict[
     return out
 
 
-@pytest.mark.parametrize("parameterization,mechanism", [("lora-fa", lora_fa()), ("full", NonPrivate())])
-def test_batched_engine_matches_per_model_loop(setting, parameterization, mechanism):
+def _trained(setting, parameterization, mechanism, config, train=engine.train) -> engine.ShadowModels:
     base, x, y, membership = setting
     randomness = seeding.shadow_randomness(3, range(len(membership)))
-    config = sampling.TrainingConfig(epochs=2, batch_size=16, lr=0.05)
-    spec = models.LoraSpec(8)
-    batched = engine.train(
-        engine.build(base, parameterization, spec, randomness, torch.device("cpu")),
-        mechanism,
-        x,
-        y,
-        membership,
-        randomness,
-        config,
-    )
-    looped = engine.train_sequentially(
-        engine.build(base, parameterization, spec, randomness, torch.device("cpu")),
-        mechanism,
-        x,
-        y,
-        membership,
-        randomness,
-        config,
-    )
+    shadow = engine.build(base, parameterization, models.LoraSpec(8), randomness, torch.device("cpu"))
+    return train(shadow, mechanism, x, y, membership, randomness, config)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+@pytest.mark.parametrize("parameterization,mechanism", [("lora-fa", lora_fa()), ("full", NonPrivate())])
+def test_batched_engine_matches_per_model_loop(setting, parameterization, mechanism, optimizer):
+    """The optimiser acts elementwise, so on (K, ...) stacks it is K models' own torch optimisers."""
+    config = sampling.TrainingConfig(epochs=2, batch_size=16, lr=0.05, optimizer=optimizer)
+    batched = _trained(setting, parameterization, mechanism, config)
+    looped = _trained(setting, parameterization, mechanism, config, train=engine.train_sequentially)
     for name, value in batched.trainable.items():
         assert value.abs().max() > 0
         torch.testing.assert_close(value, looped.trainable[name], atol=1e-5, rtol=0)
+    if optimizer == "adamw":  # and AdamW trains other weights than SGD
+        sgd = _trained(setting, parameterization, mechanism, sampling.TrainingConfig(epochs=2, batch_size=16, lr=0.05))
+        assert min((value - sgd.trainable[name]).abs().max() for name, value in batched.trainable.items()) > 1e-3
 
 
 def test_lora_fa_realisations_agree_after_20_sgd_steps(setting):

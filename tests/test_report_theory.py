@@ -89,8 +89,11 @@ def test_violating_run_is_violated_and_says_so_first(violating, capsys):
     assert summary["verdict"] == "violated"
     assert summary["finding"].startswith("VIOLATED: dp-sgd (σ=20, C=1): empirical ε ≥ ")
     assert f"against analytic ε = {summary['analytic_epsilon']:.3g}" in summary["finding"]
+    assert summary["headline"].startswith("LEAKS MORE THAN ITS CLAIM ALLOWS: DP-SGD on every weight, the built-in")
+    assert f"it shows ε ≥ {summary['epsilon_lower_bound']:.3g} at 95% confidence" in summary["headline"]
     markdown = (root / "report.md").read_text().splitlines()
-    assert markdown[0] == f"**{audit_report._markdown_text(summary['finding'])}**"
+    assert markdown[0] == f"**{audit_report._markdown_text(summary['headline'])}**"
+    assert markdown[2] == audit_report._markdown_text(summary["finding"])  # the paper's terms below the headline
 
 
 def test_finding_of_a_consistent_run_states_the_recovered_share(clean):
@@ -157,7 +160,7 @@ def test_report_of_a_violating_run_shows_the_roc_leaving_the_allowed_region(viol
 def test_multi_run_report_puts_the_violating_run_above_the_diagonal(violating, clean, tmp_path):
     html_path, _ = audit_report.write([violating[0], clean[0]], tmp_path / "both")
     assert "empirical against analytic ε" in html_path.read_text()
-    pixels = _screenshot(html_path, tmp_path / "multi.png", 2400)
+    pixels = _screenshot(html_path, tmp_path / "multi.png", 3600)
     markers, shaded = _mask(pixels, CLOPPER_PEARSON_RGB), _mask(pixels, VIOLATION_RGB)
     assert shaded.sum() > 2000
     # A Clopper-Pearson marker inside the shaded half: shading just left and right of a marker pixel.

@@ -88,8 +88,8 @@ def exits_with_a_message(input_shape, num_classes):
     sys.exit("no model today")
 
 
-def a_tuple(input_shape, num_classes):
-    return Wrapped(input_shape, num_classes, lambda logits: (logits, logits))
+def a_dict_without_logits(input_shape, num_classes):
+    return Wrapped(input_shape, num_classes, lambda logits: {"scores": logits})
 
 
 def a_scalar(input_shape, num_classes):
@@ -189,7 +189,10 @@ def _audit(dataset, out, *options: str) -> int:
         ("user_models:exits_with_a_message", ["SystemExit: sys.exit('no model today')"]),
         ("user_syntax_error:factory", ["importing module 'user_syntax_error'", "SyntaxError"]),
         ("user_import_error:factory", ["importing module 'user_import_error'", "'no_such_dependency_xyz'"]),
-        ("user_models:a_tuple", ["returned a tuple on a batch of shape (2, 8)", "(batch, classes), here (2, 2)"]),
+        (
+            "user_models:a_dict_without_logits",
+            ["returned a dict on a batch of shape (2, 8)", "(batch, classes), here (2, 2)", "dict with `logits`"],
+        ),
         ("user_models:a_scalar", ["returned shape ()"]),
         ("user_models:an_extra_dimension", ["returned shape (2, 2, 1)"]),
         ("user_models:one_output", ["returned shape (2, 1)", "one output per class of the data (2)"]),

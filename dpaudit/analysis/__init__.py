@@ -420,6 +420,7 @@ class CampaignAnalysis(Analysis):
     member_accuracy: float | None  # accuracy on their IN input targets (train accuracy); None: no input targets
     sketch_claim: SketchClaim | None  # [S] Lemma 7.2's ε at the run's measured λ̄, C, β (LoRA-FA campaigns)
     exposure: SecretExposure | None  # next-token campaigns with secret canaries
+    layers: tuple[LayerShape, ...]  # the layers the mechanism trained (plan.npz), in the model's order
 
 
 def analyse(store: RunStore, attack: str | None = None) -> CampaignAnalysis:
@@ -497,6 +498,7 @@ def analyse(store: RunStore, attack: str | None = None) -> CampaignAnalysis:
         member_accuracy=member_accuracy,
         sketch_claim=claim,
         exposure=secrets,
+        layers=tuple(layers),
     )
 
 
@@ -521,6 +523,17 @@ def best_bound(method, statistics: dict[str, np.ndarray], membership: np.ndarray
     level = 1 - (1 - CONFIDENCE) / len(statistics)
     found = [method(scores[membership], scores[~membership], delta, confidence=level) for scores in statistics.values()]
     return dataclasses.replace(max(found, key=lambda bound: bound.epsilon), confidence=CONFIDENCE)
+
+
+def certifiable_epsilon(analysis: Analysis, times: int) -> float:
+    """The most a larger audit could show: the Clopper-Pearson ε of a perfect attack at ``times`` the trials.
+
+    A perfect attack puts every IN score above every OUT score; its bound is taken at ``times`` this audit's IN and
+    OUT trial counts and at the level of :func:`best_bound`.
+    """
+    level = 1 - (1 - CONFIDENCE) / len(analysis.statistics)
+    n_in, n_out = times * analysis.in_scores.size, times * analysis.out_scores.size
+    return epsilon_lib.clopper_pearson_epsilon(np.ones(n_in), np.zeros(n_out), analysis.delta, confidence=level).epsilon
 
 
 def strongest_profile_test(

@@ -73,8 +73,8 @@ def layer_shapes(module: nn.Module) -> list[LayerShape]:
     """:class:`LayerShape` of every adapted Linear/Conv2d layer of ``module`` (:mod:`dpaudit.models`)."""
     shapes = []
     for layer in models.adapted_layers(module).values():
-        d_out, d_in = layer.weight.shape[0], models.projection_dim(layer)
-        shapes.append(LayerShape(d_out, d_in, 1 if isinstance(layer, nn.Linear) else min(d_out, d_in)))
+        d_out, d_in = models.output_dim(layer), models.projection_dim(layer)
+        shapes.append(LayerShape(d_out, d_in, min(d_out, d_in) if isinstance(layer, nn.Conv2d) else 1))
     return shapes
 
 
@@ -90,8 +90,13 @@ def claimed_privacy(
 
 
 def _adapted_layer_shapes(config: CampaignConfig, module: nn.Module) -> list[LayerShape]:
-    """:class:`LayerShape` of the layers the mechanism adapts: every one, or those ``--target-modules`` names."""
-    adapted = models.lora_layers(module, config.target_modules) if config.target_modules else None
+    """:class:`LayerShape` of the layers the mechanism trains, in the model's order.
+
+    A LoRA adapter's (:func:`models.lora_layers`: those ``--target-modules`` names, else its default, which leaves a
+    transformer's output head out); every layer for the other mechanisms.
+    """
+    lora = config.mechanism in catalogue.applying("alpha")  # the mechanisms that train a LoRA adapter
+    adapted = models.lora_layers(module, config.target_modules) if lora else None
     return [
         shape
         for name, shape in zip(models.adapted_layers(module), layer_shapes(module))
@@ -251,17 +256,23 @@ def check_inputs(
             f" {task} (its `task` attribute): give a model of the data's task, e.g."
             " dpaudit.transformer.CausalTransformer for text"
         )
+    _check_token_ids(config, dataset, architecture)
     if not models.adapted_layers(architecture):
         raise UsageError(
-            f"the model ({type(architecture).__name__}) has no nn.Linear or nn.Conv2d layer for the mechanism to"
-            " train: build it from such layers"
+            f"the model ({type(architecture).__name__}) has no nn.Linear or nn.Conv2d layer (nor a transformers Conv1D)"
+            " for the mechanism to train: build it from such layers"
         )
-    if config.target_modules is not None and (
-        mechanism.parameterization == "full" or config.mechanism in catalogue.applying("sketch-claim")
-    ):
+    if config.target_modules is not None and mechanism.parameterization == "full":
         raise UsageError(
-            f"--target-modules chooses the layers of a LoRA adapter, and mechanism {config.mechanism!r} trains or"
-            " measures every layer: leave --target-modules out, or use dp-lora, dp-lora-fa or prism"
+            f"--target-modules chooses the layers of a LoRA adapter, and mechanism {config.mechanism!r} trains every"
+            " layer: leave --target-modules out, or use lora-fa, sketch, dp-lora, dp-lora-fa or prism"
+        )
+    transposed = [name for name, layer in models.adapted_layers(architecture).items() if models.transposed(layer)]
+    if transposed and mechanism.parameterization == "full" and config.rank is not None:
+        raise UsageError(
+            f"{config.mechanism} projects each layer's weight gradient on its input dimension, and {transposed[0]} is a"
+            " transformers Conv1D, whose weight is stored transposed: use a LoRA mechanism (lora-fa, dp-lora,"
+            " dp-lora-fa, prism), or dp-sgd"
         )
     rank_note = None
     if config.rank is not None and not rank_given:
@@ -291,7 +302,37 @@ def check_inputs(
         ) from None
     if rank_note is not None:  # said once every check has passed, so that a refusal stays one line
         print(f"dpaudit: {rank_note}", file=sys.stderr)
+    if config.model is not None or config.target_modules is not None:
+        print(f"dpaudit: {adapted_layers_note(config, architecture, mechanism)}", file=sys.stderr)
     return config, inputs
+
+
+def adapted_layers_note(config: CampaignConfig, architecture: nn.Module, mechanism: Mechanism) -> str:
+    """Which layers the mechanism trains, in a line: the LoRA adapter's (and the head it leaves out), or every one."""
+    if mechanism.parameterization == "full" or config.rank is None:
+        return f"{config.mechanism} trains every layer: {', '.join(models.adapted_layers(architecture))}"
+    adapted = models.lora_layers(architecture, config.target_modules)
+    head = models.output_head(architecture)
+    left_out = (
+        f"; the output head {head} is left out (--target-modules adds it)"
+        if head is not None and head not in adapted
+        else ""
+    )
+    return f"LoRA adapts {len(adapted)} layer(s): {', '.join(adapted)}{left_out}"
+
+
+def _check_token_ids(config: CampaignConfig, dataset: data_lib.Dataset, architecture: nn.Module) -> None:
+    """Integer inputs are token ids the model's input embedding has rows for (docs/models.md §6)."""
+    vocabulary = models.input_vocabulary(architecture)
+    if vocabulary is None or not np.issubdtype(dataset.private.x.dtype, np.integer):
+        return
+    largest = max(int(part.x.max()) for part in (dataset.public, dataset.private, dataset.test))
+    if largest >= vocabulary:
+        raise UsageError(
+            f"--dataset {config.dataset.removeprefix(PYTHON_OBJECT)} holds token id {largest}, but the input embedding"
+            f" of {_model_named(config)} has {vocabulary} rows: give ids from 0 to {vocabulary - 1}, or a model whose"
+            f" vocabulary is at least {largest + 1}"
+        )
 
 
 def _model_named(config: CampaignConfig) -> str:
@@ -364,7 +405,7 @@ def _probe_model(config: CampaignConfig, inputs: resolve.Inputs) -> None:
     model = copy.deepcopy(architecture).eval()  # in training mode, a forward pass would move BatchNorm's statistics
     what = _model_named(config)
     with _users_code(config, f"its forward pass on {batch}"), torch.no_grad():
-        logits = model(torch.from_numpy(x))
+        logits = models.forward(model, torch.from_numpy(x))
     expected, axes = (
         ((len(x), x.shape[1], dataset.num_classes), "(batch, positions, vocabulary)")
         if dataset.task == "next-token"
@@ -373,8 +414,9 @@ def _probe_model(config: CampaignConfig, inputs: resolve.Inputs) -> None:
     if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != expected:
         got = f"shape {tuple(logits.shape)}" if isinstance(logits, torch.Tensor) else f"a {type(logits).__name__}"
         raise UsageError(
-            f"{what} returned {got} on {batch}; it must return one tensor of logits {axes}, here {expected}: one"
-            f" output per class of the data ({dataset.num_classes}), no tuple, no extra dimension"
+            f"{what} returned {got} on {batch}; it must return logits {axes}, here {expected}: one output per class"
+            f" of the data ({dataset.num_classes}), no extra dimension; a tensor, or a ModelOutput or dict with"
+            " `logits`, or a tuple whose first item is them"
         )
     if logits.dtype != torch.float32:
         raise UsageError(
@@ -384,7 +426,7 @@ def _probe_model(config: CampaignConfig, inputs: resolve.Inputs) -> None:
     if config.pretrain:  # pretraining runs the model in training mode, through plain autograd (models.pretrain)
         model.train()
         with _users_code(config, f"a pretraining step (training mode) on {batch}", architecture):
-            models.mean_loss(dataset.task, model(torch.from_numpy(x)), torch.from_numpy(y)).backward()
+            models.mean_loss(dataset.task, models.forward(model, torch.from_numpy(x)), torch.from_numpy(y)).backward()
         model.eval()
     shadow = _reference_start(config, model, inputs.mechanism)
     gradients = engine.step_gradient_function(shadow, inputs.mechanism)
@@ -417,20 +459,33 @@ def _members(pool_membership: np.ndarray) -> int:
     return int(pool_membership.sum(axis=1).max())
 
 
+def _starting_weights(config: CampaignConfig, architecture: nn.Module) -> nn.Module:
+    """The model a campaign starts from: ``architecture``, re-drawn from the seed first where it is pretrained."""
+    if not config.pretrain:
+        return architecture
+    start = copy.deepcopy(architecture)
+    models.initialise(start, config.seed)
+    return start
+
+
 def fingerprints(config: CampaignConfig, inputs: resolve.Inputs) -> dict[str, str]:
     """The model's and the mechanism's fingerprints, recorded in campaign.json so that resume refuses a change.
 
-    The model: its architecture and the weights it starts from (pretraining first re-draws them from the seed);
-    the mechanism: its class and every parameter, as its ``repr`` shows them (a dataclass's fields).
+    The model: its architecture and the weights it starts from (pretraining first re-draws them from the seed),
+    or its architecture alone where ``--model``'s factory builds other weights at each call (no seed of its own,
+    e.g. a transformers model built from a config): the run's starting weights are then base.pt's, which a
+    resume reuses (docs/models.md). The mechanism: its class and every parameter, as its ``repr`` shows them (a
+    dataclass's fields).
     """
-    start = inputs.architecture
-    if config.pretrain:
-        start = copy.deepcopy(start)
-        models.initialise(start, config.seed)
+    start = _starting_weights(config, inputs.architecture)
+    weights = True  # the built-in model is built from the seed; a model object given to dpaudit.audit is as it is
+    if config.model is not None and not config.model.startswith(PYTHON_OBJECT):
+        again = models.from_factory(config.model, inputs.dataset.input_shape, inputs.dataset.num_classes)
+        weights = models.fingerprint(_starting_weights(config, again)) == models.fingerprint(start)
     mechanism = type(inputs.mechanism)
     described = f"{mechanism.__module__}.{mechanism.__qualname__}:{inputs.mechanism!r}"
     return {
-        "model_fingerprint": models.fingerprint(start),
+        "model_fingerprint": models.fingerprint(start, weights),
         "mechanism_fingerprint": hashlib.sha256(described.encode()).hexdigest(),
     }
 
@@ -486,7 +541,13 @@ def prepare(
             candidates = text.secret_windows(_EXPOSURE_CANDIDATES, campaign_rng(config.seed, "exposure"), length)
         else:
             shape = (count, *dataset.input_shape)
-            x_q = input_canary.draw_canary_input(shape, campaign_rng(config.seed, "canary")).astype(np.float32)
+            vocabulary = models.input_vocabulary(architecture)
+            x_q = (
+                # A token model's canary is a sequence of uniformly random token ids (docs/models.md §6).
+                campaign_rng(config.seed, "canary").integers(vocabulary, size=shape)
+                if vocabulary is not None and np.issubdtype(dataset.private.x.dtype, np.integer)
+                else input_canary.draw_canary_input(shape, campaign_rng(config.seed, "canary")).astype(np.float32)
+            )
             if plan is None:
                 with _users_code(config, "training the reference model that labels the canary", architecture):
                     labels = _canary_labels(config, dataset, base, mechanism, x_q, layout, device)
@@ -521,7 +582,9 @@ def prepare(
         store.check_claimed_privacy(claimed)
     else:
         with blamed_on_model(setup, "the base model's outputs on the targets"), torch.no_grad():
-            reference_outputs = outputs_of(setup, lambda x: base(torch.from_numpy(x)), setup.targets_x, setup.targets_y)
+            reference_outputs = outputs_of(
+                setup, lambda x: models.forward(base, torch.from_numpy(x)), setup.targets_x, setup.targets_y
+            )
         shapes = np.array([astuple(shape) for shape in layers], dtype=np.int64)
         store.save_plan(
             Plan(

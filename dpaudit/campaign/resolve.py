@@ -33,11 +33,12 @@ class Inputs:
     mechanism: Mechanism
 
 
-def load_dataset(spec: str) -> data_lib.Dataset:
+def load_dataset(spec: str, tokens: bool = False) -> data_lib.Dataset:
     """The dataset ``spec`` (``CampaignConfig.dataset``) names.
 
-    ``digits``, ``breast-cancer``, ``synthetic``, ``cifar10:PATH``, ``npz:PATH`` (:func:`dpaudit.data.from_npz`),
-    ``csv:PATH`` (:func:`dpaudit.data.from_csv`), ``text`` or ``text:PATH`` (:func:`dpaudit.data.text.load`).
+    ``digits``, ``breast-cancer``, ``synthetic``, ``cifar10:PATH``, ``npz:PATH`` (:func:`dpaudit.data.from_npz`,
+    its ``x`` token ids where ``tokens``), ``csv:PATH`` (:func:`dpaudit.data.from_csv`), ``text`` or ``text:PATH``
+    (:func:`dpaudit.data.text.load`).
     """
     embedded: dict[str, Callable[[], data_lib.Dataset]] = {
         "digits": data_lib.digits,
@@ -53,7 +54,7 @@ def load_dataset(spec: str) -> data_lib.Dataset:
         return text.load(path or None)
     from_path: dict[str, Callable[[str], data_lib.Dataset]] = {
         "cifar10": data_lib.cifar10,
-        "npz": data_lib.from_npz,
+        "npz": lambda path: data_lib.from_npz(path, tokens),
         "csv": data_lib.from_csv,
     }
     if kind in from_path and path:
@@ -166,4 +167,6 @@ def resolve(config: CampaignConfig) -> Inputs:
         models.initialise(architecture, config.seed)  # the built-in model's weights: from the seed, never global
     else:
         architecture = models.from_factory(config.model, dataset.input_shape, dataset.num_classes)
+        if config.dataset.startswith("npz:") and models.input_vocabulary(architecture) is not None:
+            dataset = load_dataset(config.dataset, tokens=True)  # token ids, as they are (docs/models.md §6)
     return Inputs(dataset, architecture, mechanism(config))

@@ -48,7 +48,7 @@ def _auto_chunk_size(setup: Setup, device: torch.device, workers: int) -> int:
         return int(np.clip(math.ceil(n / (4 * workers)), *_CPU_CHUNK_RANGE))
     free, _ = torch.cuda.mem_get_info(device)
     per_model_params = sum(p.numel() for p in setup.base.parameters()) * 4 * 4  # weights, grads, momentum, copy
-    activations = setup.layout.width * sum(m.weight.shape[0] for m in models.adapted_layers(setup.base).values())
+    activations = setup.layout.width * sum(models.output_dim(m) for m in models.adapted_layers(setup.base).values())
     per_model = per_model_params + activations * 4 * 8 * int(np.prod(setup.dataset.input_shape[1:]) or 1)
     return int(max(1, min(n, free // 2 // per_model)))
 
@@ -161,9 +161,14 @@ def _run_locked(config: CampaignConfig, execution: Execution, store: RunStore, i
                     store.write_chunk(outputs)
                     bar.update(len(outputs.indices))
     # [S] Lemma 7.2's inputs are measured on LoRA-FA retrained as full-weight training of every layer: where LoRA
-    # leaves layers out (the transformer's head), that is another training, so nothing is measured.
-    every_layer = set(models.lora_layers(setup.base)) == set(models.adapted_layers(setup.base))
-    if config.mechanism in catalogue.applying("sketch-claim") and every_layer and store.needs_measurements():
+    # leaves layers out (the transformer's head, --target-modules), adapts a tied weight (GPT-2's lm_head, whose
+    # full-weight update would move its embedding too) or a transposed one (a Conv1D, which the full-weight
+    # realisation would project on its output dimension), that is another training, so nothing is measured.
+    adapted = models.adapted_layers(setup.base)
+    every_layer = set(models.lora_layers(setup.base, config.target_modules)) == set(adapted)
+    tied = models.tied_parameters(setup.base)
+    plain = not any(id(layer.weight) in tied or models.transposed(layer) for layer in adapted.values())
+    if config.mechanism in catalogue.applying("sketch-claim") and every_layer and plain and store.needs_measurements():
         store.write_measurements(sketch_inputs.measure_sketch_inputs(setup))
     store.record_seconds(time.perf_counter() - start)
 

@@ -99,6 +99,8 @@ def training_settings(config: CampaignConfig) -> sampling.TrainingConfig:
         lr=config.lr,
         momentum=config.momentum,
         schedule=config.schedule,
+        optimizer=config.optimizer,
+        weight_decay=config.weight_decay or 0.0,
     )
 
 

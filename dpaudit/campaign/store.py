@@ -420,14 +420,21 @@ class RunStore:
         fingerprints = fingerprints or {}
         self._make_root()
         if read_file(self.root, "campaign.json") is not None:
-            changed = self.config().differences(config) + self._fingerprint_differences(fingerprints)
+            settings = self.config().differences(config)
+            changed = settings + self._fingerprint_differences(fingerprints)
             if not changed:
                 self.check_data(data_fingerprint)
                 return True
             if any(self.chunks.glob("models-*.npz")):
+                # `dpaudit resume` continues with the stored settings: where only the code changed, it would refuse too.
+                again = (
+                    f", or `dpaudit resume {self.root}` to continue it as it was"
+                    if settings
+                    else ", or restore the model code (or dpaudit version) the run was made with and resume it"
+                )
                 raise UsageError(
                     f"{self.root} holds a different campaign ({'; '.join(changed)}): its models cannot be mixed"
-                    f" with these; use another --out, or `dpaudit resume {self.root}` to continue it as it was"
+                    f" with these; use another --out{again}"
                 )
             for name in ("plan.npz", "base.pt", "timing.json", "privacy.json", "measured.json"):
                 with _usage_error_on_os_error(self.root / name, "remove"):

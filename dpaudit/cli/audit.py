@@ -17,6 +17,7 @@ from dpaudit import config as config_lib
 from dpaudit.analysis import ATTACKS, check_attack
 from dpaudit.cli.arguments import add_attack, add_execution_arguments, add_json, directory
 from dpaudit.errors import UsageError
+from dpaudit.reporting.summary import ceiling_words, exposure_words
 
 
 def register(subparsers) -> None:
@@ -50,13 +51,25 @@ def register(subparsers) -> None:
     campaign.add_argument(
         "--target-modules",
         metavar="NAME[,NAME...]",
-        help="layers the LoRA adapter wraps, peft's target_modules: a layer named NAME or ending in .NAME"
-        " (every Linear/Conv2d)",
+        help="layers the LoRA adapter wraps (any LoRA mechanism), matched as peft's target_modules: a layer named NAME"
+        " or ending in .NAME, one regular expression over the whole name, or all-linear (default: every Linear/Conv2d"
+        " but a transformers model's output head; docs/models.md)",
     )
     campaign.add_argument(
         "--schedule",
         choices=config_lib.SCHEDULES,
         help=f"learning-rate schedule: cosine annealing over all steps, or constant ({defaults.schedule})",
+    )
+    campaign.add_argument(
+        "--optimizer",
+        choices=config_lib.OPTIMIZERS,
+        help="sgd (with momentum 0.9) or adamw (β1 0.9, β2 0.999); a DP mechanism privatises the gradient before the"
+        f" optimiser, so the claimed ε is the same ({defaults.optimizer})",
+    )
+    campaign.add_argument(
+        "--weight-decay",
+        type=float,
+        help=f"AdamW's decoupled weight decay, with --optimizer adamw ({config_lib.ADAMW_WEIGHT_DECAY})",
     )
     campaign.add_argument(
         "--design",
@@ -227,9 +240,13 @@ def finish(store, attack: str | None, as_json: bool) -> int:
         else f"no bound: {numbers['analytic_reason']}"
     )
     trained = numbers["mechanism"] if numbers["rank"] is None else f"{numbers['mechanism']} rank {numbers['rank']}"
+    exposure = "" if numbers["secret_exposure"] is None else f"  {exposure_words(numbers['secret_exposure'])}\n"
     if numbers["planted_bug"] is not None:
         print(numbers["planted_bug"])
+    print(numbers["headline"])
     print(numbers["finding"])
+    if numbers["ceiling"] is not None:
+        print(ceiling_words(numbers))
     print(
         f"{trained} on {numbers['dataset']} ({numbers['design']} design, {numbers['canary']} canary, "
         f"observed: {numbers['observe']}, "
@@ -238,24 +255,15 @@ def finish(store, attack: str | None, as_json: bool) -> int:
         f"balanced accuracy {numbers['balanced_accuracy']:.4f}  {tpr}\n"
         f"  {eps_line}\n"
         f"  analytic: {analytic}\n"
-        f"  verdict: {numbers['verdict']} — {numbers['verdict_reason']}\n"
+        f"  verdict: {_verdict_words(numbers)}\n"
         f"  mean test accuracy {numbers['test_accuracy']:.4f}\n"
-        f"{_exposure_line(numbers['secret_exposure'])}"
+        f"{exposure}"
         f"  wrote {store.root}/: summary.json scores.csv roc.png roc_loglog.png report.md report.html"
     )
     return 0
 
 
-_EXPOSURE_MEANS = ("inserted_mean", "held_out_mean")
-
-
-def _exposure_line(exposure: dict | None) -> str:
-    """The secrets' exposure (next-token campaigns with secret canaries), or nothing."""
-    if exposure is None:
-        return ""
-    shown = {key: "n/a" if exposure[key] is None else f"{exposure[key]:.2f}" for key in _EXPOSURE_MEANS}
-    return (
-        f"  secret exposure (Carlini et al. 2019): mean {shown['inserted_mean']} in models trained on the secret,"
-        f" {shown['held_out_mean']} in the others (at most {exposure['ceiling']:.2f}: {exposure['candidates']}"
-        " sampled candidates)\n"
-    )
+def _verdict_words(numbers: dict) -> str:
+    """``confirmed — reason``, without saying the outcome twice where the reason starts with it."""
+    outcome, reason = numbers["verdict"], numbers["verdict_reason"]
+    return reason if reason.startswith(outcome) else f"{outcome} — {reason}"

@@ -46,7 +46,7 @@ _CIFAR10_TEST_FILE = "test_batch.bin"
 
 @dataclass(frozen=True)
 class Split:
-    """Features ``x`` (n, *input_shape) float32 and integer labels ``y`` (n,)."""
+    """Features ``x`` (n, *input_shape), float32 or int64 token ids (:func:`from_npz`); integer labels ``y`` (n,)."""
 
     x: np.ndarray
     y: np.ndarray
@@ -226,20 +226,26 @@ def _npz_arrays(path: Path, spec: str, option: str = "--dataset") -> dict[str, n
             ) from None
 
 
-def from_npz(path: str | Path) -> Dataset:
+def from_npz(path: str | Path, tokens: bool = False) -> Dataset:
     """A user's arrays from an .npz archive: ``x`` and ``y`` (split by :func:`split_indices`) or :data:`SPLIT_KEYS`.
 
     ``x``: (n, *input_shape) numeric features (e.g. (n, d) vectors, (n, C, H, W) images); ``y``: (n,) whole-number
-    class labels, renumbered as in :func:`_classes`. Written e.g. by ``numpy.savez(path, x=x, y=y)``.
+    class labels, renumbered as in :func:`_classes`. Written e.g. by ``numpy.savez(path, x=x, y=y)``. ``tokens``:
+    ``x`` holds token ids for a model whose input is an embedding, kept as int64, never standardised
+    (:func:`_token_ids`).
     """
     path = Path(path)
     arrays = _npz_arrays(path, f"npz:{path}")
     keys = set(arrays)
     split_keys = keys & set(SPLIT_KEYS)
     if {"x", "y"} <= keys and not split_keys:
-        return _split_user_arrays(f"npz:{path}", path, arrays)
+        return _split_user_arrays(f"npz:{path}", path, arrays, tokens)
     if split_keys == set(SPLIT_KEYS) and not keys & {"x", "y"}:
         parts = [_checked_part(path, arrays, f"x_{part}", f"y_{part}") for part in ("public", "private", "test")]
+        if tokens:
+            parts = [
+                (_token_ids(path, f"x_{part}", x), y) for part, (x, y) in zip(("public", "private", "test"), parts)
+            ]
         _check_split_sizes(path, [len(y) for _, y in parts], None)
     else:
         missing = sorted(({"x", "y"} if not split_keys else set(SPLIT_KEYS)) - keys)
@@ -248,20 +254,22 @@ def from_npz(path: str | Path) -> Dataset:
             f"{path} holds arrays {', '.join(sorted(keys)) or 'none'}{lacking}: it must hold either x and y (split"
             f" 40/40/20 by dpaudit) or all of {', '.join(SPLIT_KEYS)}, not both"
         )
-    return _user_dataset(f"npz:{path}", path, parts)
+    return _user_dataset(f"npz:{path}", path, parts, tokens)
 
 
-def from_arrays(x: np.ndarray, y: np.ndarray, name: str = "arrays") -> Dataset:
+def from_arrays(x: np.ndarray, y: np.ndarray, name: str = "arrays", tokens: bool = False) -> Dataset:
     """A user's arrays ``x`` (n, *input_shape) and ``y`` (n,), split and checked as the x and y of :func:`from_npz`."""
-    return _split_user_arrays(name, Path(name), {"x": x, "y": y})
+    return _split_user_arrays(name, Path(name), {"x": x, "y": y}, tokens)
 
 
-def _split_user_arrays(name: str, path: Path, arrays: dict[str, np.ndarray]) -> Dataset:
-    """``arrays["x"]`` and ``arrays["y"]`` checked, split by :func:`split_indices`, standardised."""
+def _split_user_arrays(name: str, path: Path, arrays: dict[str, np.ndarray], tokens: bool = False) -> Dataset:
+    """``arrays["x"]`` and ``arrays["y"]`` checked, split by :func:`split_indices`, standardised unless ``tokens``."""
     x, y = _checked_part(path, arrays, "x", "y")
+    if tokens:
+        x = _token_ids(path, "x", x)
     public, private, test = split_indices(len(y))
     _check_split_sizes(path, [len(rows) for rows in (public, private, test)], len(y))
-    return _user_dataset(name, path, [(x[rows], y[rows]) for rows in (public, private, test)])
+    return _user_dataset(name, path, [(x[rows], y[rows]) for rows in (public, private, test)], tokens)
 
 
 def from_csv(path: str | Path) -> Dataset:
@@ -352,13 +360,28 @@ def smallest_splittable() -> int:
     return n
 
 
-def _user_dataset(name: str, path: Path, parts: list[tuple[np.ndarray, np.ndarray]]) -> Dataset:
+def _user_dataset(name: str, path: Path, parts: list[tuple[np.ndarray, np.ndarray]], tokens: bool = False) -> Dataset:
     shapes = {x.shape[1:] for x, _ in parts}
     if len(shapes) > 1:
         described = ", ".join(f"{part} {x.shape[1:]}" for part, (x, _) in zip(("public", "private", "test"), parts))
         raise UsageError(f"{path}: the parts' feature shapes differ ({described}); give every part the same features")
     classes = _classes(path, [y for _, y in parts])
+    if tokens:
+        public, private, test = (Split(x, np.searchsorted(classes, y).astype(np.int64)) for x, y in parts)
+        return Dataset(name, public, private, test, len(classes))
     return _standardised(name, [(x, np.searchsorted(classes, y)) for x, y in parts], len(classes))
+
+
+def _token_ids(path: Path, key: str, x: np.ndarray) -> np.ndarray:
+    """``x`` (the array ``key``) as int64 token ids, never standardised; a usage error unless whole numbers >= 0."""
+    bad = ~((x >= 0) & (x == np.floor(x)) & (x < 2**63))
+    if bad.any():
+        at = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise UsageError(
+            f"{path}: {key}{list(at)} is {float(x[at]):g}, but the model's input is an embedding of token ids: give"
+            " whole numbers from 0 to its vocabulary size - 1"
+        )
+    return x.astype(np.int64)
 
 
 def _classes(path: Path, labels: list[np.ndarray]) -> np.ndarray:

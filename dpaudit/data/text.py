@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from accountants import validation as check
-from dpaudit import data
+from dpaudit import data, models
 from dpaudit.errors import UsageError
 
 SEQUENCE_LENGTH = 64
@@ -194,5 +194,5 @@ def log_likelihoods(model: nn.Module, tokens: np.ndarray, start: int, batch_size
     totals = []
     for first in range(0, len(tokens), batch_size):
         batch = torch.from_numpy(tokens[first : first + batch_size])
-        totals.append(sequence_summaries(model(batch[:, :-1])[:, start - 1 :], batch[:, start:])[:, 0])
+        totals.append(sequence_summaries(models.forward(model, batch[:, :-1])[:, start - 1 :], batch[:, start:])[:, 0])
     return torch.cat(totals).numpy()

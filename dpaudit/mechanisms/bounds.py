@@ -254,6 +254,8 @@ def sketch_claim(config: CampaignConfig, layers: Sequence[LayerShape], measured:
     gamma = None if unmeasured else sketch.gamma_lora(*inputs)
     epsilon = math.inf if unmeasured else sketch.lemma72(config.delta, *inputs, len(layers), tau).epsilon
     failing = unmeasured if gamma is None else [] if gamma > 1 else [f"Γ = {gamma:.3g} ≤ 1"]
+    if config.optimizer != "sgd":
+        failing.append(f"{config.optimizer} (the lemma's update is plain SGD)")
     if float(measured["momentum"]) != 0:
         failing.append(f"momentum {float(measured['momentum']):g} (the lemma's update is plain SGD)")
     if measured["schedule"] != "constant":

@@ -86,6 +86,18 @@ MECHANISMS: dict[str, frozenset[str]] = {
     "dp-lora-fa": _DP_SGD | _LORA,
     "prism": _LORA | {"noise", "clip", "finite-clip"},
 }
+# Name → the mechanism in plain words, for a reader who does not know the papers (the report's headline).
+PLAIN_NAMES: dict[str, str] = {
+    "none": "plain fine-tuning of every weight, no privacy mechanism",
+    "lora-fa": "noise-free LoRA-FA fine-tuning (frozen random A, trained B)",
+    "m1": "LoRA-FA-style training with noisy projections, one fixed projection (Wishart M1)",
+    "m2": "LoRA-FA-style training with noisy projections (Wishart M2)",
+    "sketch": "noisy LoRA-FA fine-tuning (Gaussian sketch)",
+    "dp-sgd": "DP-SGD on every weight",
+    "dp-lora": "DP-SGD on both LoRA factors",
+    "dp-lora-fa": "DP-SGD on LoRA's B, A frozen",
+    "prism": "PRISM, tangent-space DP-LoRA",
+}
 # The noise std σC (σ_g for the sketch) is drawn, and the adapter's scale alpha/r applied, in float32 tensors:
 # above float32's largest value every draw (every adapted weight) would be ±inf and the models NaN.
 FLOAT32_MAX = float(np.finfo(np.float32).max)

@@ -1,17 +1,20 @@
 """Models: a small MLP and the seed CNN of [W] App. F.1, public pretraining, and LoRA adapters via peft.
 
-peft imports transformers (seconds), so it is imported inside :func:`attach_lora` only.
+peft imports transformers (seconds), so it is imported inside :func:`attach_lora` and :func:`lora_layers` only, and
+transformers only for a model that is its own (:func:`task_of`).
 
 Parameterizations (what a mechanism trains, docs/theory.md §1):
 
-* ``full``: the weight matrices of every Linear/Conv2d layer (biases stay at their pretrained values, as in
-  LoRA fine-tuning, so that full fine-tuning and LoRA variants train the same layers);
+* ``full``: the weight matrices of every Linear/Conv2d (and transformers Conv1D) layer, a tied one once (biases
+  stay at their pretrained values, as in LoRA fine-tuning, so that full fine-tuning and LoRA variants train the
+  same layers);
 * ``lora``: both LoRA factors ``lora_A`` and ``lora_B`` (DP-LoRA);
 * ``lora-fa``: ``lora_B`` only, ``lora_A`` a frozen Gaussian drawn per model ([W] Sec. 2, App. E).
 
 Tasks (the loss a model trains with; a module's ``task`` attribute, :func:`task_of`): ``classification`` (logits
 (n, C), labels (n,), the default) or ``next-token`` (logits (n, T, V), targets (n, T); an example's loss is the mean
-cross-entropy over its T positions), e.g. :class:`dpaudit.models.transformer.CausalTransformer`.
+cross-entropy over its T positions), e.g. :class:`dpaudit.models.transformer.CausalTransformer`. A Hugging Face
+model runs as it comes: its output is read by :func:`output_logits`, its task from its class (docs/models.md).
 """
 
 from __future__ import annotations
@@ -19,11 +22,14 @@ from __future__ import annotations
 import copy
 import hashlib
 import math
+import re
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
+from torch.func import functional_call
 
 from dpaudit.errors import UsageError
 from dpaudit.models.transformer import CausalTransformer
@@ -34,18 +40,80 @@ TASKS = ("classification", "next-token")
 _ADAPTED_TYPES = (nn.Linear, nn.Conv2d)
 
 
+def transposed(layer: nn.Module) -> bool:
+    """Whether ``layer`` is a transformers ``Conv1D`` (GPT-2's attention and MLP), a Linear stored transposed.
+
+    Its weight is (d_in, d_out); peft adapts it with ``fan_in_fan_out`` (docs/models.md §7).
+    """
+    return any(cls.__name__ == "Conv1D" for cls in _transformers_classes(layer))
+
+
+def _transformers_classes(thing: object) -> list[type]:
+    """The classes of ``thing``'s type and its bases that are transformers' own (a user's subclass has them too)."""
+    return [cls for cls in type(thing).__mro__ if cls.__module__.startswith("transformers.")]
+
+
+def _adaptable(module: nn.Module) -> bool:
+    return isinstance(module, _ADAPTED_TYPES) or transposed(module)
+
+
 def task_of(model: nn.Module) -> str:
     """The model's task (module docstring): its ``task`` attribute, ``classification`` where it has none.
 
-    A peft-wrapped model answers for the model it wraps (peft forwards unknown attributes).
+    A peft-wrapped model answers for the model it wraps (peft forwards unknown attributes). A Hugging Face model
+    without the attribute has its class's task: a causal LM (``GPT2LMHeadModel``, ``*ForCausalLM``) is
+    ``next-token``, any other (``*ForSequenceClassification``) ``classification`` (docs/models.md).
     """
-    task = getattr(model, "task", "classification")
+    task = getattr(model, "task", None)
+    if task is None:
+        task = "next-token" if _is_causal_lm(model) else "classification"
     if not isinstance(task, str) or task not in TASKS:
         raise UsageError(
             f"the model's `task` attribute is {task!r}: set it to one of {', '.join(TASKS)}, or leave it out for"
             " classification"
         )
     return task
+
+
+def _is_causal_lm(model: nn.Module) -> bool:
+    """Whether ``model`` (or the model a peft wrapper holds) is one of transformers' causal language models."""
+    unwrap = getattr(model, "get_base_model", None)
+    inner = unwrap() if callable(unwrap) else model
+    classes = _transformers_classes(inner)
+    if not classes:
+        return False  # transformers is not imported for models that are not its own (seconds to import)
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    names = {name for value in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values() for name in _class_names(value)}
+    return any(cls.__name__ in names for cls in classes)
+
+
+def _class_names(value: str | tuple[str, ...]) -> tuple[str, ...]:
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+def output_logits(output: object) -> torch.Tensor:
+    """The logits of a model's output: the output itself, or those a Hugging Face model returns with it.
+
+    The one adapter between models and dpaudit (docs/models.md): a ``ModelOutput`` or a dict is read through its
+    ``logits``, a tuple through its first item (transformers' ``return_dict=False``); anything else is returned as
+    it is, for the caller's check of its type and shape.
+    """
+    if isinstance(output, dict):  # transformers' ModelOutput is an OrderedDict
+        return output["logits"] if "logits" in output else output  # type: ignore[return-value]
+    if isinstance(output, tuple) and output and isinstance(output[0], torch.Tensor):
+        return output[0]
+    return output  # type: ignore[return-value]
+
+
+def forward(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``module``'s logits on ``x`` (:func:`output_logits` of its output)."""
+    return output_logits(module(x))
+
+
+def functional_forward(module: nn.Module, tensors: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """``module``'s logits on ``x`` with its parameters and buffers ``tensors`` (``torch.func.functional_call``)."""
+    return output_logits(functional_call(module, tensors, (x,)))
 
 
 def example_losses(task: str, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -123,7 +191,7 @@ def pretrain(
     for _ in range(epochs):
         for batch in np.array_split(order_rng.permutation(len(y)), max(1, len(y) // batch_size)):
             optimiser.zero_grad()
-            mean_loss(task, model(inputs[batch]), labels[batch]).backward()
+            mean_loss(task, forward(model, inputs[batch]), labels[batch]).backward()
             optimiser.step()
     model.eval()
     for p in model.parameters():
@@ -161,18 +229,37 @@ def from_factory(spec: str, input_shape: tuple[int, ...], num_classes: int) -> n
     return model
 
 
-def fingerprint(model: nn.Module) -> str:
-    """SHA-256 of the architecture (its module tree as torch prints it) and of every tensor of its state."""
+def input_vocabulary(model: nn.Module) -> int | None:
+    """The rows of the model's input embedding where its input is token ids (docs/models.md §6), else None.
+
+    A transformers model's ``get_input_embeddings()``; another model's first module with parameters of its own.
+    """
+    embedding: object = None
+    if _transformers_classes(model):
+        embedding = model.get_input_embeddings()  # type: ignore[operator]
+    else:
+        embedding = next((m for m in model.modules() if next(m.parameters(recurse=False), None) is not None), None)
+    return embedding.num_embeddings if isinstance(embedding, nn.Embedding) else None
+
+
+def fingerprint(model: nn.Module, weights: bool = True) -> str:
+    """SHA-256 of the architecture (its module tree as torch prints it) and of every tensor of its state.
+
+    ``weights=False``: the tensors' names, dtypes and shapes only (the architecture without its values).
+    """
     digest = hashlib.sha256(repr(model).encode())
     for name, tensor in sorted(model.state_dict().items()):
         array = tensor.detach().cpu().contiguous()
         digest.update(f"{name}:{array.dtype}:{tuple(array.shape)}".encode())
-        digest.update(array.numpy().tobytes() if array.dtype != torch.bfloat16 else array.float().numpy().tobytes())
+        if weights:
+            digest.update(array.numpy().tobytes() if array.dtype != torch.bfloat16 else array.float().numpy().tobytes())
     return digest.hexdigest()
 
 
-def adapted_layers(model: nn.Module) -> dict[str, nn.Linear | nn.Conv2d]:
-    """Name → layer for every Linear/Conv2d layer: the layers full fine-tuning (or a projection) trains.
+def adapted_layers(model: nn.Module) -> dict[str, nn.Module]:
+    """Name → layer for every Linear, Conv2d and transformers Conv1D layer: the layers full fine-tuning trains.
+
+    A layer whose weight is an earlier layer's (tied) is left out: it is that layer.
 
     A model with an ``nn.MultiheadAttention`` is refused: its fused ``in_proj_weight`` is no layer an adapter or
     a per-example gradient can target, and it reads ``out_proj``'s weight without calling the layer, so a LoRA
@@ -185,36 +272,114 @@ def adapted_layers(model: nn.Module) -> dict[str, nn.Linear | nn.Conv2d]:
                 "out_proj read without being called): build attention from nn.Linear q/k/v/out projections, as "
                 "dpaudit.models.transformer.CausalSelfAttention does"
             )
-    return {name: m for name, m in model.named_modules() if isinstance(m, _ADAPTED_TYPES)}
+    layers: dict[str, nn.Module] = {}
+    weights: set[int] = set()
+    for name, module in model.named_modules():
+        # A weight tied to an earlier layer's is that layer's parameter: trained (and counted) once.
+        if _adaptable(module) and id(module.weight) not in weights:
+            weights.add(id(module.weight))
+            layers[name] = module
+    return layers
 
 
-def lora_layers(model: nn.Module, targets: tuple[str, ...] | None = None) -> dict[str, nn.Linear | nn.Conv2d]:
-    """The layers a LoRA adapter wraps: those of :func:`adapted_layers` that ``targets`` names.
+def tied_parameters(model: nn.Module) -> set[int]:
+    """``id`` of every parameter the model holds under more than one name (a tied weight: GPT-2's ``lm_head``).
 
-    peft's ``target_modules`` semantics: a layer is targeted when its name is a target or ends with ``"." +``
-    a target (``("q", "v")`` targets every ``*.q`` and ``*.v``). ``None``: the model's ``lora_targets``
-    attribute where it has one (the transformer's leave its output head out), else every Linear/Conv2d layer.
+    Such a parameter is one parameter: ``named_parameters`` names it once (its first name), ``functional_call``
+    ties the names again, and its gradient sums every use (docs/models.md).
+    """
+    names: dict[int, int] = {}
+    for _, parameter in model.named_parameters(remove_duplicate=False):
+        names[id(parameter)] = names.get(id(parameter), 0) + 1
+    return {key for key, count in names.items() if count > 1}
+
+
+ALL_LINEAR = "all-linear"  # peft's shorthand: every linear layer but the output head
+_LAYER_NAME = re.compile(r"[\w.-]+")  # a target of other characters is a regular expression, as peft reads a string
+
+
+def lora_layers(model: nn.Module, targets: tuple[str, ...] | None = None) -> dict[str, nn.Module]:
+    """The layers a LoRA adapter wraps: those of :func:`adapted_layers` that ``targets`` names (docs/models.md §5).
+
+    peft's ``target_modules`` semantics, matched by peft itself: a layer is targeted when its name is a target or
+    ends with ``"." +`` a target (``("q", "v")`` targets every ``*.q`` and ``*.v``); one target that is no plain
+    name is a regular expression the whole name must match (``.*(q|v)_proj``); ``all-linear`` is every
+    ``nn.Linear`` but the output head (:func:`output_head`). ``None``: the model's ``lora_targets`` attribute where
+    it has one (the transformer's leave its output head out), else every Linear/Conv2d layer but a transformers
+    model's output head.
     """
     layers = adapted_layers(model)
     targets = targets if targets is not None else getattr(model, "lora_targets", None)
+    head = output_head(model)
     if targets is None:
-        return layers
+        default = {name: layer for name, layer in layers.items() if name != head}
+        if not default:
+            raise UsageError(
+                f"LoRA adapts no layer of the model by default: its only Linear/Conv2d layer is its output head {head};"
+                f" adapt the head with --target-modules {head}"
+            )
+        return default
+    if len(targets) == 1 and targets[0].lower() == ALL_LINEAR:
+        chosen = dict.fromkeys(
+            name for name, layer in layers.items() if not isinstance(layer, nn.Conv2d) and name != head
+        )
+        unmatched = [] if chosen else list(targets)
+    else:
+        import peft  # lazy: pulls in transformers
+        from peft.tuners.tuners_utils import check_target_module_exists
 
-    def named(name: str, target: str) -> bool:
-        return name == target or name.endswith(f".{target}")
+        def matching(target_modules: str | list[str]) -> list[str]:
+            config = peft.LoraConfig(target_modules=target_modules)
+            return [name for name in layers if check_target_module_exists(config, name)]
 
-    unmatched = [target for target in targets if not any(named(name, target) for name in layers)]
+        if len(targets) == 1 and not _LAYER_NAME.fullmatch(targets[0]):
+            try:
+                chosen = dict.fromkeys(matching(targets[0]))
+            except re.error as error:
+                raise UsageError(
+                    f"LoRA target {targets[0]!r} is no regular expression ({error}): fix the pattern, or name layers"
+                ) from None
+            unmatched = [] if chosen else list(targets)
+        else:
+            named = {target: matching([target]) for target in targets}
+            chosen = dict.fromkeys(name for names in named.values() for name in names)
+            unmatched = [target for target, names in named.items() if not names]
     if unmatched or not targets:
         raise UsageError(
-            f"LoRA target(s) {', '.join(unmatched) or '(none given)'} name no Linear/Conv2d layer of the model; "
-            f"name layers or their last name parts, e.g. {', '.join(list(layers)[:4])}"
+            f"LoRA target(s) {', '.join(unmatched) or '(none given)'} name no Linear/Conv2d layer of the model;"
+            f" name layers or their last name parts, e.g. {', '.join(list(layers)[:4])}, a regular expression or"
+            f" {ALL_LINEAR}"
         )
-    return {name: layer for name, layer in layers.items() if any(named(name, target) for target in targets)}
+    return {name: layer for name, layer in layers.items() if name in chosen}
 
 
-def projection_dim(layer: nn.Linear | nn.Conv2d) -> int:
-    """d_i of [W] Eq. 36: the weight flattened to d_out × (all other dims)."""
-    return int(np.prod(layer.weight.shape[1:]))
+def output_head(model: nn.Module) -> str | None:
+    """The name of a transformers model's output head (``lm_head``, a classifier's ``score``/``classifier``), else None.
+
+    peft's ``all-linear`` leaves it out (its output embeddings, or for sequence classification the head named
+    ``score`` or ``classifier``); dpaudit's default adapter does too (docs/models.md §5).
+    """
+    if not _transformers_classes(model):
+        return None
+    get_output = getattr(model, "get_output_embeddings", None)
+    head = get_output() if callable(get_output) else None
+    if head is None:
+        head = next((getattr(model, name) for name in ("score", "classifier") if hasattr(model, name)), None)
+    return next((name for name, module in model.named_modules() if module is head), None)
+
+
+def projection_dim(layer: nn.Module) -> int:
+    """d_i of [W] Eq. 36: the weight flattened to d_out × (all other dims); a Conv1D's d_in is its first dim."""
+    weight = layer.weight
+    assert isinstance(weight, torch.Tensor), "an adapted layer has a weight"
+    return int(weight.shape[0]) if transposed(layer) else int(np.prod(weight.shape[1:]))
+
+
+def output_dim(layer: nn.Module) -> int:
+    """d_out of the layer's weight (a Conv1D's is its second dim)."""
+    weight = layer.weight
+    assert isinstance(weight, torch.Tensor), "an adapted layer has a weight"
+    return int(weight.shape[1] if transposed(layer) else weight.shape[0])
 
 
 def rank_limit(model: nn.Module, targets: tuple[str, ...] | None = None) -> tuple[str, int]:
@@ -269,10 +434,14 @@ def attach_lora(model: nn.Module, spec: LoraSpec) -> nn.Module:
         # peft annotates lora_alpha as int but only divides it by r: a fractional alpha (--alpha 8.5) is valid.
         lora_alpha=spec.rank * spec.scale,  # type: ignore[arg-type]
         lora_dropout=0.0,
-        target_modules=list(lora_layers(model, spec.targets)),
+        # The chosen layers' full names as one pattern: as a list, peft would also adapt layers they are suffixes of.
+        target_modules="|".join(re.escape(name) for name in lora_layers(model, spec.targets)),
         init_lora_weights=False,
+        fan_in_fan_out=any(transposed(layer) for layer in lora_layers(model, spec.targets).values()),
     )
-    wrapped = peft.get_peft_model(model, config)
+    with warnings.catch_warnings():  # peft sets fan_in_fan_out back to False for each nn.Linear, and says so
+        warnings.filterwarnings("ignore", message="fan_in_fan_out is set to")
+        wrapped = peft.get_peft_model(model, config)
     wrapped.eval()
     return wrapped
 

@@ -24,9 +24,11 @@ from dpaudit.campaign.store import ABSENT, RunStore, make_directory, read_json, 
 from dpaudit.errors import UsageError
 from dpaudit.formatting import number
 from dpaudit.reporting.figures import EPSILON_SERIES, VIOLATION_COLOUR, draw_campaign_roc, figure_png
+from dpaudit.reporting.summary import WHICH_EPSILON, ceiling_words, exposure_words
 from dpaudit.reporting.summary import summary as summary_of
 
 _SWEEP_PARAMETERS = ("rank", "noise", "clip", "epochs", "models")
+_LABEL_OFFSETS = ((4, 4), (4, -10), (4, 14), (4, -20))  # points, cycled over the ε scatter's run labels
 
 
 @dataclass(frozen=True)
@@ -106,13 +108,13 @@ def epsilon_figure(entries: list[RunEntry]) -> bytes:
             if shown:
                 x = [float(e.analytic_epsilon) for e, _ in shown]
                 ax.plot(x, [max(v, floor) for _, v in shown], marker, color=colour, ms=7, ls="none", label=label)
-        for entry in placed:
+        for i, entry in enumerate(placed):
             highest = max([v for e, _, v in points if e is entry], default=floor)
             ax.annotate(
                 entry.label,
                 (float(entry.analytic_epsilon), max(highest, floor)),
                 fontsize=7,
-                xytext=(4, 4),
+                xytext=_LABEL_OFFSETS[i % len(_LABEL_OFFSETS)],  # neighbouring points' labels apart
                 textcoords="offset points",
             )
         if loglog:
@@ -149,23 +151,47 @@ def _varying_parameter(entries: list[RunEntry]) -> str | None:
     return None
 
 
+def _sweep_lines(entries: list[RunEntry], parameter: str) -> list[list[RunEntry]]:
+    """The runs that differ in ``parameter`` alone, each group sorted by it: only those share a line."""
+    groups: dict[str, list[RunEntry]] = {}
+    for entry in entries:
+        rest = {k: v for k, v in entry.summary["config"].items() if k != parameter}
+        groups.setdefault(json.dumps(rest, sort_keys=True, default=str), []).append(entry)
+    return [sorted(group, key=lambda e: e.summary["config"][parameter]) for group in groups.values()]
+
+
 def sweep_figure(entries: list[RunEntry], parameter: str) -> bytes:
-    """Empirical ε (and analytic ε where finite) and AUC against the parameter that varies across runs."""
-    order = sorted(entries, key=lambda e: e.summary["config"][parameter])
-    x = [e.summary["config"][parameter] for e in order]
+    """Empirical ε (and analytic ε where finite) and AUC against the parameter that varies across runs.
+
+    A line joins only runs whose configurations differ in ``parameter`` alone; each such group has its colour
+    and, where there are several, is named by its first run.
+    """
+    lines = _sweep_lines(entries, parameter)
 
     def draw(ax):
-        ax.plot(x, [e.summary["epsilon_lower_bound"] or 0.0 for e in order], "o-", label="empirical ε (CP, 95%)")
-        analytic = [e.analytic_epsilon for e in order]
-        if any(a is not None for a in analytic):
-            ax.plot(x, [np.nan if a is None else a for a in analytic], "s--", label="analytic ε")
-        ax.set(xlabel=parameter, ylabel="ε")
         twin = ax.twinx()
-        twin.plot(x, [e.summary["auc"] for e in order], "^-", color="tab:red", label="AUC")
-        twin.set(ylabel="AUC", ylim=(0.45, 1.02))
-        lines = ax.get_legend_handles_labels()
+        for i, group in enumerate(lines):
+            colour = f"C{i}"
+            named = f" ({group[0].label}…)" if len(lines) > 1 else ""
+            x = [e.summary["config"][parameter] for e in group]
+            ax.plot(
+                x,
+                [e.summary["epsilon_lower_bound"] or 0.0 for e in group],
+                "o-",
+                color=colour,
+                label=f"empirical ε (CP, 95%){named}",
+            )
+            analytic = [e.analytic_epsilon for e in group]
+            if any(a is not None for a in analytic):
+                ax.plot(
+                    x, [np.nan if a is None else a for a in analytic], "s--", color=colour, label=f"analytic ε{named}"
+                )
+            twin.plot(x, [e.summary["auc"] for e in group], "^:", color=colour, label=f"AUC{named}")
+        ax.set(xlabel=parameter, ylabel="ε")
+        twin.set(ylabel="AUC (dotted)", ylim=(0.45, 1.02))
+        handles, labels = ax.get_legend_handles_labels()
         more = twin.get_legend_handles_labels()
-        ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=7, loc="best")
+        ax.legend(handles + more[0], labels + more[1], fontsize=7, loc="best")
 
     return figure_png(draw)
 
@@ -225,9 +251,20 @@ def _empirical(s: dict) -> str:
 # -- writers ----------------------------------------------------------------------------------------------------
 
 
-def _finding(entry: RunEntry, entries: list[RunEntry]) -> str:
-    """The run's finding in words (:func:`.summary.finding`), named by its run where the report has several."""
-    return entry.summary["finding"] if len(entries) == 1 else f"{entry.label}: {entry.summary['finding']}"
+def _named(entry: RunEntry, entries: list[RunEntry], text: str) -> str:
+    """``text`` about ``entry``, named by its run where the report has several."""
+    return text if len(entries) == 1 else f"{entry.label}: {text}"
+
+
+def _notes(entry: RunEntry) -> list[str]:
+    """What a reader needs beside the headline: the finding with its paper lemmas, the ceiling, the exposure."""
+    s = entry.summary
+    notes = [s["finding"]]
+    if ceiling_words(s) is not None:
+        notes.append(ceiling_words(s))
+    if s.get("secret_exposure") is not None:
+        notes.append(exposure_words(s["secret_exposure"]).capitalize() + ".")
+    return notes
 
 
 def _planted_bugs(entries: list[RunEntry]) -> list[str]:
@@ -258,7 +295,18 @@ def _html(entries: list[RunEntry], rows: list[dict[str, str]], figures) -> str:
         f"<h3>{e(x.label)}</h3><pre>{e(json.dumps(x.summary['config'], indent=1))}</pre>" for x in entries
     )
     bugs = "".join(f'<p class="planted-bug"><strong>{e(bug)}</strong></p>' for bug in _planted_bugs(entries))
-    findings = "".join(f'<p class="finding"><strong>{e(_finding(x, entries))}</strong></p>' for x in entries)
+    findings = "".join(
+        f'<p class="headline"><strong>{e(_named(x, entries, x.summary["headline"]))}</strong></p>'
+        + "".join(f'<p class="finding">{e(note)}</p>' for note in _notes(x))
+        for x in entries
+    )
+    audited = "".join(
+        f"<h3>{e(x.label)}</h3>" * (len(entries) > 1)
+        + '<table class="audited">'
+        + "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in x.summary["audited"].items())
+        + "</table>"
+        for x in entries
+    )
     images = "".join(
         f'<figure><img alt="{e(caption)}" src="data:image/png;base64,'
         f'{base64.b64encode(png).decode()}"><figcaption>{e(caption)}</figcaption></figure>'
@@ -277,8 +325,11 @@ the empirical ε lower bound (or the AUC's lower confidence limit) exceeds what 
 the AUC's lower limit above ½). Each ROC is drawn over the region the analytic (ε, δ) allows, shaded green; an
 empirical curve straying a little out of it is sampling noise unless the verdict, which accounts for it, says
 violated.</p>
+<h2 id="what-was-audited">What was audited</h2>
+{audited}
 <h2>Theory vs audit</h2>
 <table id="theory-vs-audit"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
+<p>{e(WHICH_EPSILON)}</p>
 <h2>Figures</h2>
 {images}
 <h2>Run configuration</h2>
@@ -303,18 +354,24 @@ def _code_block(text: str, language: str) -> list[str]:
 
 def _markdown(entries: list[RunEntry], rows: list[dict[str, str]], figures) -> str:
     bugs = [f"**{_markdown_text(bug)}**" for bug in _planted_bugs(entries)]
-    findings = [f"**{_markdown_text(_finding(entry, entries))}**" for entry in entries]
-    lines = [
-        *(bugs + [""] if bugs else []),
-        *[line for finding in findings for line in (finding, "")],
-        "# dpaudit report",
-        "",
+    lines = [*(bugs + [""] if bugs else [])]
+    for entry in entries:
+        lines += [f"**{_markdown_text(_named(entry, entries, entry.summary['headline']))}**", ""]
+        lines += [line for note in _notes(entry) for line in (_markdown_text(note), "")]
+    lines += ["# dpaudit report", "", "## What was audited", ""]
+    for entry in entries:
+        lines += [f"### {_markdown_text(entry.label)}", ""] if len(entries) > 1 else []
+        lines += ["| | |", "|---|---|"]
+        lines += [f"| {_markdown_text(k)} | {_markdown_text(v)} |" for k, v in entry.summary["audited"].items()]
+        lines += [""]
+    lines += [
         "## Theory vs audit",
         "",
         "| " + " | ".join(map(_markdown_text, rows[0])) + " |",
         "|" + "---|" * len(rows[0]),
     ]
     lines += ["| " + " | ".join(_markdown_text(v) for v in row.values()) + " |" for row in rows]
+    lines += ["", _markdown_text(WHICH_EPSILON)]
     lines += ["", "## Figures", ""] + [f"![{_markdown_text(caption)}]({name})" for name, caption, _ in figures]
     lines += ["", "## Run configuration", ""]
     for entry in entries:

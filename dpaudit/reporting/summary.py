@@ -12,6 +12,7 @@ from dpaudit.analysis import (
     Analysis,
     CampaignAnalysis,
     OneRunBounds,
+    certifiable_epsilon,
     sketch_claim_verdict,
     white_box_statistic,
 )
@@ -99,7 +100,74 @@ def summary(analysis: CampaignAnalysis) -> dict:
     numbers.update(verdict=judged.outcome, verdict_reason=judged.reason, max_allowed_auc=judged.max_allowed_auc)
     numbers["sketch_claim"] = _sketch_claim_fields(analysis)
     numbers["finding"] = finding(numbers)
+    numbers["ceiling"] = _ceiling(analysis)
+    numbers["audited"] = _audited(analysis)
+    numbers["headline"] = headline(numbers)
     return numbers
+
+
+# A perfect attack at this many times the trials: what the ceiling sentence offers as the way past it.
+_MORE_TRIALS = 4
+
+
+def _ceiling(analysis: CampaignAnalysis) -> dict | None:
+    """Where the Clopper-Pearson ε is the most the trials can certify (a perfect attack's, or 0 for too few trials).
+
+    Returns the model count, that ceiling and what :data:`_MORE_TRIALS` times the shadow models would certify at
+    most (:func:`dpaudit.analysis.certifiable_epsilon`); None where the bound is below its ceiling.
+    """
+    bound = analysis.bound
+    if bound is None or bound.epsilon < bound.max_certifiable_epsilon:
+        return None
+    return {
+        "models": analysis.config.models,
+        "epsilon": bound.epsilon,
+        "more_models": _MORE_TRIALS * analysis.config.models,
+        "more_models_epsilon": certifiable_epsilon(analysis, _MORE_TRIALS),
+    }
+
+
+def _layers_words(analysis: CampaignAnalysis) -> str:
+    shapes = ", ".join(f"{layer.d_in}→{layer.d_out}" for layer in analysis.layers)
+    return f"{len(analysis.layers)} ({shapes}, inputs → outputs)"
+
+
+def _optimiser_words(config) -> str:
+    if config.optimizer == "adamw":
+        optimiser = f"AdamW (β1 {config.momentum:g}, β2 0.999, weight decay {config.weight_decay:g})"
+    else:
+        optimiser = f"SGD with momentum {config.momentum:g}"
+    return f"{optimiser}, learning rate {config.lr:g}, {config.schedule} schedule"
+
+
+def _audited(analysis: CampaignAnalysis) -> dict[str, str]:
+    """What was audited, in words (the report's "what was audited" block)."""
+    config = analysis.config
+    mechanism = catalogue.PLAIN_NAMES.get(config.mechanism, config.mechanism)
+    if config.rank is not None and config.mechanism != "none":
+        mechanism += f", rank {config.rank}"
+    model = config.model or "the built-in model"
+    start = "pretrained on the data's public split" if config.pretrain else "its own starting weights"
+    designs = {
+        "canary": f"one canary ({config.canary}), in the training set of half the models",
+        "all-examples": "every target example, each in the training set of about half the models",
+        "one-run": "many canaries in one training run per model",
+    }
+    audited = {
+        "mechanism": mechanism,
+        "model": f"{model} ({start})",
+        "trained layers": _layers_words(analysis),
+        "data": config.dataset,
+        "training": f"{config.epochs} epochs, batch size {config.batch_size}, {_optimiser_words(config)}",
+        "membership test": (
+            f"{designs.get(config.design, config.design)}; {config.models} shadow models;"
+            f" {analysis.attack} scores ({analysis.metrics.n_in} IN, {analysis.metrics.n_out} OUT)"
+        ),
+        "test accuracy": f"{float(analysis.test_accuracy.mean()):.3f} (mean over the shadow models)",
+    }
+    if config.target_modules is not None:
+        audited["trained layers"] += f", chosen by --target-modules {','.join(config.target_modules)}"
+    return audited
 
 
 def _sketch_claim_fields(analysis: CampaignAnalysis) -> dict | None:
@@ -139,6 +207,77 @@ def _empirical_words(numbers: dict) -> str:
         steinke = "n/a" if pooled is None else f"{pooled:.3g}"
         return f"one-run ε ≥ {steinke} (Steinke et al.), {numbers['epsilon_lower_bound_one_run_fdp']:.3g} (f-DP)"
     return "no valid empirical ε lower bound (the design's trials share models)"
+
+
+_OUTCOME_WORDS = {
+    "confirmed": "Not private, as its paper proves",
+    "consistent": "Leaks no more than its claim allows",
+    "violated": "LEAKS MORE THAN ITS CLAIM ALLOWS",
+    "inconclusive": "Inconclusive",
+}
+
+
+def headline(numbers: dict) -> str:
+    """The verdict, the mechanism and the model in plain words: the report's first line (paper lemmas below it).
+
+    E.g. ``Not private, as its paper proves: noise-free LoRA-FA fine-tuning (...) of dpaudit's built-in model for
+    this data on digits. The attack tells the models trained with the canary from the others (AUC 1.00, 95% CI
+    0.98-1.00); ε ≥ 2.96.``
+    """
+    audited, outcome = numbers["audited"], numbers["verdict"]
+    model = audited["model"].split(" (")[0]
+    lo, hi = numbers["auc_ci95"]
+    told = (
+        "tells the members from the others"
+        if lo > 0.5
+        else "does not tell the members from the others significantly better than chance"
+    )
+    line = (
+        f"{_OUTCOME_WORDS.get(outcome, outcome)}: {audited['mechanism']}, {model} on {numbers['dataset']}."
+        f" The attack {told} (AUC {numbers['auc']:.2f}, 95% CI {lo:.2f}-{hi:.2f})"
+    )
+    empirical = numbers.get("epsilon_lower_bound")
+    if empirical:
+        line += f"; it shows ε ≥ {empirical:.3g} at 95% confidence"
+    analytic = numbers.get("analytic_epsilon")
+    if analytic is not None and outcome in ("consistent", "violated"):
+        line += f", against a claimed ε = {analytic:.3g}"
+    return line + "."
+
+
+def ceiling_words(numbers: dict) -> str | None:
+    """``ε ≥ 2.96 is the most 256 models can certify ...``, where the attack separates perfectly; else None."""
+    ceiling = numbers.get("ceiling")
+    if ceiling is None:
+        return None
+    more = f"{ceiling['more_models']} models would certify up to ε ≥ {ceiling['more_models_epsilon']:.3g} (--models)."
+    if ceiling["epsilon"] == 0:
+        return f"{ceiling['models']} shadow models are too few to certify any ε above 0, whatever the attack: {more}"
+    return (
+        f"The attack reaches the ceiling: ε ≥ {ceiling['epsilon']:.3g} is the most {ceiling['models']} shadow models"
+        f" can certify, not a measure of the leak. {more}"
+    )
+
+
+_EXPOSURE_MEANS = ("inserted_mean", "held_out_mean")
+
+
+def exposure_words(exposure: dict) -> str:
+    """The secrets' exposure (next-token campaigns with secret canaries) in a sentence."""
+    shown = {key: "n/a" if exposure[key] is None else f"{exposure[key]:.2f}" for key in _EXPOSURE_MEANS}
+    return (
+        f"secret exposure (Carlini et al. 2019): mean {shown['inserted_mean']} bits in models trained on the secret,"
+        f" {shown['held_out_mean']} in the others (at most {exposure['ceiling']:.2f}: {exposure['candidates']}"
+        " sampled candidates)"
+    )
+
+
+# Which ε to quote: a sentence under every report's table and in the CLI's output.
+WHICH_EPSILON = (
+    "Quote the Clopper-Pearson ε: it holds at 95% confidence for any mechanism. The GDP ε reads the scores' ROC as"
+    " a Gaussian trade-off curve: a valid lower bound for mechanisms that are Gaussian DP (DP-SGD and its LoRA"
+    " variants at full batch), an estimate for the others."
+)
 
 
 def finding(numbers: dict) -> str:

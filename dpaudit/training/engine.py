@@ -16,7 +16,7 @@ from typing import Protocol
 import numpy as np
 import torch
 from torch import nn
-from torch.func import functional_call, vmap
+from torch.func import vmap
 
 from dpaudit import background
 from dpaudit import models as model_lib
@@ -83,7 +83,10 @@ def build(
     k = len(randomness)
     if parameterization == "full":
         module = base
-        weights = {f"{name}.weight" for name in model_lib.adapted_layers(base)}
+        # A tied weight (GPT-2's lm_head is its token embedding) is trained under the one name named_parameters
+        # gives it; functional_call ties its other names to it.
+        names = {id(p): name for name, p in base.named_parameters()}
+        weights = {names[id(layer.weight)] for layer in model_lib.adapted_layers(base).values()}
         tensors = {name: p.detach().to(device) for name, p in base.named_parameters()}
         trainable = {name: t.expand(k, *t.shape).clone() for name, t in tensors.items() if name in weights}
         base_views = {name: _per_model_view(t, k) for name, t in tensors.items() if name not in weights}
@@ -168,7 +171,7 @@ def train(
     """Fine-tune the K models of ``shadow`` in place on their members of the pool (x, y) with ``mechanism``.
 
     Batches are shuffled, or Poisson-sampled with expected size ``config.batch_size`` for a mechanism with
-    ``sampling = "poisson"`` (:class:`PoissonLayout`). The optimiser is torch's SGD with momentum over the stacked
+    ``sampling = "poisson"`` (:class:`PoissonLayout`). The optimiser (:func:`optimiser_of`) is torch's over the stacked
     tensors (elementwise, so stacking does not change any model's arithmetic), unless the mechanism owns its
     update; the hooks ``initialise``, ``update`` and ``finish`` (no-ops by default) are documented in
     :class:`dpaudit.mechanisms.base.Mechanism`.
@@ -198,9 +201,7 @@ def train(
         raise ValueError(f"membership has shape {membership.shape}, expected ({shadow.n_models}, {len(y)})")
     device = next(iter(shadow.trainable.values())).device
     params = {name: t.clone() for name, t in shadow.trainable.items()}
-    optimiser = torch.optim.SGD(
-        list(params.values()), lr=config.lr, momentum=config.momentum, fused=True
-    )  # one pass over the weights per step instead of three
+    optimiser = optimiser_of(list(params.values()), config, fused=True)  # one pass over the weights per step
     layout = layout or BatchLayout.for_members(int(membership.sum(axis=1).max()), config.batch_size)
     if mechanism.sampling == "poisson":
         if not mechanism.per_example:
@@ -268,6 +269,19 @@ def train(
     return shadow
 
 
+def optimiser_of(tensors: list[torch.Tensor], config: TrainingConfig, fused: bool) -> torch.optim.Optimizer:
+    """The optimiser ``config`` names over ``tensors``: SGD with momentum, or AdamW with β1 = momentum.
+
+    Both act elementwise (AdamW's moments, bias correction and decoupled decay are per element, its step count
+    shared), so on (K, ...) stacks of K models' tensors they are K independent optimisers.
+    """
+    if config.optimizer == "adamw":
+        return torch.optim.AdamW(
+            tensors, lr=config.lr, betas=(config.momentum, 0.999), weight_decay=config.weight_decay, fused=fused
+        )
+    return torch.optim.SGD(tensors, lr=config.lr, momentum=config.momentum, fused=fused)
+
+
 def step_gradient_function(shadow: ShadowModels, mechanism: Mechanism) -> Callable:
     """(trainable, frozen, x, y, w) → a step's gradients of ``shadow``'s K models, as ``mechanism`` takes them.
 
@@ -282,7 +296,7 @@ def step_gradient_function(shadow: ShadowModels, mechanism: Mechanism) -> Callab
 def logits(shadow: ShadowModels, x: np.ndarray, batch_size: int = 4096) -> torch.Tensor:
     """(K, n, classes) logits of every model on the same inputs ``x`` (n, ...)."""
     forward = vmap(
-        lambda trainable, frozen, inputs: functional_call(shadow.module, {**frozen, **trainable}, (inputs,)),
+        lambda trainable, frozen, inputs: model_lib.functional_forward(shadow.module, {**frozen, **trainable}, inputs),
         in_dims=(0, 0, 0),
     )
     device = next(iter(shadow.trainable.values())).device
@@ -326,7 +340,7 @@ def train_sequentially(
                 params[name].copy_(value)
         for name, p in params.items():
             p.requires_grad_(name in shadow.trainable)
-        optimiser = torch.optim.SGD([params[n] for n in shadow.trainable], lr=config.lr, momentum=config.momentum)
+        optimiser = optimiser_of([params[n] for n in shadow.trainable], config, fused=False)
         schedule = (
             torch.optim.lr_scheduler.CosineAnnealingLR(
                 optimiser, T_max=config.epochs * layout.steps, eta_min=config.min_lr
@@ -339,7 +353,7 @@ def train_sequentially(
         for step, (index, weight) in enumerate(batches):
             batch = torch.from_numpy(index[0][weight[0] > 0])
             optimiser.zero_grad()
-            model_lib.mean_loss(task, module(inputs[batch]), labels[batch]).backward()
+            model_lib.mean_loss(task, model_lib.forward(module, inputs[batch]), labels[batch]).backward()
             grads = {n: _gradient(params[n]).unsqueeze(0) for n in shadow.trainable}
             update = mechanism.transform(Step(grads, torch.from_numpy(weight), step), state)
             for n in shadow.trainable:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.func import functional_call, grad, vmap
+from torch.func import grad, vmap
 
 from dpaudit import models as model_lib
 from dpaudit.errors import UsageError
@@ -30,12 +30,12 @@ def _loss_functions(module: nn.Module):
     task = model_lib.task_of(module)
 
     def batch_loss(trainable, frozen, x, y, w):
-        logits = functional_call(module, {**frozen, **trainable}, (x,))
+        logits = model_lib.functional_forward(module, {**frozen, **trainable}, x)
         losses = model_lib.example_losses(task, logits, y)
         return (w * losses).sum() / w.sum().clamp(min=1.0)
 
     def example_loss(trainable, frozen, x, y):
-        logits = functional_call(module, {**frozen, **trainable}, (x.unsqueeze(0),))
+        logits = model_lib.functional_forward(module, {**frozen, **trainable}, x.unsqueeze(0))
         return model_lib.mean_loss(task, logits, y.unsqueeze(0))
 
     return batch_loss, example_loss
@@ -232,11 +232,15 @@ class BlockedExampleGradients:
 
 
 def _trained_linear_layers(module: nn.Module, names: Sequence[str]) -> dict[str, nn.Linear] | None:
-    """Name → layer when every trained tensor is the weight of an ``nn.Linear`` (peft's lora_A/lora_B are)."""
+    """Name → layer when every trained tensor is the weight of an ``nn.Linear`` (peft's lora_A/lora_B are).
+
+    A tied weight is used by more than one layer, whose inputs one layer's record misses: None (materialised).
+    """
     layers = {}
+    tied = model_lib.tied_parameters(module)
     for name in names:
         layer = module.get_submodule(name.removesuffix(".weight")) if name.endswith(".weight") else None
-        if not isinstance(layer, nn.Linear):
+        if not isinstance(layer, nn.Linear) or id(layer.weight) in tied:
             return None
         layers[name] = layer
     return layers
@@ -286,7 +290,7 @@ def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callab
 
         handles = [layer.register_forward_hook(recorder(name)) for name, layer in layers.items()]
         try:
-            return functional_call(module, {**frozen, **trainable}, (x,)), inputs, outputs
+            return model_lib.functional_forward(module, {**frozen, **trainable}, x), inputs, outputs
         finally:
             for handle in handles:
                 handle.remove()

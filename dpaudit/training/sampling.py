@@ -19,12 +19,19 @@ from dpaudit.errors import UsageError
 if TYPE_CHECKING:
     from dpaudit.seeding import ModelRandomness
 
-SCHEDULES = ("cosine", "constant")  # the learning-rate schedule of the engine's SGD (TrainingConfig)
+SCHEDULES = ("cosine", "constant")  # the learning-rate schedule of the engine's optimiser (TrainingConfig)
+# The engine's optimiser: SGD with momentum, or AdamW (Loshchilov & Hutter 2019; β1 = momentum, β2 = 0.999).
+OPTIMIZERS = ("sgd", "adamw")
+ADAMW_WEIGHT_DECAY = 0.01  # torch's (and Hugging Face's Trainer's) default for AdamW
 
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    """SGD with momentum; ``cosine`` anneals to ``min_lr`` over all steps ([W] App. F.1)."""
+    """SGD with momentum or AdamW (β1 = ``momentum``); ``cosine`` anneals to ``min_lr`` over all steps ([W] App. F.1).
+
+    ``weight_decay`` is AdamW's decoupled weight decay (SGD: 0). A DP mechanism privatises each step's gradient
+    before the optimiser sees it, so the optimiser is post-processing and changes no claimed ε (docs/theory.md §2.10).
+    """
 
     epochs: int = 30
     batch_size: int = 32
@@ -32,6 +39,8 @@ class TrainingConfig:
     momentum: float = 0.9
     schedule: str = "cosine"
     min_lr: float = 1e-4
+    optimizer: str = "sgd"
+    weight_decay: float = 0.0
 
     def __post_init__(self):
         if self.epochs < 1:
@@ -44,6 +53,10 @@ class TrainingConfig:
             raise UsageError(f"momentum must be in [0, 1), got {self.momentum}")
         if self.schedule not in SCHEDULES:
             raise UsageError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise UsageError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        if not 0 <= self.weight_decay < 1 or (self.optimizer == "sgd" and self.weight_decay != 0):
+            raise UsageError(f"weight decay must be in [0, 1), and 0 for SGD, got {self.weight_decay}")
 
 
 @dataclass(frozen=True)

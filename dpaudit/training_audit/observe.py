@@ -61,6 +61,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from dpaudit import models
 from dpaudit.errors import UsageError
 
 STATISTICS = ("canary-loss", "logit-margin", "gradient-alignment", "update-norm", "negative-update-norm")
@@ -71,9 +72,8 @@ Statistic = Callable[[nn.Module, nn.Module, np.ndarray, np.ndarray], float]
 
 
 def logits_of(model: Callable[[torch.Tensor], Any], x: torch.Tensor) -> torch.Tensor:
-    """A classifier's logits; a Hugging Face model's output is read through ``.logits``."""
-    output = model(x)
-    return getattr(output, "logits", output)
+    """A classifier's logits, read from what it returns (:func:`dpaudit.models.output_logits`)."""
+    return models.output_logits(model(x))
 
 
 def canary_losses(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
