@@ -229,11 +229,18 @@ def test_a_failing_user_model_is_one_line_naming_the_stage(user_files, tmp_path,
 def test_a_user_model_failing_after_the_probe_is_still_one_line_naming_it(
     user_files, tmp_path, capsys, factory, options, stage
 ):
-    """Past the probe the run directory exists (its lock is taken); no model in it has finished."""
+    """Past the probe the run directory exists (its lock is taken); no model in it has finished.
+
+    By then dpaudit has said on stderr which layers LoRA adapts: the error is the one line after it.
+    """
     out = tmp_path / "run"
     assert _audit(user_files, out, "--model", factory, *options) == 2
-    err = one_line_error(capsys, f"--model {factory}: {stage} failed, in your code: RuntimeError")
-    assert "internal error" not in err
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "internal error" not in err, err
+    said, error = err.strip().splitlines()
+    assert said.startswith("dpaudit: LoRA adapts") and error.startswith(
+        f"dpaudit: error: --model {factory}: {stage} failed, in your code: RuntimeError"
+    ), err
     assert not list((out / "chunks").glob("*"))
 
 
