@@ -105,7 +105,9 @@ class SortedLosses:
         count, log1, log2 = self._prefix(epsilon)
         # sum over L_i > eps of (1 - e^{eps - L_i}) and of its square; e^{eps - L_i} <= 1 there.
         total1 = count - np.exp(epsilon + log1)
-        total2 = count - 2 * np.exp(epsilon + log1) + np.exp(2 * epsilon + log2)
+        # eps + (eps + log2), not 2 eps + log2: where no loss exceeds eps (log2 = -inf), 2 eps overflows to inf for
+        # eps > 9e307 and inf - inf is NaN; added one at a time, the sum stays -inf
+        total2 = count - 2 * np.exp(epsilon + log1) + np.exp(epsilon + (epsilon + log2))
         first = (self.atoms + np.maximum(total1, 0)) / self.n
         second = (self.atoms + np.maximum(total2, 0)) / self.n
         return bernstein_bands(first, second, self.n, self.confidence)

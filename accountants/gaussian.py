@@ -31,8 +31,9 @@ def delta_for_mu(epsilon, mu):
     """
     epsilon, mu = np.broadcast_arrays(np.asarray(epsilon, float), np.asarray(mu, float))
     safe_mu = np.where(mu > 0, mu, 1.0)
-    log_a = log_ndtr(-epsilon / safe_mu + safe_mu / 2)
-    log_b = log_ndtr(-epsilon / safe_mu - safe_mu / 2)
+    with np.errstate(over="ignore"):  # eps / mu beyond float64 (eps near 1e308): log Phi(-inf) = -inf, delta 0
+        log_a = log_ndtr(-epsilon / safe_mu + safe_mu / 2)
+        log_b = log_ndtr(-epsilon / safe_mu - safe_mu / 2)
     with np.errstate(invalid="ignore"):  # log_a = log_b = -inf only where the profile is 0
         delta = np.exp(log_a) * -np.expm1(np.minimum(epsilon + log_b - log_a, 0.0))
     delta = np.where((mu > 0) & np.isfinite(log_a), delta, 0.0)
@@ -58,7 +59,8 @@ def epsilon_for_mu(delta: float, mu: float) -> float:
 
 def _log_tail(epsilon, mu):
     """Log P(|L| > eps), L ~ N(mu^2/2, mu^2), for mu > 0; plain ufuncs, so cheap on Python floats too."""
-    return np.logaddexp(log_ndtr((-epsilon + mu * mu / 2) / mu), log_ndtr((-epsilon - mu * mu / 2) / mu))
+    with np.errstate(over="ignore"):  # eps / mu beyond float64: log Phi(-inf) = -inf, the tail's true limit
+        return np.logaddexp(log_ndtr((-epsilon + mu * mu / 2) / mu), log_ndtr((-epsilon - mu * mu / 2) / mu))
 
 
 def privacy_loss_tail(epsilon, mu):

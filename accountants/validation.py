@@ -73,19 +73,35 @@ def non_negative(name: str, value) -> float:
     return value
 
 
+# The smallest normal float64. A probability below it (a subnormal δ or sampling rate) breaks the accountants'
+# arithmetic (1/q overflows, log-domain sums meet inf - inf, an ε solved for δ becomes inf) while meaning nothing a
+# float64 can tell from 0.
+SMALLEST_PROBABILITY = float(np.finfo(np.float64).tiny)
+
+
+def _normal_probability(name: str, value: float) -> float:
+    if value < SMALLEST_PROBABILITY:
+        raise InvalidArgument(
+            f"{name} = {value:g} is below {SMALLEST_PROBABILITY:.4g}, the smallest normal float64, where the"
+            " accountants' arithmetic ends: give at least that"
+        )
+    return value
+
+
 def open_unit(name: str, value) -> float:
-    """A probability strictly inside (0, 1): delta, delta', alpha of [W] Thm 5, ..."""
+    """A probability strictly inside (0, 1): delta, delta', alpha of [W] Thm 5, ...; not subnormal."""
     value = _real(name, value)
     if not 0.0 < value < 1.0:
         raise InvalidArgument(f"{name} must be in (0, 1), got {value}")
-    return value
+    return _normal_probability(name, value)
 
 
 def sample_rate(name: str, value) -> float:
+    """A Poisson sampling probability in (0, 1], not subnormal."""
     value = _real(name, value)
     if not 0.0 < value <= 1.0:
         raise InvalidArgument(f"{name} must be in (0, 1] (Poisson sampling probability), got {value}")
-    return value
+    return _normal_probability(name, value)
 
 
 def alignment(name: str, value) -> float:
@@ -167,12 +183,36 @@ def string(name: str, value) -> str:
     return value
 
 
+# What numpy's dtype kinds other than real numbers hold, in words: converting them to float64 either fails or
+# gives a number that means something else (a date's seconds since 1970, "1.5" parsed, a complex number's real part).
+_NOT_REAL = {
+    "U": "text",
+    "S": "bytes",
+    "M": "dates",
+    "m": "time spans",
+    "c": "complex numbers",
+    "V": "records or raw bytes",
+}
+
+
 def finite_array(name: str, values, *, ndim: int) -> np.ndarray:
-    """``values`` as a float64 array with ``ndim`` dimensions and only finite entries."""
+    """``values`` as a float64 array with ``ndim`` dimensions and only finite entries.
+
+    Only real numbers (booleans, integers, floats; Python objects that are each a real number) are accepted: text,
+    dates, time spans, complex numbers and records are refused by their dtype, whatever they would convert to.
+    """
     try:
-        array = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError) as error:
+        given = np.asarray(values)
+    except (TypeError, ValueError) as error:  # e.g. ragged nested lists
         raise InvalidArgument(f"{name} must be numeric; got {type(values).__name__} ({error})") from None
+    kind = given.dtype.kind
+    if kind in _NOT_REAL or (kind == "O" and not all(isinstance(v, numbers.Real) for v in given.flat)):
+        held = _NOT_REAL.get(kind, "Python objects that are not all real numbers")
+        raise InvalidArgument(
+            f"{name} must hold real numbers; got dtype {given.dtype} ({held}): convert it to floats (e.g. seconds"
+            " for times, the real and imaginary parts as two features for complex values) or drop it"
+        )
+    array = given.astype(np.float64)
     if array.ndim != ndim:
         raise InvalidArgument(f"{name} must be a {ndim}-D array; got shape {array.shape}")
     if not np.all(np.isfinite(array)):

@@ -394,18 +394,28 @@ def load_toml(path) -> dict:
     import tomllib
 
     try:
-        # utf-8-sig: a byte-order mark, which some Windows editors write, is not TOML but not an error either
+        # utf-8-sig: a byte-order mark, which some Windows editors write, is not TOML but not an error either;
+        # newline="": the text as written, so that TOML's parser sees (and refuses) a lone carriage return
         with open_regular(path, "give --config the path of a TOML file") as handle:
-            table = tomllib.loads(io.TextIOWrapper(handle, encoding="utf-8-sig").read())
+            table = tomllib.loads(io.TextIOWrapper(handle, encoding="utf-8-sig", newline="").read())
     except OSError as exc:  # missing, unreadable: the user's path, so a usage error
         raise UsageError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise UsageError(f"config file {path} is not UTF-8 text: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"config file {path} is not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        raise UsageError(
+            f"config file {path} nests arrays or tables too deeply to parse; a campaign's keys take flat values"
+        ) from None
     nested = [key for key, value in table.items() if isinstance(value, dict)]
     if nested:
         raise UsageError(f"config file {path}: tables are not supported ({', '.join(nested)}); use flat keys")
+    spelled: dict[str, str] = {}
+    for key in table:
+        other = spelled.setdefault(key.replace("-", "_"), key)
+        if other != key:
+            raise UsageError(f"config file {path}: keys {other!r} and {key!r} name one setting; keep one of them")
     if "mutant" in table:
         raise UsageError(
             f"config file {path}: 'mutant' plants a DP bug on purpose (mechanisms.catalogue) and is for tests and"

@@ -170,7 +170,7 @@ def test_edge_cases_give_defined_results(in_scores, out_scores, expected_auc, ex
         ([1.0, np.nan], [0.0], r"in_scores contains 1 non-finite value.*index 1"),
         ([1.0], [np.inf, 0.0], "out_scores contains 1 non-finite"),
         ([[1.0, 2.0]], [0.0], "in_scores must be a 1-D array"),
-        (["a"], [0.0], "in_scores must be numeric"),
+        (["a"], [0.0], r"in_scores must hold real numbers; got dtype <U1 \(text\)"),
     ],
 )
 def test_bad_scores_raise_value_error_naming_the_problem(in_scores, out_scores, message):

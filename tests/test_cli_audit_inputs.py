@@ -66,6 +66,10 @@ _TOML = [
     ("models = [2]\n", "--models must be an integer, got [2]"),
     ("scheduler = 'tcp://127.0.0.1:8786'\n", "--scheduler needs --backend dask"),
     ("mechanism = 'none'\nrank = 8\n", "--rank does not apply to mechanism 'none'"),
+    ("batch-size = 16\nbatch_size = 32\n", "keys 'batch-size' and 'batch_size' name one setting; keep one of them"),
+    ("models = 4\repochs = 1\n", "is not valid TOML: Expected newline"),  # a lone CR ends no line in TOML
+    ("models = " + "[" * 10**5 + "]" * 10**5 + "\n", "nests arrays or tables too deeply to parse"),
+    ("models = " + "{a = " * 5000 + "1" + "}" * 5000 + "\n", "nests arrays or tables too deeply to parse"),
 ]
 
 
@@ -99,6 +103,21 @@ def test_bad_toml_values_are_refused_before_anything_is_written(toml, expected, 
     path = tmp_path / "campaign.toml"
     path.write_text(toml)
     assert expected in _refusal(["--config", str(path)], tmp_path / "run")
+
+
+def test_a_text_too_large_for_memory_is_refused_before_it_is_read(tmp_path):
+    huge = tmp_path / "one-line.txt"
+    with open(huge, "wb") as handle:  # sparse: 300 MB of one line (zero bytes) that take no disk
+        handle.truncate(300 * 2**20)
+    assert "cut into int64 windows needs 11.7 GiB, more than the 8 GiB allowed; give a shorter text" in _refusal(
+        ["--dataset", f"text:{huge}"], tmp_path / "run"
+    )
+
+
+def test_an_error_quoting_a_line_break_is_still_one_line(tmp_path):
+    assert "no file " + str(tmp_path / "a\\nb.npz") in _refusal(
+        ["--dataset", f"npz:{tmp_path / 'a'}\nb.npz"], tmp_path / "run"
+    )
 
 
 def test_dask_backend_without_the_cluster_extra_is_one_line(tmp_path, monkeypatch):

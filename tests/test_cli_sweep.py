@@ -1,13 +1,14 @@
 """Adversarial sweep of ``dpaudit bounds`` and ``dpaudit audit-mechanism``: no input ends in a traceback, NaN or hang.
 
-Every numeric option of every subcommand is given 0, -1, 1e-300, 1e300, inf, nan, huge integers and a non-number,
-one at a time in a valid base invocation, and run through :func:`dpaudit.cli.main`. Each invocation must end as a
-one-line usage error (exit 2) or print a result (exit 0, nothing on stderr: no warning) without NaN and without an
-infinite ε that lacks its reason; a traceback (exit 3), a hang past the timeout or a crash fails. An invocation the
-parser refuses is parsed in the test's own process; every other one runs in a forked child (a hang or an unbounded
-allocation is contained by an alarm and an address-space limit), two at a time, that calls ``main`` directly, so
-the sweep pays no interpreter start-up. The bases keep each run cheap (200 audit draws, one accounting step where
-a step costs PLD work), so the whole sweep of about 1100 invocations needs about 35 CPU seconds. Run
+Every numeric option of every subcommand is given 0, -1, 1e-300, 5e-324 (subnormal), 1e300, inf, nan, huge integers
+and a non-number (``--epsilon`` also 1e308), one at a time in a valid base invocation, and run through
+:func:`dpaudit.cli.main`. Each invocation must end as a one-line usage error (exit 2) or print a result (exit 0,
+nothing on stderr: no warning) without NaN and without an infinite ε that lacks its reason; a traceback (exit 3), a
+hang past the timeout or a crash fails. An invocation the parser refuses is parsed in the test's own process; every
+other one runs in a forked child (a hang or an unbounded allocation is contained by an alarm and an address-space
+limit), two at a time, that calls ``main`` directly, so the sweep pays no interpreter start-up. The bases keep each
+run cheap (200 audit draws, one accounting step where a step costs PLD work), so the whole sweep of about 1200
+invocations needs about 45 CPU seconds. Run
 ``python tests/test_cli_sweep.py`` for the counts by outcome.
 """
 
@@ -31,7 +32,9 @@ from contextlib import redirect_stderr, redirect_stdout
 
 from dpaudit.cli import build_parser, main
 
-_VALUES = ("0", "-1", "1e-300", "1e300", "inf", "nan", "1000000000000", "1" + "0" * 30, "abc")
+_VALUES = ("0", "-1", "1e-300", "5e-324", "1e300", "inf", "nan", "1000000000000", "1" + "0" * 30, "abc")
+# --epsilon also at the edge of float64, where 2 eps overflows
+_EPSILONS = (*_VALUES, "1e308")
 _TIMEOUT_S = 30
 _WORKERS = 2
 _ADDRESS_SPACE = 6 * 2**30
@@ -109,7 +112,7 @@ def cases() -> list[list[str]]:
             argvs += [[command, name, *_with(start, option, value)] for value in _VALUES]
         if command == "bounds" and name in _EPSILON_QUERY:
             query = base[: base.index("--delta")]
-            argvs += [[command, name, *query, "--epsilon", value] for value in _VALUES]
+            argvs += [[command, name, *query, "--epsilon", value] for value in _EPSILONS]
     return argvs
 
 

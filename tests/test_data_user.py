@@ -54,7 +54,14 @@ _BAD_NPZ = [
     ({**_SPLITS, "x_test": x[32:, :4]}, "the parts' feature shapes differ (public (5,), private (5,), test (4,))"),
     ({"x": np.where(np.arange(40)[:, None] == 7, np.nan, x), "y": y}, "x contains 5 non-finite value(s)"),
     ({"x": np.where(np.arange(40)[:, None] == 2, np.inf, x), "y": y}, "(NaN or ±inf) at index (2, 0)"),
-    ({"x": np.full(x.shape, "red"), "y": y}, "x must be numeric"),
+    # features must be real numbers: what numpy would convert (or half-convert) is refused by its dtype
+    ({"x": np.full(x.shape, "red"), "y": y}, "x must hold real numbers; got dtype <U3 (text)"),
+    ({"x": x.astype(str), "y": y}, "(text): convert it to floats"),
+    ({"x": x.astype("S8"), "y": y}, "got dtype |S8 (bytes)"),
+    ({"x": (x * 1e6).astype("datetime64[s]"), "y": y}, "got dtype datetime64[s] (dates)"),
+    ({"x": (x * 1e6).astype("timedelta64[s]"), "y": y}, "got dtype timedelta64[s] (time spans)"),
+    ({"x": x + 1j * x, "y": y}, "got dtype complex128 (complex numbers)"),
+    ({"x": np.zeros(x.shape, dtype=[("a", "f4")]), "y": y}, "(records or raw bytes)"),
     ({"x": x, "y": np.where(np.arange(40) == 3, 0.5, y)}, "y must hold integer class labels; got 0.5 at index 3:"),
     ({"x": x, "y": np.array(["cat", "dog"])[y % 2]}, "y must hold integer class labels; got dtype <U3"),
     ({"x": x, "y": y > 0}, "y must hold integer class labels; got dtype bool"),
@@ -101,6 +108,9 @@ _BAD_CSV = [
     ("a,label\n" + "1,0\n2,1e300\n3,2e300\n" * 7, "label must hold integer class labels; got 1e+300 at index 1"),
     ("a,b,label\n1,,0\n" + "1,2,1\n" * 20, "features contains 1 non-finite value(s) (NaN or ±inf) at index (0, 1)"),
     ("", "is not a readable CSV table"),
+    # pandas reads a repeated name as label.1: a second label column must not become a feature
+    ("a,label,label\n" + "1,0,1\n2,1,0\n" * 10, "column(s) 'label' appear more than once in the header"),
+    ("a,a,label\n" + "1,2,0\n2,1,1\n" * 10, "column(s) 'a' appear more than once"),
 ]
 
 

@@ -222,6 +222,11 @@ def test_cli_prints_json_and_text(capsys):
         (["sketch", "--sensitivity", "2"], "sensitivity^2"),
         (["gaussian", "--delta", "2"], "delta must be in (0, 1)"),
         (["projection", "--samples", "3"], "samples must be an integer >= 10"),
+        # sizes that cannot finish are refused, not left running (the default 10^5 releases at d = 10^5: days)
+        (["wishart-m1", "--d", "100000"], "draw about 6.4e+11 random numbers, more than the 8.59e+09"),
+        (["wishart-m2", "--d", "100000"], "lower --samples and --training-samples or the dimensions"),
+        (["projection", "--d", "100000"], "100000 releases per input draw about 1.6e+11 random numbers"),
+        (["wishart-m2", "--n", "100000"], "the Gram matrix of one release (100000 x 100000) needs 298 GiB"),
     ],
 )
 def test_cli_bad_input_is_one_line_with_exit_2(argv, expected, capsys):

@@ -150,6 +150,16 @@ def test_diverging_models_are_named_with_the_fix_and_the_directory_restarts_afte
     assert numbers["config"]["lr"] == 0.01 and numbers["n_in"] == 4
 
 
+def test_the_fix_for_a_divergence_names_batchnorm_where_the_model_has_it():
+    from torch import nn
+
+    from dpaudit.campaign.plan import divergence_fix
+
+    assert divergence_fix(nn.Sequential(nn.Linear(4, 2))) == "lower --lr or raise --batch-size"
+    with_batchnorm = divergence_fix(nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3), nn.Linear(3, 2)))
+    assert with_batchnorm.startswith("lower --lr or raise --batch-size (or drop the model's BatchNorm layers")
+
+
 def test_a_stored_chunk_with_non_finite_outputs_is_refused_naming_it(copy, capsys):
     store = RunStore(copy)
     path = sorted((copy / "chunks").glob("*.npz"))[0]

@@ -50,6 +50,21 @@ class NumpyInForward(Net):
         return super().forward(torch.from_numpy(x.numpy()))
 
 
+class FailsOnLargerBatches(Net):
+    def forward(self, x):
+        if len(x) > 2:  # passes the probe's two examples
+            raise RuntimeError("only two rows at a time")
+        return super().forward(x)
+
+
+class FailsInShadowTraining(Net):
+    def forward(self, x):
+        # the engine's K models: batched parameters, on more rows than the probe's two
+        if torch._C._functorch.is_batchedtensor(self.head.weight) and len(x) > 2:
+            raise RuntimeError("not with batched parameters")
+        return super().forward(x)
+
+
 class FailsInTrainingMode(Net):
     def forward(self, x):
         if self.training:
@@ -87,6 +102,18 @@ def an_extra_dimension(input_shape, num_classes):
 
 def one_output(input_shape, num_classes):
     return Net(input_shape, num_classes, outputs=1)
+
+
+def one_output_too_many(input_shape, num_classes):
+    return Net(input_shape, num_classes, outputs=num_classes + 1)
+
+
+def fails_on_larger_batches(input_shape, num_classes):
+    return FailsOnLargerBatches(input_shape, num_classes)
+
+
+def fails_in_shadow_training(input_shape, num_classes):
+    return FailsInShadowTraining(input_shape, num_classes)
 
 
 def float64(input_shape, num_classes):
@@ -169,6 +196,7 @@ def _audit(dataset, out, *options: str) -> int:
         ("user_models:a_scalar", ["returned shape ()"]),
         ("user_models:an_extra_dimension", ["returned shape (2, 2, 1)"]),
         ("user_models:one_output", ["returned shape (2, 1)", "one output per class of the data (2)"]),
+        ("user_models:one_output_too_many", ["returned shape (2, 3)", "one output per class of the data (2)"]),
         ("user_models:float64", ["parameter 'hidden.weight' is torch.float64", "model.float()"]),
         ("user_models:float16", ["is torch.float16", "model.float()"]),
         ("user_models:bfloat16", ["is torch.bfloat16", "model.float()"]),
@@ -188,6 +216,32 @@ def test_a_failing_user_model_is_one_line_naming_the_stage(user_files, tmp_path,
     err = one_line_error(capsys, f"--model {factory}", *fragments)
     assert "internal error" not in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("factory", "options", "stage"),
+    [
+        ("user_models:fails_on_larger_batches", [], "pretraining on the public split"),
+        # where workers train a chunk, the same one line travels back (shadow.train_chunk raises it there)
+        ("user_models:fails_in_shadow_training", ["--workers", "1"], "training shadow models 0-3"),
+    ],
+)
+def test_a_user_model_failing_after_the_probe_is_still_one_line_naming_it(
+    user_files, tmp_path, capsys, factory, options, stage
+):
+    """Past the probe the run directory exists (its lock is taken); no model in it has finished.
+
+    By then dpaudit has said on stderr which layers LoRA adapts: the error is the one line after it.
+    """
+    out = tmp_path / "run"
+    assert _audit(user_files, out, "--model", factory, *options) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "internal error" not in err, err
+    said, error = err.strip().splitlines()
+    assert said.startswith("dpaudit: LoRA adapts") and error.startswith(
+        f"dpaudit: error: --model {factory}: {stage} failed, in your code: RuntimeError"
+    ), err
+    assert not list((out / "chunks").glob("*"))
 
 
 def test_a_planted_dpaudit_bug_around_the_users_forward_pass_is_still_an_internal_error(

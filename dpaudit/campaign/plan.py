@@ -29,6 +29,7 @@ from dpaudit import models
 from dpaudit.campaign import resolve
 from dpaudit.campaign.shadow import (
     Setup,
+    blamed_on_model,
     lora_spec,
     one_thread_precision,
     outputs_of,
@@ -156,10 +157,18 @@ def _canary_labels(
     if not np.isfinite(logits).all():
         raise UsageError(
             "the reference model that labels the canary (trained on the private data as the shadow models are)"
-            f" diverged (non-finite outputs) with --lr {config.lr:g} and --batch-size {config.batch_size}: lower --lr"
-            " or raise --batch-size; the shadow models would diverge too"
+            f" diverged (non-finite outputs) with --lr {config.lr:g} and --batch-size {config.batch_size}:"
+            f" {divergence_fix(base)}; the shadow models would diverge too"
         )
     return np.array([input_canary.least_likely_label(row) for row in logits], dtype=np.int64)
+
+
+def divergence_fix(model: nn.Module) -> str:
+    """What to change when training ``model`` diverged: the learning rate and batch size, and its BatchNorm layers."""
+    fix = "lower --lr or raise --batch-size"
+    if any(isinstance(module, nn.modules.batchnorm._BatchNorm) for module in model.modules()):
+        fix += " (or drop the model's BatchNorm layers: a small batch's statistics can blow its activations up)"
+    return fix
 
 
 def _reference_start(config: CampaignConfig, base: nn.Module, mechanism: Mechanism) -> engine.ShadowModels:
@@ -395,11 +404,7 @@ def _probe_model(config: CampaignConfig, inputs: resolve.Inputs) -> None:
     batch = f"a batch of shape {tuple(x.shape)}"
     model = copy.deepcopy(architecture).eval()  # in training mode, a forward pass would move BatchNorm's statistics
     what = _model_named(config)
-
-    def users_code(stage: str, user_files: frozenset[str] | None = None) -> contextlib.AbstractContextManager:
-        return contextlib.nullcontext() if config.model is None else blamed_on_user(what, stage, user_files)
-
-    with users_code(f"its forward pass on {batch}"), torch.no_grad():
+    with _users_code(config, f"its forward pass on {batch}"), torch.no_grad():
         logits = models.forward(model, torch.from_numpy(x))
     expected, axes = (
         ((len(x), x.shape[1], dataset.num_classes), "(batch, positions, vocabulary)")
@@ -418,15 +423,14 @@ def _probe_model(config: CampaignConfig, inputs: resolve.Inputs) -> None:
             f"{what} returned {logits.dtype} logits on {batch}: dpaudit trains float32 models; return float32"
             " logits (e.g. .float())"
         )
-    user_files = source_files(list(architecture.modules()))
     if config.pretrain:  # pretraining runs the model in training mode, through plain autograd (models.pretrain)
         model.train()
-        with users_code(f"a pretraining step (training mode) on {batch}", user_files):
+        with _users_code(config, f"a pretraining step (training mode) on {batch}", architecture):
             models.mean_loss(dataset.task, models.forward(model, torch.from_numpy(x)), torch.from_numpy(y)).backward()
         model.eval()
     shadow = _reference_start(config, model, inputs.mechanism)
     gradients = engine.step_gradient_function(shadow, inputs.mechanism)
-    with users_code(f"the training step's gradients on {batch}", user_files):
+    with _users_code(config, f"the training step's gradients on {batch}", architecture):
         gradients(
             shadow.trainable,
             shadow.frozen,
@@ -434,6 +438,20 @@ def _probe_model(config: CampaignConfig, inputs: resolve.Inputs) -> None:
             torch.from_numpy(y)[None],
             torch.ones(1, len(x)),
         )
+
+
+def _users_code(
+    config: CampaignConfig, stage: str, architecture: nn.Module | None = None
+) -> contextlib.AbstractContextManager:
+    """A failure of the user's model during ``stage`` named as theirs (:func:`dpaudit.user_code.blamed_on_user`).
+
+    ``architecture``: the block also runs dpaudit's code around the model (training), and the model's source
+    files tell whose a failure is; None: the block runs the model alone. Nothing for dpaudit's built-in model.
+    """
+    if config.model is None:
+        return contextlib.nullcontext()
+    user_files = None if architecture is None else source_files(list(architecture.modules()))
+    return blamed_on_user(_model_named(config), stage, user_files)
 
 
 def _members(pool_membership: np.ndarray) -> int:
@@ -490,11 +508,12 @@ def prepare(
     plan = store.saved_plan() if resumed else None
     base = _stored_base(store, architecture, plan) if resumed else None
     if base is None:
-        base = (
-            models.pretrain(architecture, dataset.public.x, dataset.public.y, seed=config.seed)
-            if config.pretrain
-            else architecture.eval().requires_grad_(False)
-        )
+        with _users_code(config, "pretraining on the public split", architecture):
+            base = (
+                models.pretrain(architecture, dataset.public.x, dataset.public.y, seed=config.seed)
+                if config.pretrain
+                else architecture.eval().requires_grad_(False)
+            )
         if plan is not None and _base_checksum(base) != str(plan.base_checksum):
             raise UsageError(
                 f"{store.root / 'base.pt'} was damaged, and pretraining again gives another base than the one its"
@@ -529,11 +548,11 @@ def prepare(
                 if vocabulary is not None and np.issubdtype(dataset.private.x.dtype, np.integer)
                 else input_canary.draw_canary_input(shape, campaign_rng(config.seed, "canary")).astype(np.float32)
             )
-            labels = (
-                _canary_labels(config, dataset, base, mechanism, x_q, layout, device)
-                if plan is None
-                else plan.target_labels
-            )
+            if plan is None:
+                with _users_code(config, "training the reference model that labels the canary", architecture):
+                    labels = _canary_labels(config, dataset, base, mechanism, x_q, layout, device)
+            else:
+                labels = plan.target_labels
         pool_x, pool_y = np.concatenate([pool_x, x_q]), np.concatenate([pool_y, labels])
         target_index = np.arange(len(dataset.private), len(pool_y))
     else:
@@ -552,6 +571,7 @@ def prepare(
         gradient_canaries,
         canary_membership,
         candidates,
+        None if config.model is None else _model_named(config),
     )
     layers = _adapted_layer_shapes(config, base)
     # The claim the analysis judges the audit against, recorded in the plan before any model trains (privacy.json is
@@ -561,7 +581,7 @@ def prepare(
     if plan is not None:
         store.check_claimed_privacy(claimed)
     else:
-        with torch.no_grad():
+        with blamed_on_model(setup, "the base model's outputs on the targets"), torch.no_grad():
             reference_outputs = outputs_of(
                 setup, lambda x: models.forward(base, torch.from_numpy(x)), setup.targets_x, setup.targets_y
             )

@@ -103,11 +103,13 @@ def run(
         try:
             _run_locked(config, execution, store, inputs)
         except Diverged as diverged:
-            raise _divergence_error(config, store, diverged.args[0]) from None
+            raise _divergence_error(config, store, inputs.architecture, diverged.args[0]) from None
     return store
 
 
-def _divergence_error(config: CampaignConfig, store: RunStore, models: tuple[int, ...]) -> UsageError:
+def _divergence_error(
+    config: CampaignConfig, store: RunStore, architecture: torch.nn.Module, models: tuple[int, ...]
+) -> UsageError:
     shown = ", ".join(map(str, models[:10])) + (", …" if len(models) > 10 else "")
     finished = int(store.finished().sum())
     again = (
@@ -119,7 +121,7 @@ def _divergence_error(config: CampaignConfig, store: RunStore, models: tuple[int
     )
     return UsageError(
         f"shadow model(s) {shown} diverged (non-finite outputs) with --lr {config.lr:g} and --batch-size"
-        f" {config.batch_size}; nothing of theirs was stored: lower --lr or raise --batch-size, then {again}"
+        f" {config.batch_size}; nothing of theirs was stored: {plan.divergence_fix(architecture)}, then {again}"
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +25,7 @@ from dpaudit.mechanisms.base import Mechanism
 from dpaudit.seeding import ModelRandomness, shadow_randomness
 from dpaudit.training import canaries as canary_lib
 from dpaudit.training import engine, sampling
+from dpaudit.user_code import blamed_on_user, source_files
 
 _LOGIT_ELEMENTS = 2**24  # next-token logits materialised at once while a chunk's outputs are summarised (64 MiB)
 
@@ -65,6 +66,9 @@ class Setup:
     canary_membership: np.ndarray | None = None  # (models, canaries) bool: which gradient canaries each model gets
     # Next-token campaigns with secret canaries: the windows of the candidates the secrets' exposure is ranked in.
     exposure_candidates: np.ndarray | None = None
+    # The user's model as its option names it (``--model mymodels:make``), whose failures while training are the
+    # user's errors (:func:`dpaudit.user_code.blamed_on_user`); None: dpaudit's built-in model.
+    users_model: str | None = None
 
     @property
     def models(self) -> int:
@@ -157,8 +161,24 @@ def train_chunk(
 ) -> ChunkOutputs:
     """Train shadow models ``indices`` and return their outputs on the targets and the population (test split).
 
-    Raises :class:`Diverged` rather than return non-finite outputs (which would be stored as finished).
+    Raises :class:`Diverged` rather than return non-finite outputs (which would be stored as finished), and a
+    :class:`dpaudit.errors.UsageError` naming the user's model if it fails (in a worker, so that the error, not a
+    traceback of another process, reaches the driver).
     """
+    with blamed_on_model(setup, f"training shadow models {indices[0]}-{indices[-1]}"):
+        return _trained_chunk(setup, indices, device, on_step)
+
+
+def blamed_on_model(setup: Setup, stage: str) -> AbstractContextManager:
+    """:func:`dpaudit.user_code.blamed_on_user` for ``setup``'s model during ``stage``; nothing for dpaudit's own."""
+    if setup.users_model is None:
+        return nullcontext()
+    return blamed_on_user(setup.users_model, stage, source_files(list(setup.base.modules())))
+
+
+def _trained_chunk(
+    setup: Setup, indices: np.ndarray, device: torch.device, on_step: Callable[[int], None] | None
+) -> ChunkOutputs:
     randomness = shadow_randomness(setup.settings.seed, indices)
     canaries = None
     if setup.canaries is not None and setup.canary_membership is not None:

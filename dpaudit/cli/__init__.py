@@ -67,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     except InvalidArgument as exc:  # UsageError included
         if debug:
             raise
-        print(f"dpaudit: error: {exc}", file=sys.stderr)
+        # one line, even when the message quotes a path or value holding a line break
+        message = str(exc).replace("\r", "\\r").replace("\n", "\\n")
+        print(f"dpaudit: error: {message}", file=sys.stderr)
         return USAGE_ERROR
     except KeyboardInterrupt:
         print("dpaudit: interrupted", file=sys.stderr)

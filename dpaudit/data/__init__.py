@@ -290,12 +290,22 @@ def _csv_arrays(path: Path, spec: str, option: str = "--dataset") -> dict[str, n
 
     try:
         with _opened(path, spec, option) as handle:
+            # the header as written: pandas renames a repeated column (label, label → label, label.1), which would
+            # make a second label column a feature
+            header = pd.read_csv(handle, header=None, nrows=1, dtype=str).iloc[0].tolist()
+            handle.seek(0)
             frame = pd.read_csv(handle)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise UsageError(
             f"{path} is not a readable CSV table ({reason}); write it as comma-separated UTF-8 text"
         ) from None
+    repeated = sorted({str(name) for name in header if header.count(name) > 1})
+    if repeated:
+        raise UsageError(
+            f"{path}: column(s) {', '.join(map(repr, repeated[:5]))} appear more than once in the header; give every"
+            " column its own name (one 'label' column)"
+        )
     if "label" not in frame.columns:
         raise UsageError(
             f"{path} has no 'label' column (columns: {', '.join(map(str, frame.columns[:10]))}); name the class column"

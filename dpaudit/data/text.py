@@ -22,6 +22,7 @@ and scores every sequence, a secret's window or any other, by :func:`sequence_su
 from __future__ import annotations
 
 import itertools
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -107,6 +108,10 @@ def _text(path: str | None) -> tuple[str, bytes]:
         return "text", corpus()[:EMBEDDED_BYTES]
     file = Path(path)
     with data._opened(file, f"text:{path}") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        # checked before reading: windows of int64 inputs and targets, and the split's copies of them, take about
+        # 40 bytes per byte of text
+        check.allocation(f"text:{path} ({size} bytes) cut into int64 windows", 40 * size, "give a shorter text")
         raw = handle.read()
     try:
         raw.decode("utf-8")

@@ -69,6 +69,7 @@ from attacks.epsilon import (
 from attacks.metrics import summarize
 from attacks.tradeoff import audit_verdict, max_auc
 from dpaudit.release_audit.kinds import RELEASES, kind_of
+from dpaudit.release_audit.releases import drawn_numbers
 
 Outcome = Literal["consistent", "violated", "inconclusive", "not DP"]
 
@@ -79,6 +80,10 @@ _STREAMS = {"V": 1, "V'": 2, "train V": 3, "train V'": 4, "classifier": 5, "exac
 # draws per side the threshold is chosen on a seeded 10% split instead (attacks.epsilon.SplitThreshold).
 _BONFERRONI_LIMIT = 50_000
 _SELECTION_FRACTION = 0.1
+# Random numbers an audit may draw: sampling full releases runs at about 10^7 numbers a second on one core, so this
+# is about ten minutes. More is refused rather than left running without an end in sight ([W]'s matrices at
+# d = 10^5 and the default 10^5 releases would take days).
+MAX_DRAWN_NUMBERS = 2**33
 
 
 def _rng(seed: int, purpose: str) -> np.random.Generator:
@@ -474,11 +479,19 @@ def audit(
     width = mechanism.sample_statistic(_rng(seed, "V"), 1, "V").shape[1]
     # per draw and side: the statistic, its scores and losses, and the sorted copies and ROC counts built from them
     check.allocation(f"{samples} releases per input", 2 * 8 * samples * (width + 24), "lower --samples")
-    if kind.log_likelihood_ratio is None and kind.support is None:
+    learned = kind.log_likelihood_ratio is None and kind.support is None
+    if learned:
         check.allocation(
             f"{training_samples} training releases per input",
             2 * 8 * training_samples * (width + 8),
             "lower --training-samples",
+        )
+    drawn = drawn_numbers(mechanism, 2 * (samples + (training_samples if learned else 0)), full_releases)
+    if drawn > MAX_DRAWN_NUMBERS:
+        raise InvalidArgument(
+            f"{samples} releases per input{f' and {training_samples} training ones' if learned else ''} draw about"
+            f" {drawn:.3g} random numbers, more than the {MAX_DRAWN_NUMBERS:.3g} this command allows (about ten"
+            f" minutes of one core): lower --samples{' and --training-samples' if learned else ''} or the dimensions"
         )
     bounds = analytic_bounds(mechanism, delta, seed=seed)
     exact = exact_profile(mechanism, delta, samples=max(samples, 10**5), seed=seed)

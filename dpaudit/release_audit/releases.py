@@ -416,6 +416,12 @@ def _projection_factors(rng: np.random.Generator, count: int, d: int, r: int) ->
     return rng.standard_normal((count, d, r)) / math.sqrt(r)
 
 
+def drawn_numbers(mechanism, releases: int, full_releases: bool) -> int:
+    """About how many random numbers ``releases`` draws of ``mechanism``'s statistic take (full releases or not)."""
+    per_draw = 1 if mechanism.draws_statistic_directly and not full_releases else mechanism._elements_per_draw()
+    return releases * per_draw
+
+
 def _release_size(mechanism) -> None:
     # a chunk holds at least one release, and a release is built from a few arrays of its size
     check.allocation(
@@ -572,6 +578,9 @@ class _MatrixRelease(_Release):
         if self.r > self.pair.d:
             raise InvalidArgument(f"r must be <= d = {self.pair.d}, got r={self.r}")
         _release_size(self)
+        # the statistic of one release holds its n x n Gram matrix, a few copies while it is formed
+        n = self.pair.n
+        check.allocation(f"the Gram matrix of one release ({n} x {n})", 4 * 8 * n * n, "lower --n")
 
     def _elements_per_draw(self) -> int:
         return self.pair.d * max(self.r, self.pair.n)
