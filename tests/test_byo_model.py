@@ -36,6 +36,11 @@ def fixed(input_shape, num_classes):
     torch.manual_seed(7)
     return Net(input_shape, num_classes)
 
+def batch_norm(input_shape, num_classes):
+    return torch.nn.Sequential(
+        torch.nn.Linear(input_shape[0], 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(), torch.nn.Linear(8, num_classes)
+    )
+
 def no_layers(input_shape, num_classes):
     return torch.nn.Flatten()
 
@@ -93,6 +98,11 @@ def _audit(*argv: str) -> tuple[int, str]:
         (["--mechanism", "dp-sgd", "--target-modules", "head"], "--target-modules does not apply to mechanism"),
         (["--mechanism", "m2", "--target-modules", "head"], "mechanism 'm2' trains every layer"),
         (["--target-modules", ","], "--target-modules must name layers"),
+        (
+            ["--model", "byo_factories:batch_norm", "--mechanism", "dp-sgd"],
+            "layer '1' is a BatchNorm layer, and dp-sgd fine-tunes the whole model",
+        ),
+        (["--model", "byo_factories:batch_norm", "--mechanism", "none"], "replace BatchNorm with GroupNorm"),
     ],
 )
 def test_a_bad_model_is_refused_in_one_line(user_files, tmp_path, options, message):
@@ -201,3 +211,10 @@ def test_a_factory_without_a_seed_of_its_own_resumes_from_the_weights_the_run_sa
     sorted((out / "chunks").glob("models-*.npz"))[-1].unlink()  # as if killed before its last chunk was written
     assert main(["resume", str(out), "--workers", "1", "--quiet", "--json"]) == 0
     assert np.array_equal(RunStore(out).outputs().target_outputs, finished)
+
+
+def test_lora_on_a_model_with_batch_norm_says_that_its_statistics_stay(user_files, tmp_path):
+    out = str(tmp_path / "bn")
+    rc, err = _audit("--dataset", user_files, "--model", "byo_factories:batch_norm", "--rank", "2", "--out", out)
+    assert rc == 0, err
+    assert "dpaudit: BatchNorm layer(s) 1 keep the base's statistics and affine: fine-tuning runs in eval mode" in err

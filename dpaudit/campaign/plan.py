@@ -274,6 +274,14 @@ def check_inputs(
             " transformers Conv1D, whose weight is stored transposed: use a LoRA mechanism (lora-fa, dp-lora,"
             " dp-lora-fa, prism), or dp-sgd"
         )
+    batch_norms = [name for name, m in architecture.named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if batch_norms and mechanism.parameterization == "full":
+        raise UsageError(
+            f"layer {batch_norms[0]!r} is a BatchNorm layer, and {config.mechanism} fine-tunes the whole model: dpaudit"
+            " fine-tunes in eval mode (a per-example gradient must not depend on the other examples of its batch), so"
+            " its statistics and affine would stay as they start; replace BatchNorm with GroupNorm"
+            " (torch.nn.GroupNorm, as opacus requires), or use a LoRA mechanism (lora-fa, dp-lora, dp-lora-fa, prism)"
+        )
     rank_note = None
     if config.rank is not None and not rank_given:
         config, inputs, rank_note = _fitted_default_rank(config, inputs)
@@ -304,6 +312,12 @@ def check_inputs(
         print(f"dpaudit: {rank_note}", file=sys.stderr)
     if config.model is not None or config.target_modules is not None:
         print(f"dpaudit: {adapted_layers_note(config, architecture, mechanism)}", file=sys.stderr)
+    if batch_norms:
+        print(
+            f"dpaudit: BatchNorm layer(s) {', '.join(batch_norms)} keep the base's statistics and affine: fine-tuning"
+            " runs in eval mode (docs/models.md)",
+            file=sys.stderr,
+        )
     return config, inputs
 
 
