@@ -441,6 +441,8 @@ def attach_lora(model: nn.Module, spec: LoraSpec) -> nn.Module:
     )
     with warnings.catch_warnings():  # peft sets fan_in_fan_out back to False for each nn.Linear, and says so
         warnings.filterwarnings("ignore", message="fan_in_fan_out is set to")
+        # peft 0.21 asks a transformers model a deprecated question (no gradient checkpointing here either way)
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
         wrapped = peft.get_peft_model(model, config)
     wrapped.eval()
     return wrapped
