@@ -223,8 +223,9 @@ def test_cli_prints_json_and_text(capsys):
         (["gaussian", "--delta", "2"], "delta must be in (0, 1)"),
         (["projection", "--samples", "3"], "samples must be an integer >= 10"),
         # sizes that cannot finish are refused, not left running (the default 10^5 releases at d = 10^5: days)
-        (["wishart-m1", "--d", "100000"], "draw about 6.4e+11 random numbers, more than the 8.59e+09"),
-        (["wishart-m2", "--d", "100000"], "lower --samples and --training-samples or the dimensions"),
+        (["wishart-m1", "--d", "100000"], "draw about 6.4e+11 random numbers (about 745 minutes of one core), more"),
+        (["wishart-m2", "--d", "100000"], "lower --samples and --training-samples or the dimensions, or run it anyway"),
+        (["wishart-vector", "--max-random-numbers", "0"], "--max-random-numbers must be an integer >= 1, got 0"),
         (["projection", "--d", "100000"], "100000 releases per input draw about 1.6e+11 random numbers"),
         (["wishart-m2", "--n", "100000"], "the Gram matrix of one release (100000 x 100000) needs 298 GiB"),
     ],
@@ -233,3 +234,13 @@ def test_cli_bad_input_is_one_line_with_exit_2(argv, expected, capsys):
     assert main(["audit-mechanism", *argv]) == 2
     err = capsys.readouterr().err
     assert expected in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_random_number_limit_names_the_value_that_lets_the_audit_run(capsys):
+    small = ["audit-mechanism", "wishart-vector", "--r", "4", "--samples", "1000", "--json"]
+    assert main([*small, "--max-random-numbers", "10"]) == 2
+    err = capsys.readouterr().err
+    needed = err.rsplit("--max-random-numbers ", 1)[1].strip()
+    assert "1000 releases per input draw about 2e+03 random numbers" in err and int(needed) > 10
+    assert main([*small, "--max-random-numbers", needed]) == 0
+    assert main([*small, "--max-random-numbers", str(int(needed) - 2)]) == 2

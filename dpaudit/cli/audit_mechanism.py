@@ -35,6 +35,11 @@ def register(subparsers) -> None:
             action="store_true",
             help="score full releases instead of drawing the release statistic from its exact law",
         )
+        sub.add_argument(
+            "--max-random-numbers",
+            type=int,
+            help="refuse an audit that would draw more random numbers (default: 2^33, about ten minutes of one core)",
+        )
         add_json(sub, "print JSON instead of text")
         sub.set_defaults(func=run)
 
@@ -47,6 +52,7 @@ def build_mechanism(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from dpaudit.release_audit.audit import audit
 
+    limit = {} if args.max_random_numbers is None else {"max_random_numbers": args.max_random_numbers}
     result = audit(
         build_mechanism(args),
         delta=args.delta,
@@ -55,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
         confidence=args.confidence,
         training_samples=getattr(args, "training_samples", None),
         full_releases=args.full_releases,
+        **limit,
     )
     if args.json:
         print(json_text(result.to_dict()), end="")

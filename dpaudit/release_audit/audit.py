@@ -453,6 +453,7 @@ def audit(
     confidence: float = 0.95,
     training_samples: int | None = None,
     full_releases: bool = False,
+    max_random_numbers: int = MAX_DRAWN_NUMBERS,
 ) -> MechanismAudit:
     """Audit ``mechanism`` (a :mod:`dpaudit.release_audit.releases` mechanism holding its pair).
 
@@ -464,6 +465,8 @@ def audit(
         ``samples``).
       seed: root of every random stream of the audit.
       confidence: level of the Clopper-Pearson bound, of the AUC interval and of the profile band.
+      max_random_numbers: the most random numbers the audit may draw (:data:`MAX_DRAWN_NUMBERS`, about ten minutes
+        of one core); an audit that would draw more is refused before it starts.
       full_releases: score full releases instead of drawing the statistic from its law (exact either way; the
         full path is the slow cross-check). Matrix releases are always sampled in full.
     """
@@ -486,12 +489,15 @@ def audit(
             2 * 8 * training_samples * (width + 8),
             "lower --training-samples",
         )
+    max_random_numbers = check.count("--max-random-numbers", max_random_numbers)
     drawn = drawn_numbers(mechanism, 2 * (samples + (training_samples if learned else 0)), full_releases)
-    if drawn > MAX_DRAWN_NUMBERS:
+    if drawn > max_random_numbers:
+        minutes = drawn / MAX_DRAWN_NUMBERS * 10
         raise InvalidArgument(
             f"{samples} releases per input{f' and {training_samples} training ones' if learned else ''} draw about"
-            f" {drawn:.3g} random numbers, more than the {MAX_DRAWN_NUMBERS:.3g} this command allows (about ten"
-            f" minutes of one core): lower --samples{' and --training-samples' if learned else ''} or the dimensions"
+            f" {drawn:.3g} random numbers (about {minutes:.3g} minutes of one core), more than the"
+            f" {max_random_numbers:.3g} allowed: lower --samples{' and --training-samples' if learned else ''} or the"
+            f" dimensions, or run it anyway with --max-random-numbers {int(drawn) + 1}"
         )
     bounds = analytic_bounds(mechanism, delta, seed=seed)
     exact = exact_profile(mechanism, delta, samples=max(samples, 10**5), seed=seed)
