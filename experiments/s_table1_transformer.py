@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> None:
         metavar=("B", "LARGE"),
         help="the rows' batch size and the larger-batch LoRA-FA row's (default: 32 128)",
     )
+    s_table1_lora_variants.add_optimizer_argument(parsed)
     args = parsed.parse_args(argv)
     if args.dataset.split(":", 1)[0] != "text":
         parsed.error(f"--dataset {args.dataset}: this script audits the text transformer (text or text:PATH)")
