@@ -41,7 +41,7 @@ from dpaudit.config import PYTHON_OBJECT, CampaignConfig
 from dpaudit.data import text
 from dpaudit.errors import UsageError
 from dpaudit.formatting import json_text
-from dpaudit.mechanisms import bounds, catalogue, privacy
+from dpaudit.mechanisms import bounds, privacy
 from dpaudit.mechanisms.base import Mechanism
 from dpaudit.mechanisms.privacy import LayerShape, Training
 from dpaudit.seeding import ModelRandomness, campaign_rng
@@ -89,19 +89,21 @@ def claimed_privacy(
     return mechanism.privacy(campaign_training(config, members, layers, mechanism.sampling))
 
 
-def _adapted_layer_shapes(config: CampaignConfig, module: nn.Module) -> list[LayerShape]:
-    """:class:`LayerShape` of the layers the mechanism trains, in the model's order.
+def _trained_layers(config: CampaignConfig, module: nn.Module, mechanism: Mechanism) -> dict[str, nn.Module]:
+    """Name → layer of the layers the mechanism trains, in the model's order.
 
     A LoRA adapter's (:func:`models.lora_layers`: those ``--target-modules`` names, else its default, which leaves a
-    transformer's output head out); every layer for the other mechanisms.
+    transformer's output head out); every layer for a mechanism that trains the full weights.
     """
-    lora = config.mechanism in catalogue.applying("alpha")  # the mechanisms that train a LoRA adapter
-    adapted = models.lora_layers(module, config.target_modules) if lora else None
-    return [
-        shape
-        for name, shape in zip(models.adapted_layers(module), layer_shapes(module))
-        if adapted is None or name in adapted
-    ]
+    if mechanism.parameterization == "full" or config.rank is None:
+        return models.adapted_layers(module)
+    return models.lora_layers(module, config.target_modules)
+
+
+def _adapted_layer_shapes(config: CampaignConfig, module: nn.Module, mechanism: Mechanism) -> list[LayerShape]:
+    """:class:`LayerShape` of the layers the mechanism trains (:func:`_trained_layers`), in the model's order."""
+    trained = _trained_layers(config, module, mechanism)
+    return [shape for name, shape in zip(models.adapted_layers(module), layer_shapes(module)) if name in trained]
 
 
 def _membership(config: CampaignConfig, private: int) -> tuple[np.ndarray, np.ndarray]:
@@ -300,7 +302,8 @@ def check_inputs(
     # The claim as prepare() records it, bounded now as the analysis will bound it: a batch size no sampling
     # scheme can draw, or a claim no accountant can bound, is refused before any model trains.
     _, pool_membership = _membership(config, len(dataset.private))
-    claimed = claimed_privacy(mechanism, config, _members(pool_membership), _adapted_layer_shapes(config, architecture))
+    shapes = _adapted_layer_shapes(config, architecture, mechanism)
+    claimed = claimed_privacy(mechanism, config, _members(pool_membership), shapes)
     try:
         bounds.event_bound(claimed, config.delta)
     except ValueError as error:
@@ -323,16 +326,16 @@ def check_inputs(
 
 def adapted_layers_note(config: CampaignConfig, architecture: nn.Module, mechanism: Mechanism) -> str:
     """Which layers the mechanism trains, in a line: the LoRA adapter's (and the head it leaves out), or every one."""
+    trained = _trained_layers(config, architecture, mechanism)
     if mechanism.parameterization == "full" or config.rank is None:
-        return f"{config.mechanism} trains every layer: {', '.join(models.adapted_layers(architecture))}"
-    adapted = models.lora_layers(architecture, config.target_modules)
+        return f"{config.mechanism} trains every layer: {', '.join(trained)}"
     head = models.output_head(architecture)
     left_out = (
         f"; the output head {head} is left out (--target-modules adds it)"
-        if head is not None and head not in adapted
+        if head is not None and head not in trained
         else ""
     )
-    return f"LoRA adapts {len(adapted)} layer(s): {', '.join(adapted)}{left_out}"
+    return f"LoRA adapts {len(trained)} layer(s): {', '.join(trained)}{left_out}"
 
 
 def _check_token_ids(config: CampaignConfig, dataset: data_lib.Dataset, architecture: nn.Module) -> None:
@@ -587,7 +590,7 @@ def prepare(
         candidates,
         None if config.model is None else _model_named(config),
     )
-    layers = _adapted_layer_shapes(config, base)
+    layers = _adapted_layer_shapes(config, base, mechanism)
     # The claim the analysis judges the audit against, recorded in the plan before any model trains (privacy.json is
     # its readable copy). The analysis never rebuilds the mechanism (a user's object has no name that would rebuild
     # it): a continued campaign's mechanism is checked here to make the recorded claim still.

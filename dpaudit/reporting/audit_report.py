@@ -260,8 +260,8 @@ def _notes(entry: RunEntry) -> list[str]:
     """What a reader needs beside the headline: the finding with its paper lemmas, the ceiling, the exposure."""
     s = entry.summary
     notes = [s["finding"]]
-    if ceiling_words(s) is not None:
-        notes.append(ceiling_words(s))
+    if (ceiling := ceiling_words(s)) is not None:
+        notes.append(ceiling)
     if s.get("secret_exposure") is not None:
         notes.append(exposure_words(s["secret_exposure"]).capitalize() + ".")
     return notes
