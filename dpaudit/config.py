@@ -116,7 +116,8 @@ class CampaignConfig:
     mutant: str | None = (
         None  # a planted bug (dpaudit.mechanisms.catalogue), for tests and benchmarks: no CLI flag or TOML key
     )
-    model: str | None = None  # MODULE:FACTORY, FACTORY(input_shape, num_classes) the base; None: the built-in model
+    # MODULE:FACTORY, FACTORY(input_shape, num_classes) the base, or transformers:CLASS[:CONFIG.json]; None: built-in
+    model: str | None = None
     pretrain: bool = True  # pretrain the base on the public split (False: the base's own weights, --no-pretrain)
     target_modules: tuple[str, ...] | None = None  # layers LoRA adapts (peft's target_modules); None: every layer
     schedule: str = "cosine"  # learning-rate schedule: cosine annealing over all steps ([W] App. F.1) or constant
@@ -344,13 +345,17 @@ class Execution:
 
 
 def _model_spec(value) -> str:
-    """``--model MODULE:FACTORY`` (a module Python can import, a callable in it), or a Python object's description."""
+    """``--model``: ``MODULE:FACTORY``, ``transformers:CLASS[:CONFIG.json]`` or a Python object's description.
+
+    ``MODULE:FACTORY``: a module Python can import, a callable in it; ``transformers:CLASS``: a transformers class
+    built from its config (docs/models.md §8).
+    """
     spec = check.string("--model", value)
     module, _, factory = spec.partition(":")
     if not (module and factory):
         raise UsageError(
-            f"--model must be MODULE:FACTORY (an importable module and a callable in it, e.g. mymodels:make_net),"
-            f" got {spec!r}"
+            f"--model must be MODULE:FACTORY (an importable module and a callable in it, e.g. mymodels:make_net) or"
+            f" transformers:CLASS[:CONFIG.json] (e.g. transformers:GPT2LMHeadModel), got {spec!r}"
         )
     return spec
 

@@ -44,6 +44,7 @@ from dpaudit.formatting import json_text
 from dpaudit.mechanisms import bounds, privacy
 from dpaudit.mechanisms.base import Mechanism
 from dpaudit.mechanisms.privacy import LayerShape, Training
+from dpaudit.models import hugging_face
 from dpaudit.seeding import ModelRandomness, campaign_rng
 from dpaudit.training import canaries as canary_lib
 from dpaudit.training import engine, sampling
@@ -495,9 +496,17 @@ def fingerprints(config: CampaignConfig, inputs: resolve.Inputs) -> dict[str, st
     dataclass's fields).
     """
     start = _starting_weights(config, inputs.architecture)
-    weights = True  # the built-in model is built from the seed; a model object given to dpaudit.audit is as it is
-    if config.model is not None and not config.model.startswith(PYTHON_OBJECT):
-        again = models.from_factory(config.model, inputs.dataset.input_shape, inputs.dataset.num_classes)
+    # The built-in model and a transformers class are built from the seed; a model object given to dpaudit.audit is
+    # as it is.
+    weights = True
+    if (
+        config.model is not None
+        and not config.model.startswith(PYTHON_OBJECT)
+        and not hugging_face.names_class(config.model)
+    ):
+        again = models.from_factory(
+            config.model, inputs.dataset.input_shape, inputs.dataset.num_classes, seed=config.seed
+        )
         weights = models.fingerprint(_starting_weights(config, again)) == models.fingerprint(start)
     mechanism = type(inputs.mechanism)
     described = f"{mechanism.__module__}.{mechanism.__qualname__}:{inputs.mechanism!r}"

@@ -2,7 +2,8 @@
 
 The catalogue (:mod:`dpaudit.mechanisms.catalogue`) says which names exist and which options apply to each, and
 :class:`dpaudit.config.CampaignConfig` checks them; this resolver sits above both and builds the objects: a
-:class:`dpaudit.data.Dataset` (:func:`load_dataset`), the base model (built-in or ``MODULE:FACTORY``) and the
+:class:`dpaudit.data.Dataset` (:func:`load_dataset`), the base model (built-in, ``MODULE:FACTORY`` or
+``transformers:CLASS``) and the
 :class:`dpaudit.mechanisms.base.Mechanism` (:func:`mechanism`, by the factories of ``_FACTORIES``). Each factory
 imports its mechanism's module when called, so resolving one name loads one mechanism family.
 :func:`mechanism_options` is the factories' inverse: the config options a mechanism object holds, which
@@ -14,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 from torch import nn
 
 from dpaudit import data as data_lib
@@ -22,6 +24,7 @@ from dpaudit.config import PYTHON_OBJECT, CampaignConfig
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms import catalogue
 from dpaudit.mechanisms.base import Mechanism
+from dpaudit.models import hugging_face
 
 
 @dataclass
@@ -166,7 +169,23 @@ def resolve(config: CampaignConfig) -> Inputs:
         architecture: nn.Module = models.for_input(dataset.input_shape, dataset.num_classes, dataset.task)
         models.initialise(architecture, config.seed)  # the built-in model's weights: from the seed, never global
     else:
-        architecture = models.from_factory(config.model, dataset.input_shape, dataset.num_classes)
-        if config.dataset.startswith("npz:") and models.input_vocabulary(architecture) is not None:
+        named_class = hugging_face.names_class(config.model)
+        npz = config.dataset.startswith("npz:")
+        if named_class and npz:
+            dataset = load_dataset(config.dataset, tokens=True)  # token ids, as they are (docs/models.md §6)
+        architecture = models.from_factory(
+            config.model, dataset.input_shape, dataset.num_classes, seed=config.seed, vocabulary=_vocabulary(dataset)
+        )
+        if npz and not named_class and models.input_vocabulary(architecture) is not None:
             dataset = load_dataset(config.dataset, tokens=True)  # token ids, as they are (docs/models.md §6)
     return Inputs(dataset, architecture, mechanism(config))
+
+
+def _vocabulary(dataset: data_lib.Dataset) -> int | None:
+    """The token vocabulary of ``dataset``: next-token data's, or its largest token id + 1; None: no token ids."""
+    if dataset.task == "next-token":
+        return dataset.num_classes
+    parts = (dataset.public.x, dataset.private.x, dataset.test.x)
+    if not all(np.issubdtype(x.dtype, np.integer) for x in parts):
+        return None
+    return max(int(x.max(initial=0)) for x in parts) + 1

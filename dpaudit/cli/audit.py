@@ -38,8 +38,10 @@ def register(subparsers) -> None:
     campaign.add_argument(
         "--model",
         metavar="MODULE:FACTORY",
-        help="your base model: FACTORY(input_shape, num_classes) in an importable MODULE returns a torch.nn.Module"
-        " (an MLP for vectors, [W] App. F.1's CNN for images)",
+        help="your base model: FACTORY(input_shape, num_classes) in an importable MODULE returns a torch.nn.Module;"
+        " or transformers:CLASS[:CONFIG.json], a transformers causal LM or sequence classifier built from its config"
+        " with the data's sizes, small otherwise, CONFIG.json's values over both (an MLP for vectors, [W] App. F.1's"
+        " CNN for images, a byte-level transformer for text)",
     )
     campaign.add_argument(
         "--no-pretrain",

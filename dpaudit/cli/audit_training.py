@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     classes = training_sets.training_classes(args.dataset, x, y)
     if public is not None:  # the model outputs the public set's classes too
         classes = max(classes, int(public[1].max()) + 1)
-    model = models.from_factory(args.model, x.shape[1:], classes)
+    model = models.from_factory(args.model, x.shape[1:], classes, seed=args.seed)
     trainer = load_callable("--trainer", args.trainer, ("model", "x", "y", "seed"), "the trained torch.nn.Module")
     statistics = {
         spec: load_callable("--statistic", spec, ("start", "trained", "x_c", "y_c"), "a float")

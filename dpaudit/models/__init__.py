@@ -32,6 +32,7 @@ from torch import nn
 from torch.func import functional_call
 
 from dpaudit.errors import UsageError
+from dpaudit.models import hugging_face
 from dpaudit.models.transformer import CausalTransformer
 from dpaudit.user_code import blamed_on_user, load_callable
 
@@ -82,14 +83,8 @@ def _is_causal_lm(model: nn.Module) -> bool:
     classes = _transformers_classes(inner)
     if not classes:
         return False  # transformers is not imported for models that are not its own (seconds to import)
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-    names = {name for value in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values() for name in _class_names(value)}
-    return any(cls.__name__ in names for cls in classes)
-
-
-def _class_names(value: str | tuple[str, ...]) -> tuple[str, ...]:
-    return (value,) if isinstance(value, str) else tuple(value)
+    tasks = hugging_face.task_names()
+    return any(tasks.get(cls.__name__) == "next-token" for cls in classes)
 
 
 def output_logits(output: object) -> torch.Tensor:
@@ -214,8 +209,17 @@ def initialise(model: nn.Module, seed: int) -> None:
                 reset()
 
 
-def from_factory(spec: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-    """The base model of ``--model MODULE:FACTORY``: ``FACTORY(input_shape, num_classes)`` from an importable module."""
+def from_factory(
+    spec: str, input_shape: tuple[int, ...], num_classes: int, *, seed: int, vocabulary: int | None = None
+) -> nn.Module:
+    """The base model of ``--model MODULE:FACTORY``: ``FACTORY(input_shape, num_classes)`` from an importable module.
+
+    ``--model transformers:CLASS[:CONFIG.json]``: that transformers class built from its config, with the data's
+    sizes (``vocabulary``: a classifier's token vocabulary) and its weights drawn from ``seed``
+    (:func:`dpaudit.models.hugging_face.build`). A factory's own randomness is its own (docs/models.md §1).
+    """
+    if hugging_face.names_class(spec):
+        return hugging_face.build(spec, tuple(input_shape), num_classes, seed=seed, vocabulary=vocabulary)
     factory = load_callable("--model", spec, ("input_shape", "num_classes"), "a torch.nn.Module")
     factory_name = spec.partition(":")[2]
     arguments = (tuple(input_shape), num_classes)
