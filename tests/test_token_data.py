@@ -111,22 +111,31 @@ def test_secret_canaries_on_token_ids_vary_only_in_their_symbols():
     assert byte_window[:20].astype(np.uint8).tobytes() == text.SECRET_PREFIX
 
 
-def test_a_raw_gpt2_audits_token_ids_with_secret_canaries_through_the_cli(tmp_path, capsys):
-    """tokens:PATH.npz, --window, a raw GPT-2 factory: the secret is token ids; exposure in [0, log2(1001)]."""
-    stream = np.random.default_rng(1).integers(_VOCABULARY, size=40 * 33)
-    np.savez(tmp_path / "tokens.npz", x=stream.reshape(40, 33))
+@pytest.mark.parametrize("source", ["tokens", "tokenizer"])
+def test_a_raw_gpt2_audits_token_ids_with_secret_canaries_through_the_cli(tmp_path, capsys, tokenizer_file, source):
+    """tokens:PATH.npz or text --tokenizer, --window, a raw GPT-2 factory: the secret is token ids.
+
+    Ids of the data's vocabulary (48, or the tokenizer's 120); the secret's exposure in [0, log2(1001)].
+    """
+    if source == "tokens":
+        stream = np.random.default_rng(1).integers(_VOCABULARY, size=40 * 33)
+        np.savez(tmp_path / "tokens.npz", x=stream.reshape(40, 33))
+        data, vocabulary, described = [f"tokens:{tmp_path / 'tokens.npz'}"], _VOCABULARY, ""
+    else:
+        tokenizer, corpus = tokenizer_file
+        data, vocabulary = [f"text:{corpus}", "--tokenizer", str(tokenizer)], 120
+        described = f", encoded by --tokenizer {tokenizer}"
     out = tmp_path / "run"
     rc = main(
-        ["audit", "--model", "tests.test_token_data:gpt2", "--dataset", f"tokens:{tmp_path / 'tokens.npz'}"]
-        + ["--window", "32", "--no-pretrain", "--rank", "2", "--models", "2", "--epochs", "1", "--quiet"]
-        + ["--json", "--out", str(out)]
+        ["audit", "--model", "tests.test_token_data:gpt2", "--dataset", *data, "--window", "32", "--no-pretrain"]
+        + ["--rank", "2", "--models", "2", "--epochs", "1", "--quiet", "--json", "--out", str(out)]
     )
     captured = capsys.readouterr()
     assert rc == 0, captured.err
     numbers = json.loads(captured.out)
     store = RunStore(out)
     assert store.config().window == 32
-    secrets = text.token_secrets(_VOCABULARY)
+    secrets = text.token_secrets(vocabulary)
     labels = store.plan().target_labels  # the secret's window shifted by one: its prefix from the second id
     assert labels.shape == (1, 32) and (labels[0, :3] == secrets.prefix[1:]).all()
     assert set(labels[0, 3:12]) <= set(secrets.alphabet) and (labels[0, 12:] == secrets.filler).all()
@@ -139,7 +148,7 @@ def test_a_raw_gpt2_audits_token_ids_with_secret_canaries_through_the_cli(tmp_pa
     assert reported["candidates"] == 1000 and reported["ceiling"] == pytest.approx(math.log2(1001))
     assert reported["inserted_mean"] == pytest.approx(recomputed[inside, 0].mean(), rel=1e-12)
     assert reported["held_out_mean"] == pytest.approx(recomputed[~inside, 0].mean(), rel=1e-12)
-    assert numbers["audited"]["data"] == f"tokens:{tmp_path / 'tokens.npz'}, windows of 32 tokens"
+    assert numbers["audited"]["data"] == f"{data[0]}{described}, windows of 32 tokens"
     assert 0 <= recomputed.min() and recomputed.max() <= math.log2(1001)
 
 
