@@ -180,6 +180,8 @@ def test_window_and_tokenizer_are_refused_where_they_do_not_apply(tmp_path, caps
         ("--dataset", "text", "--tokenizer", "no-such-tokenizer"): "nor a tokenizer in the local Hugging Face cache",
         ("--dataset", "text", "--tokenizer", str(tokenizer_file[1])): "cannot be read as a tokenizer",
         ("--dataset", "text", "--window", "8"): "cannot hold a 29-token secret: give a --window of at least 28",
+        ("--dataset", f"npz:{tmp_path / 'pairs.npz'}"): f"next-token targets rather than (n,) class labels: give it"
+        f" as --dataset tokens:{tmp_path / 'pairs.npz'}",
     }
     for options, fragment in refused.items():
         assert main(["audit", *options, "--quiet", "--out", str(tmp_path / "run")]) == 2, options
