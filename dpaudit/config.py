@@ -126,7 +126,7 @@ class CampaignConfig:
     schedule: str = "cosine"  # learning-rate schedule: cosine annealing over all steps ([W] App. F.1) or constant
     optimizer: str = "sgd"  # sgd (with momentum) | adamw (β1 = momentum)
     weight_decay: float | None = None  # AdamW's decoupled weight decay; None: ADAMW_WEIGHT_DECAY with adamw
-    window: int | None = None  # tokens per window of text/tokens data; None: dpaudit.data.text.SEQUENCE_LENGTH
+    window: int | None = None  # tokens per window of text/tokens data; None: 64 (tokens:PATH with y: its own)
     tokenizer: str | None = None  # text data's tokenizer on disk (a tokenizer.json or a directory); None: bytes
 
     def __post_init__(self):
