@@ -34,8 +34,8 @@ from dpaudit.errors import UsageError
 from dpaudit.mechanisms.base import Mechanism
 from dpaudit.reporting import run_report
 
-# Options the objects decide, so not settings of audit().
-_FROM_OBJECTS = ("mechanism", "dataset", "model", *resolver.MECHANISM_OPTIONS)
+# Options the objects decide, so not settings of audit(): the data object has its windows and tokens already.
+_FROM_OBJECTS = ("mechanism", "dataset", "model", "window", "tokenizer", *resolver.MECHANISM_OPTIONS)
 _EXECUTION_FIELDS = tuple(field.name for field in dataclasses.fields(Execution))
 
 _Arguments = ParamSpec("_Arguments")

@@ -66,7 +66,11 @@ _HASHED_WHEN_CHANGED = {
     "schedule": "cosine",
     "optimizer": "sgd",
     "weight_decay": None,
+    "window": None,
+    "tokenizer": None,
 }
+# Dataset kinds whose examples are windows of tokens, cut to --window's length (dpaudit.data.text).
+WINDOWED_DATASETS = ("text", "tokens")
 PRECISIONS = ("fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("loky", "dask")
@@ -123,6 +127,8 @@ class CampaignConfig:
     schedule: str = "cosine"  # learning-rate schedule: cosine annealing over all steps ([W] App. F.1) or constant
     optimizer: str = "sgd"  # sgd (with momentum) | adamw (β1 = momentum)
     weight_decay: float | None = None  # AdamW's decoupled weight decay; None: ADAMW_WEIGHT_DECAY with adamw
+    window: int | None = None  # tokens per window of text/tokens data; None: 64 (tokens:PATH with y: its own)
+    tokenizer: str | None = None  # text data's tokenizer on disk (a tokenizer.json or a directory); None: bytes
 
     def __post_init__(self):
         checked = {
@@ -150,6 +156,7 @@ class CampaignConfig:
             "schedule": check.one_of("--schedule", self.schedule, SCHEDULES),
             **self._optimizer_options(),
             **self._mechanism_options(),
+            **self._text_options(),
         }
         for name, value in checked.items():
             object.__setattr__(self, name, value)
@@ -231,6 +238,25 @@ class CampaignConfig:
             "canary_norm": norm,
             "observe": observe,
             "canaries": canaries,
+        }
+
+    def _text_options(self) -> dict:
+        """``--window`` for text and token data, ``--tokenizer`` for text (docs/models.md §6), nothing else."""
+        kind = self.dataset.partition(":")[0]
+        if self.window is not None and kind not in WINDOWED_DATASETS:
+            raise UsageError(
+                f"--window applies to --dataset text, text:PATH and tokens:PATH (windows of tokens), not"
+                f" {self.dataset}: leave it out"
+            )
+        if self.tokenizer is not None and kind != "text":
+            raise UsageError(
+                f"--tokenizer encodes --dataset text or text:PATH, not {self.dataset}"
+                + (" (its ids are tokens already)" if kind == "tokens" else "")
+                + ": leave it out"
+            )
+        return {
+            "window": None if self.window is None else check.count("--window", self.window),
+            "tokenizer": None if self.tokenizer is None else check.string("--tokenizer", self.tokenizer),
         }
 
     def _optimizer_options(self) -> dict:

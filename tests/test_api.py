@@ -194,6 +194,10 @@ _EPSILON_CLAIM = {"epsilon": 1.0, "delta": 1e-5}
             ["audit() has no setting frobnicate", "its settings are alpha, batch_size,", "besides out, attack"],
         ),
         (
+            lambda out: dpaudit.audit(Tiny(), _arrays(), lora_fa(), out=out, window=8),
+            ["audit() takes window from its model, data and mechanism objects"],
+        ),
+        (
             lambda out: dpaudit.audit(Tiny(), _arrays(), lora_fa(), out=out, workers=2),
             ["no setting workers", "give execution=dpaudit.config.Execution(workers=...)"],
         ),
@@ -218,6 +222,7 @@ _EPSILON_CLAIM = {"epsilon": 1.0, "delta": 1e-5}
     ],
     ids=[
         "unknown setting",
+        "window of a data object",
         "workers",
         "mechanism twice",
         "training workers",

@@ -260,6 +260,8 @@ def check_inputs(
             " dpaudit.transformer.CausalTransformer for text"
         )
     _check_token_ids(config, dataset, architecture)
+    if dataset.task == "next-token" and config.canary == "input" and config.design != "all-examples":
+        _secret_format(dataset)  # the secret canaries can be drawn from the data's tokens and fit its windows
     if not models.adapted_layers(architecture):
         raise UsageError(
             f"the model ({type(architecture).__name__}) has no nn.Linear or nn.Conv2d layer (nor a transformers Conv1D)"
@@ -351,6 +353,16 @@ def _check_token_ids(config: CampaignConfig, dataset: data_lib.Dataset, architec
             f" of {_model_named(config)} has {vocabulary} rows: give ids from 0 to {vocabulary - 1}, or a model whose"
             f" vocabulary is at least {largest + 1}"
         )
+
+
+def _secret_format(dataset: data_lib.Dataset) -> text.SecretFormat:
+    """The format of a next-token dataset's secret canaries, checked to fit its windows.
+
+    The bytes' sentence, or ids of a tokenized vocabulary (:attr:`dpaudit.data.text.TextDataset.secret_format`).
+    """
+    secrets = dataset.secret_format if isinstance(dataset, text.TextDataset) else text.BYTE_SECRETS
+    secrets.check_fits(dataset.input_shape[0])
+    return secrets
 
 
 def _model_named(config: CampaignConfig) -> str:
@@ -562,9 +574,12 @@ def prepare(
         if dataset.task == "next-token":
             # Secrets (Carlini et al. 2019), and the candidates of their format their exposure is ranked in.
             length = dataset.input_shape[0]
-            windows = text.secret_windows(count, campaign_rng(config.seed, "canary"), length)
+            secrets = _secret_format(dataset)
+            windows = text.secret_windows(count, campaign_rng(config.seed, "canary"), length, secrets)
             x_q, labels = windows[:, :-1], windows[:, 1:]
-            candidates = text.secret_windows(_EXPOSURE_CANDIDATES, campaign_rng(config.seed, "exposure"), length)
+            candidates = text.secret_windows(
+                _EXPOSURE_CANDIDATES, campaign_rng(config.seed, "exposure"), length, secrets
+            )
         else:
             shape = (count, *dataset.input_shape)
             vocabulary = models.input_vocabulary(architecture)

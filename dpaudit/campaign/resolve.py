@@ -36,12 +36,15 @@ class Inputs:
     mechanism: Mechanism
 
 
-def load_dataset(spec: str, tokens: bool = False) -> data_lib.Dataset:
+def load_dataset(
+    spec: str, tokens: bool = False, window: int | None = None, tokenizer: str | None = None
+) -> data_lib.Dataset:
     """The dataset ``spec`` (``CampaignConfig.dataset``) names.
 
     ``digits``, ``breast-cancer``, ``synthetic``, ``cifar10:PATH``, ``npz:PATH`` (:func:`dpaudit.data.from_npz`,
     its ``x`` token ids where ``tokens``), ``csv:PATH`` (:func:`dpaudit.data.from_csv`), ``text`` or ``text:PATH``
-    (:func:`dpaudit.data.text.load`).
+    (:func:`dpaudit.data.text.load`, encoded by ``tokenizer``), ``tokens:PATH``
+    (:func:`dpaudit.data.text.from_token_npz`); text and tokens in windows of ``window`` tokens.
     """
     embedded: dict[str, Callable[[], data_lib.Dataset]] = {
         "digits": data_lib.digits,
@@ -51,10 +54,13 @@ def load_dataset(spec: str, tokens: bool = False) -> data_lib.Dataset:
     if spec in embedded:
         return embedded[spec]()
     kind, _, path = spec.partition(":")
-    if kind == "text":
-        from dpaudit.data import text  # the byte-level text path only when asked for
+    if kind in ("text", "tokens"):
+        from dpaudit.data import text  # the text path only when asked for
 
-        return text.load(path or None)
+        if kind == "text":
+            return text.load(path or None, window, tokenizer)
+        if path:
+            return text.from_token_npz(path, window)
     from_path: dict[str, Callable[[str], data_lib.Dataset]] = {
         "cifar10": data_lib.cifar10,
         "npz": lambda path: data_lib.from_npz(path, tokens),
@@ -63,8 +69,8 @@ def load_dataset(spec: str, tokens: bool = False) -> data_lib.Dataset:
     if kind in from_path and path:
         return from_path[kind](path)
     raise UsageError(
-        f"unknown dataset {spec!r}: use digits, breast-cancer, synthetic, cifar10:PATH, npz:PATH, csv:PATH, text or"
-        " text:PATH"
+        f"unknown dataset {spec!r}: use digits, breast-cancer, synthetic, cifar10:PATH, npz:PATH, csv:PATH, text,"
+        " text:PATH or tokens:PATH"
     )
 
 
@@ -164,7 +170,7 @@ def resolve(config: CampaignConfig) -> Inputs:
                 f"{option} {spec} is a Python object given to dpaudit.audit, which no name can rebuild: continue"
                 " this run from Python, with dpaudit.audit(..., out=RUN_DIR) and the same objects"
             )
-    dataset = load_dataset(config.dataset)
+    dataset = load_dataset(config.dataset, window=config.window, tokenizer=config.tokenizer)
     if config.model is None:
         architecture: nn.Module = models.for_input(dataset.input_shape, dataset.num_classes, dataset.task)
         models.initialise(architecture, config.seed)  # the built-in model's weights: from the seed, never global

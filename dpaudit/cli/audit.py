@@ -33,7 +33,19 @@ def register(subparsers) -> None:
     campaign.add_argument("--mechanism", choices=config_lib.TRAINING_MECHANISMS, help=f"({defaults.mechanism})")
     campaign.add_argument(
         "--dataset",
-        help=f"digits | breast-cancer | synthetic | cifar10:PATH | npz:PATH | csv:PATH ({defaults.dataset})",
+        help="digits | breast-cancer | synthetic | cifar10:PATH | npz:PATH | csv:PATH | text | text:PATH (UTF-8 text)"
+        f" | tokens:PATH (an .npz of token ids; docs/models.md §6) ({defaults.dataset})",
+    )
+    campaign.add_argument(
+        "--window",
+        type=int,
+        help="tokens per window of text and tokens:PATH data, each window a training example (64)",
+    )
+    campaign.add_argument(
+        "--tokenizer",
+        metavar="PATH",
+        help="encode text with this tokenizer on disk: a tokenizer.json file, or a directory a tokenizer was saved to;"
+        " never downloaded (default: bytes, vocabulary 256)",
     )
     campaign.add_argument(
         "--model",

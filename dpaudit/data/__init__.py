@@ -239,6 +239,11 @@ def from_npz(path: str | Path, tokens: bool = False) -> Dataset:
     keys = set(arrays)
     split_keys = keys & set(SPLIT_KEYS)
     if {"x", "y"} <= keys and not split_keys:
+        if np.ndim(arrays["y"]) == 2:  # what a causal language model learns from: the next token of every position
+            raise UsageError(
+                f"{path}: y has shape {arrays['y'].shape}, next-token targets rather than (n,) class labels: give it"
+                f" as --dataset tokens:{path} (docs/models.md §6)"
+            )
         return _split_user_arrays(f"npz:{path}", path, arrays, tokens)
     if split_keys == set(SPLIT_KEYS) and not keys & {"x", "y"}:
         parts = [_checked_part(path, arrays, f"x_{part}", f"y_{part}") for part in ("public", "private", "test")]

@@ -165,6 +165,10 @@ def _audited(analysis: CampaignAnalysis) -> dict[str, str]:
         ),
         "test accuracy": f"{float(analysis.test_accuracy.mean()):.3f} (mean over the shadow models)",
     }
+    if config.tokenizer is not None:
+        audited["data"] += f", encoded by --tokenizer {config.tokenizer}"
+    if config.window is not None:
+        audited["data"] += f", windows of {config.window} tokens"
     if config.target_modules is not None:
         audited["trained layers"] += f", chosen by --target-modules {','.join(config.target_modules)}"
     return audited
