@@ -22,6 +22,11 @@ models / IN examples), `out_scores` those where it was not.
   runs at AUC = 0.99, n = 10 + 10 (14% at n = 100 + 100); Newcombe's in 0% (coverage 0.97 and
   0.99), and in ≤ 3.1% at AUC 0.64-0.96. It does not model ties, which lower the estimate's
   variance, so with many ties it errs on the wide side.
+- Model-level bootstrap interval of the AUC (`model_bootstrap_auc_interval`): in the all-examples
+  design every model scores every example, so trials share models and a model that memorises more
+  lifts all of its IN scores at once; the trial-level interval above treats them as independent and
+  is too narrow. The bootstrap resamples whole models with replacement, keeps each resampled
+  model's IN and OUT scores, recomputes the pooled AUC and reports the percentile interval.
 - Balanced accuracy: max over thresholds of ½(TPR + TNR), as in [W] App. F.1.
 - TPR at FPR = f: the largest TPR among ROC points with FPR ≤ f, with a two-sided
   Clopper-Pearson interval for that TPR. The threshold is picked on the same data, so the
@@ -179,6 +184,70 @@ def auc_confidence_interval(in_scores, out_scores, confidence: float = 0.95) -> 
     upper = 1.0
     if estimate < 1.0 and excess(inner_above) < 0.0:
         upper = scipy.optimize.brentq(excess, inner_above, 1.0, xtol=1e-14)
+    return float(lower), float(upper)
+
+
+def model_bootstrap_auc_interval(
+    scores, membership, confidence: float = 0.95, resamples: int = 1000, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile interval of the pooled AUC from resampling models (rows) with replacement.
+
+    A resample draws n_models row indices with replacement; its AUC is the Mann-Whitney AUC of the IN
+    against the OUT scores of the drawn rows, each row counted as often as it is drawn (computed with
+    row weights, so no copy of the scores is made). Every row must hold at least one IN and one OUT
+    score (the all-examples design), so every resample has both. With few models the percentile
+    interval is too narrow (4 models have 35 distinct resamples; in the simulation of
+    tests/test_attacks_metrics.py 32 models cover at about the nominal 95%).
+
+    Args:
+      scores: (n_models, n_targets) finite scores, higher = more likely IN.
+      membership: (n_models, n_targets) bool, True where the target was IN for that model.
+      confidence: two-sided level of the percentile interval, in (0, 1).
+      resamples: number of bootstrap resamples, ≥ 100.
+      seed: seed of the `numpy.random.Generator` that draws the resamples.
+
+    Returns:
+      (lower, upper): the (1-confidence)/2 and (1+confidence)/2 quantiles of the resampled AUCs.
+
+    Raises:
+      InvalidArgument: shapes differ or are not 2-D, fewer than 2 models, a score is NaN or infinite,
+        a model without an IN or without an OUT score, fewer than 100 resamples, or a bad level/seed.
+    """
+    confidence = check.open_unit("confidence", confidence)
+    resamples = check.count("resamples", resamples, minimum=100)  # fewer leave the 2.5% quantile to 2 draws
+    rng = np.random.default_rng(check.seed("seed", seed))
+    scores, membership = np.asarray(scores, dtype=float), np.asarray(membership)
+    if scores.ndim != 2 or scores.shape != membership.shape or membership.dtype != bool:
+        raise InvalidArgument(
+            f"scores and membership must be (models, targets) arrays of one shape, membership bool; got shapes"
+            f" {scores.shape} and {membership.shape} ({membership.dtype})."
+        )
+    n_models = scores.shape[0]
+    if n_models < 2:
+        raise InvalidArgument(f"a model-level bootstrap needs at least 2 models; got {n_models}.")
+    if not np.isfinite(scores).all():
+        raise InvalidArgument("scores must be finite; found a NaN or infinite score.")
+    if not (membership.any(axis=1) & (~membership).any(axis=1)).all():
+        raise InvalidArgument(
+            "every model needs at least one IN and one OUT score (the all-examples design); a row has only one kind."
+        )
+    # Ranks of the distinct values once; a resample only changes how much each row's scores weigh.
+    _, value_index = np.unique(scores.ravel(), return_inverse=True)
+    n_values = int(value_index.max()) + 1
+    value_index = value_index.reshape(scores.shape)
+    rows = np.broadcast_to(np.arange(n_models)[:, np.newaxis], scores.shape)
+    in_rows, in_values = rows[membership], value_index[membership]
+    out_rows, out_values = rows[~membership], value_index[~membership]
+    aucs = np.empty(resamples)
+    for draw in range(resamples):
+        weight = np.bincount(rng.integers(0, n_models, n_models), minlength=n_models).astype(float)
+        in_mass = np.bincount(in_values, weights=weight[in_rows], minlength=n_values)
+        out_mass = np.bincount(out_values, weights=weight[out_rows], minlength=n_values)
+        out_below = np.cumsum(out_mass) - out_mass  # OUT weight strictly below each distinct value
+        wins = float(in_mass @ (out_below + 0.5 * out_mass))
+        aucs[draw] = wins / (in_mass.sum() * out_mass.sum())
+    alpha = 1.0 - confidence
+    lower, upper = np.quantile(aucs, [alpha / 2.0, 1.0 - alpha / 2.0])
     return float(lower), float(upper)
 
 

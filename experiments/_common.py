@@ -72,7 +72,8 @@ def audit(config: CampaignConfig, out: Path, tag: str, workers: int, attacks: Se
     """Run ``config`` into the fresh run directory ``out/runs/tag``; one flat row of its audit numbers.
 
     Columns: the campaign's models, epochs, batch size, learning rate, momentum and δ; per attack (prefixed by the
-    attack name when several are asked for): AUC with its 95% CI, balanced accuracy, the IN and OUT trial counts,
+    attack name when several are asked for): AUC with its 95% CI (and its model-level bootstrap 95% CI in the
+    all-examples design, empty in the others), balanced accuracy, the IN and OUT trial counts,
     TPR at FPR 10% / 1% / 0.1% with their 95% Clopper-Pearson intervals, the Clopper-Pearson ε lower bound; then
     the mean test accuracy, the analytic ε of the mechanism (None where no bound exists) and the campaign's seconds.
     """
@@ -90,11 +91,15 @@ def audit(config: CampaignConfig, out: Path, tag: str, workers: int, attacks: Se
     for attack in attacks:
         numbers = run_summary.summary(analysis.analyse(store, attack))
         prefix = f"{attack}_" if len(attacks) > 1 else ""
+        model_interval = numbers["auc_model_ci95"] or (None, None)
         row.update(
             {
                 f"{prefix}auc": numbers["auc"],
                 f"{prefix}auc_ci_low": numbers["auc_ci95"][0],
                 f"{prefix}auc_ci_high": numbers["auc_ci95"][1],
+                # All-examples design: the models resampled, not the trials (empty in the other designs).
+                f"{prefix}auc_model_ci_low": model_interval[0],
+                f"{prefix}auc_model_ci_high": model_interval[1],
                 f"{prefix}balanced_accuracy": numbers["balanced_accuracy"],
                 f"{prefix}n_in": numbers["n_in"],
                 f"{prefix}n_out": numbers["n_out"],

@@ -13,15 +13,21 @@ only the document:
 
 Tests used for the verdicts (all two-sided at 5%):
 
-* two independent campaigns' AUCs: z = ΔAUC / √(se₁² + se₂²), each se its 95% CI's width / (2 · 1.96);
+* two independent campaigns' AUCs: z = ΔAUC / √(se₁² + se₂²), each se its 95% CI's width / (2 · 1.96); for the
+  all-examples campaigns ([S] Table 1 analogues) the se of the model-level bootstrap interval (models resampled,
+  ``attacks.metrics.model_bootstrap_auc_interval``), without which no ordering is decided ("not resolved
+  (trial-level CI only)": trials that share models make the trial-level interval too narrow);
 * mean test accuracies of two groups of models: Welch's t-test on the per-cell mean and standard deviation;
-* TPR at a fixed FPR: whether the 95% Clopper-Pearson intervals overlap.
-* AUCs on the byte-level transformer (intervals too narrow for a test): their order within the 95% CIs.
+* TPR at a fixed FPR: whether the 95% Clopper-Pearson intervals overlap (described, never a verdict);
+* "equal within x%": the 95% CI of the difference inside (holds) or outside (does not hold) the tolerance;
+* exact computations (bounds against bounds): the claim at every point;
+* an upper bound against audits (an analytic ε): "does not hold" where a valid 95% audit refutes it, else "not
+  resolved" (an audit cannot confirm a bound).
 
-A claimed effect's verdict (``results_doc.statistics.ordering_verdict``) has the power to say it: "holds" where the
-test is significant in the claimed direction, "does not hold" where it is significant against it or could have
-shown the claimed effect (its minimum detectable difference at 80% power is no larger) and did not, else "not
-resolved". Intervals that treat trials sharing models as independent never claim that power.
+A claimed effect's verdict (``results_doc.statistics.ordering_verdict``, and ``welch_verdict`` for accuracies) has the
+power to say it: "holds" where the test is significant in the claimed direction, "does not hold" where it is
+significant against it or could have shown the claimed effect (its minimum detectable difference at 80% power is no
+larger) and did not, else "not resolved"; "not tested (setting differs: ...)" where our setting is not the claim's.
 """
 
 from __future__ import annotations

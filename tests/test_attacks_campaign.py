@@ -24,6 +24,8 @@ def test_every_attack_reports_auc_and_tpr_and_online_lira_beats_the_loss_attack(
     for numbers in rows.values():
         assert 0.5 <= numbers["auc"] <= 1 and 0 <= numbers["tpr_at_fpr"]["0.001"] <= 1
         assert numbers["epsilon_lower_bound"] is None  # pooled (model, example) pairs are not independent
+        low, high = numbers["auc_model_ci95"]  # the models resampled: these trials share them
+        assert low <= numbers["auc"] <= high
     assert rows["lira-online"]["auc"] >= 0.6
     assert rows["lira-online"]["tpr_at_fpr"]["0.01"] >= rows["canary-loss"]["tpr_at_fpr"]["0.01"]
 

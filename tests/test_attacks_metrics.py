@@ -5,6 +5,7 @@ import pytest
 import scipy.stats
 import sklearn.metrics
 
+from accountants.validation import InvalidArgument
 from attacks import clopper_pearson, metrics
 
 
@@ -191,3 +192,78 @@ def test_bad_scores_raise_value_error_naming_the_problem(in_scores, out_scores, 
 def test_bad_options_raise_value_error(kwargs, message):
     with pytest.raises(ValueError, match=message):
         metrics.summarize([1.0, 2.0], [0.0, 1.0], **kwargs)
+
+
+# --- model-level bootstrap of the AUC (all-examples design) ---
+
+
+def _models_with_a_model_effect(rng, models=32, targets=60, mean_effect=0.5, effect_std=0.5):
+    """Scores N(0, 1) OUT and N(μ_k, 1) IN, μ_k ~ N(0.5, 0.5²) per model: the pooled AUC's truth is Φ(0.5 / √2.25)."""
+    membership = np.stack([rng.permutation(np.arange(targets) < targets // 2) for _ in range(models)])
+    effect = rng.normal(mean_effect, effect_std, models)[:, np.newaxis]
+    return rng.normal(0.0, 1.0, (models, targets)) + effect * membership, membership
+
+
+def test_model_bootstrap_covers_the_truth_where_the_trial_level_interval_does_not():
+    rng = np.random.default_rng(1)
+    truth = scipy.stats.norm.cdf(0.5 / np.sqrt(0.5**2 + 2.0))
+    simulations, covered, trial_covered, wider = 100, 0, 0, 0
+    for repeat in range(simulations):
+        scores, membership = _models_with_a_model_effect(rng)
+        low, high = metrics.model_bootstrap_auc_interval(scores, membership, resamples=200, seed=repeat)
+        trial_low, trial_high = metrics.auc_confidence_interval(scores[membership], scores[~membership])
+        covered += low <= truth <= high
+        trial_covered += trial_low <= truth <= trial_high
+        wider += (high - low) > (trial_high - trial_low)
+    assert 0.88 <= covered / simulations <= 1.0  # 0.95 nominal (0.935 over 200 such runs with 400 resamples)
+    assert trial_covered / simulations < 0.8  # trials share models: the trial-level interval is too narrow
+    assert wider == simulations
+
+
+def test_model_bootstrap_of_identical_models_is_the_point_auc_with_ties():
+    row_scores = np.array([3.0, 1.0, 2.0, 2.0, 0.0, 2.0])  # ties across IN and OUT count ½
+    row_membership = np.array([True, False, True, False, False, True])
+    scores, membership = np.tile(row_scores, (5, 1)), np.tile(row_membership, (5, 1))
+    expected = metrics.auc(row_scores[row_membership], row_scores[~row_membership])
+    low, high = metrics.model_bootstrap_auc_interval(scores, membership, resamples=100, seed=3)
+    assert low == pytest.approx(expected, abs=1e-12) and high == pytest.approx(expected, abs=1e-12)
+
+
+def test_model_bootstrap_equals_the_auc_of_the_copied_rows():
+    # The weighted computation against its definition: each draw's rows copied out, the pooled AUC, the quantiles.
+    rng = np.random.default_rng(4)
+    scores = np.round(rng.normal(size=(6, 9)), 1)  # rounded: ties across IN and OUT
+    membership = np.stack([rng.permutation(np.arange(9) < 4) for _ in range(6)])
+    draws = np.random.default_rng(7)
+    aucs = []
+    for _ in range(150):
+        rows = draws.integers(0, 6, 6)
+        aucs.append(metrics.auc(scores[rows][membership[rows]], scores[rows][~membership[rows]]))
+    expected = np.quantile(aucs, [0.05, 0.95])
+    actual = metrics.model_bootstrap_auc_interval(scores, membership, confidence=0.9, resamples=150, seed=7)
+    np.testing.assert_allclose(actual, expected, rtol=0, atol=1e-12)
+
+
+def test_model_bootstrap_is_seeded():
+    scores, membership = _models_with_a_model_effect(np.random.default_rng(2), models=8, targets=10)
+    first = metrics.model_bootstrap_auc_interval(scores, membership, resamples=100, seed=5)
+    assert first == metrics.model_bootstrap_auc_interval(scores, membership, resamples=100, seed=5)
+    assert first != metrics.model_bootstrap_auc_interval(scores, membership, resamples=100, seed=6)
+
+
+@pytest.mark.parametrize(
+    "scores, membership, options, message",
+    [
+        (np.zeros((1, 4)), np.array([[True, False, True, False]]), {}, "at least 2 models"),
+        (np.zeros((2, 4)), np.zeros((2, 3), dtype=bool), {}, "one shape"),
+        (np.zeros(4), np.zeros(4, dtype=bool), {}, "one shape"),
+        (np.zeros((2, 2)), np.array([[1, 0], [0, 1]]), {}, "bool"),
+        (np.array([[np.nan, 0.0], [0.0, 1.0]]), np.array([[True, False], [False, True]]), {}, "finite"),
+        (np.zeros((2, 2)), np.array([[True, True], [False, True]]), {}, "one IN and one OUT"),
+        (np.zeros((2, 2)), np.array([[True, False], [False, True]]), {"resamples": 99}, ">= 100"),
+        (np.zeros((2, 2)), np.array([[True, False], [False, True]]), {"confidence": 1.0}, r"\(0, 1\)"),
+    ],
+)
+def test_model_bootstrap_refuses_degenerate_inputs(scores, membership, options, message):
+    with pytest.raises(InvalidArgument, match=message):
+        metrics.model_bootstrap_auc_interval(scores, membership, **options)

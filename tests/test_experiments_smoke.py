@@ -84,6 +84,8 @@ def test_s_table1_transformer_script_writes_each_variant_and_its_section(tmp_pat
     for attack in ("reference", "lira-online"):
         assert (table[f"{attack}_auc_ci_low"] <= table[f"{attack}_auc"]).all()
         assert (table[f"{attack}_auc"] <= table[f"{attack}_auc_ci_high"]).all()
+        # The all-examples design's model-level bootstrap interval, which the verdicts need for power.
+        assert (table[f"{attack}_auc_model_ci_low"] <= table[f"{attack}_auc_model_ci_high"]).all()
     assert (out / "s_table1_transformer.png").is_file()
     # RESULTS.md renders its section from this CSV beside the committed others (one rank: no rank claim).
     for csv in (EXPERIMENTS / "results").glob("*.csv"):
@@ -101,6 +103,7 @@ def test_s_table1_transformer_script_writes_each_variant_and_its_section(tmp_pat
     words = " ".join(section.split())  # the paragraphs are wrapped at 120 characters
     assert "half of 6 models per row" in words and "Not tested: GPT-2 scale" in words
     assert "*Smaller r lowers it* (LoRA-FA, largest vs smallest r): **not tested** (one rank)" in words
+    assert "The verdicts use the model-level bootstrap 95% CI" in words and "trial-level CI only" not in words
 
 
 @pytest.mark.smoke

@@ -114,7 +114,7 @@ def test_z_p_refuses_nan():
         st.z_p(NAN)
 
 
-# --- welch_p and versus -------------------------------------------------------------------------------------------
+# --- welch_p and welch_verdict ------------------------------------------------------------------------------------
 
 AHEAD = [0.91, 0.93, 0.92, 0.94, 0.90]
 BEHIND = [0.80, 0.83, 0.79, 0.82]
@@ -136,27 +136,51 @@ def test_welch_p_against_ttest_ind_from_stats_with_sample_stds():
         0.80, 0.02 * math.sqrt(5 / 4), 5, 0.75, 0.03 * math.sqrt(10 / 9), 10, equal_var=False
     ).pvalue
     assert st.welch_p(summary_row(0.80, 0.02, 5), summary_row(0.75, 0.03, 10)) == pytest.approx(expected, rel=1e-12)
-    assert expected < st.LEVEL  # the example is a significant difference, as versus reads it below
-    assert st.versus(summary_row(0.80, 0.02, 5), summary_row(0.75, 0.03, 10)) == "ahead"
+    assert expected < st.LEVEL  # the example is a significant difference, as welch_verdict reads it below
+    assert st.welch_verdict(summary_row(0.80, 0.02, 5), summary_row(0.75, 0.03, 10), None)[0] == "holds"
 
 
 @pytest.mark.parametrize(
     ("first", "second", "expected"),
-    [(AHEAD, BEHIND, "ahead"), (BEHIND, AHEAD, "behind"), (AHEAD, CLOSE, "no significant difference")],
+    [(AHEAD, BEHIND, "holds"), (BEHIND, AHEAD, "does not hold"), (AHEAD, CLOSE, "not resolved")],
 )
-def test_versus_words(first, second, expected):
-    assert st.versus(accuracy_row(first), accuracy_row(second)) == expected
+def test_welch_verdict_words_without_a_claimed_size(first, second, expected):
+    assert st.welch_verdict(accuracy_row(first), accuracy_row(second), None)[0] == expected
+
+
+def test_welch_verdict_minimum_detectable_difference_uses_student_t():
+    # 3 + 3 models, sample stds 0.02: se = 0.02 · √(2/3), Welch df = 4; MDD = (t_.975 + t_.8)(4) · se.
+    row = summary_row(0.70, 0.02 * math.sqrt(2 / 3), 3)
+    higher = summary_row(0.71, 0.02 * math.sqrt(2 / 3), 3)
+    se = 0.02 * math.sqrt(2 / 3)
+    expected_mdd = (stats.t.ppf(0.975, 4) + stats.t.ppf(0.8, 4)) * se
+    verdict, mdd = st.welch_verdict(higher, row, 0.05)
+    assert mdd == pytest.approx(expected_mdd, rel=1e-9)
+    assert mdd > st.minimum_detectable_difference(se)  # few models: wider than the normal approximation
+    assert verdict == "not resolved"  # MDD 0.061 > the claimed 0.05
+    assert st.welch_verdict(higher, row, 0.07)[0] == "does not hold"  # able to show 0.07, and did not
+
+
+def test_welch_verdict_power_by_simulation():
+    """A true difference equal to the MDD is significant in about 80% of simulated 5 + 5 model cells."""
+    rng = np.random.default_rng(0)
+    _, mdd = st.welch_verdict(summary_row(0.71, 0.02, 5), summary_row(0.70, 0.02, 5), None)
+    # sample std of 0.02 · √(5/4) per cell: draw the models with that std and shift one cell by the MDD
+    sample_std = 0.02 * math.sqrt(5 / 4)
+    first, second = rng.normal(mdd, sample_std, (4000, 5)), rng.normal(0.0, sample_std, (4000, 5))
+    significant = stats.ttest_ind(first, second, axis=1, equal_var=False).pvalue < st.LEVEL
+    assert significant.mean() == pytest.approx(st.POWER, abs=0.05)  # Welch's df varies per draw: about 0.8
 
 
 def test_identical_cells_are_no_significant_difference():
     row = accuracy_row(AHEAD)
     assert st.welch_p(row, row.copy()) == pytest.approx(1.0)
-    assert st.versus(row, row.copy()) == "no significant difference"
+    assert st.welch_verdict(row, row.copy(), None)[0] == "not resolved"
 
 
 def test_cells_without_spread_and_different_means_differ_with_p_zero():
     assert st.welch_p(summary_row(0.9, 0.0, 4), summary_row(0.8, 0.0, 4)) == 0.0
-    assert st.versus(summary_row(0.8, 0.0, 4), summary_row(0.9, 0.0, 4)) == "behind"
+    assert st.welch_verdict(summary_row(0.8, 0.0, 4), summary_row(0.9, 0.0, 4), None) == ("does not hold", 0.0)
 
 
 @pytest.mark.parametrize(
@@ -180,14 +204,14 @@ def test_cells_without_spread_and_different_means_differ_with_p_zero():
         "negative-std",
     ],
 )
-def test_welch_p_and_versus_refuse_undefined_inputs(first, second, message):
+def test_welch_p_and_welch_verdict_refuse_undefined_inputs(first, second, message):
     with pytest.raises(ValueError, match=message):
         st.welch_p(first, second)
     with pytest.raises(ValueError, match=message):
-        st.versus(first, second)
+        st.welch_verdict(first, second, None)
 
 
-# --- tpr_intervals_overlap and ci_order ---------------------------------------------------------------------------
+# --- tpr_intervals_overlap -----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -226,39 +250,6 @@ def test_tpr_intervals_overlap_refuses_undefined_intervals(first, second, messag
     # A NaN end compares false, which read as "disjoint" before: the TPRs would have been called different.
     with pytest.raises(ValueError, match=message):
         st.tpr_intervals_overlap(tpr_row(*first), tpr_row(*second), "lira-online_", "0.01")
-
-
-@pytest.mark.parametrize(
-    ("lower", "higher", "expected"),
-    [
-        (audit_row(0.55, 0.50, 0.60), audit_row(0.70, 0.65, 0.75), "holds"),
-        (audit_row(0.70, 0.65, 0.75), audit_row(0.55, 0.50, 0.60), "reversed"),
-        (audit_row(0.60, 0.55, 0.66), audit_row(0.70, 0.65, 0.75), "not resolved"),
-        (audit_row(0.60, 0.55, 0.65), audit_row(0.70, 0.65, 0.75), "not resolved"),
-        (audit_row(0.60, 0.55, 0.65), audit_row(0.60, 0.55, 0.65), "not resolved"),
-    ],
-    ids=["disjoint-below", "disjoint-above", "overlapping", "touching", "identical"],
-)
-def test_ci_order_outcomes(lower, higher, expected):
-    assert st.ci_order(lower, higher, "") == expected
-
-
-def test_ci_order_reads_the_attack_prefix():
-    lower = pd.concat([audit_row(0.55, 0.50, 0.60, "lira-online_"), audit_row(0.7, 0.65, 0.75, "reference_")])
-    higher = pd.concat([audit_row(0.70, 0.65, 0.75, "lira-online_"), audit_row(0.55, 0.5, 0.6, "reference_")])
-    assert st.ci_order(lower, higher, "lira-online_") == "holds"
-    assert st.ci_order(lower, higher, "reference_") == "reversed"
-
-
-@pytest.mark.parametrize(
-    ("lower", "higher"),
-    [(audit_row(0.6, NAN, 0.65), audit_row(0.7, 0.66, 0.75)), (audit_row(0.6, 0.55, 0.65), audit_row(0.7, 0.66, NAN))],
-    ids=["nan-low", "nan-high"],
-)
-def test_ci_order_refuses_nan(lower, higher):
-    # Both comparisons with a NaN are false, which read as "not resolved" before.
-    with pytest.raises(ValueError, match="is nan"):
-        st.ci_order(lower, higher, "")
 
 
 # --- formatters ---------------------------------------------------------------------------------------------------
@@ -355,3 +346,73 @@ def test_the_estimator_ceiling_grows_with_the_trials_toward_the_claim():
 def test_the_estimator_ceiling_refuses_undefined_inputs(n_in, epsilon):
     with pytest.raises(ValueError):
         st.estimator_ceiling(n_in, 10, epsilon, 1e-5)
+
+
+# --- the sibling rules: within, exact, combined, bound; the model-level (all-examples) ordering ---------------------
+
+
+@pytest.mark.parametrize(
+    "difference, se, tolerance, verdict",
+    [
+        (0.001, 0.0008, 0.02, "holds"),  # [P] Thm 3.1's energy: 0.1% ± 0.16% inside ±2%
+        (-0.001, 0.0008, 0.02, "holds"),
+        (0.05, 0.01, 0.02, "does not hold"),  # the whole CI 0.05 ± 0.0196 beyond 2%
+        (0.01, 0.01, 0.02, "not resolved"),  # CI reaches past the tolerance: too little power to say
+        (0.02, 0.0, 0.02, "holds"),  # an exact computation at the tolerance
+        (0.021, 0.0, 0.02, "does not hold"),
+    ],
+)
+def test_within_verdict(difference, se, tolerance, verdict):
+    assert st.within_verdict(difference, se, tolerance) == verdict
+
+
+@pytest.mark.parametrize("difference, se, tolerance", [(math.nan, 0.1, 0.1), (0.1, -0.1, 0.1), (0.1, 0.1, 0.0)])
+def test_within_verdict_refuses_undefined_inputs(difference, se, tolerance):
+    with pytest.raises(ValueError):
+        st.within_verdict(difference, se, tolerance)
+
+
+def test_exact_combined_and_bound_verdicts():
+    assert st.exact_verdict([True, True]) == "holds"
+    assert st.exact_verdict([True, False]) == "does not hold"
+    assert st.combined_verdict(["holds", "holds"]) == "holds"
+    assert st.combined_verdict(["holds", "not resolved"]) == "not resolved"
+    assert st.combined_verdict(["not resolved", "does not hold", "holds"]) == "does not hold"
+    assert st.bound_verdict(True) == "does not hold"
+    assert st.bound_verdict(False) == "not resolved"  # an audit cannot confirm an upper bound
+    with pytest.raises(ValueError):
+        st.exact_verdict([])
+    with pytest.raises(ValueError, match="verdicts among"):
+        st.combined_verdict(["yes"])
+
+
+def model_row(auc: float, low: float, high: float, model_low: float | None, model_high: float | None) -> pd.Series:
+    """An all-examples audit row: trial-level CI, and the model-level bootstrap CI (None: not in the CSV)."""
+    row = audit_row(auc, low, high, "reference_")
+    return pd.concat(
+        [row, pd.Series({"reference_auc_model_ci_low": model_low, "reference_auc_model_ci_high": model_high})]
+    )
+
+
+def test_model_level_se_reads_the_bootstrap_interval_or_none():
+    assert st.model_level_auc_se(model_row(0.6, 0.59, 0.61, 0.56, 0.64), "reference_") == pytest.approx(
+        0.08 / (2 * st.Z_95)
+    )
+    assert st.model_level_auc_se(model_row(0.6, 0.59, 0.61, None, None), "reference_") is None
+    assert st.model_level_auc_se(audit_row(0.6, 0.59, 0.61, "reference_"), "reference_") is None  # old CSV
+    with pytest.raises(ValueError, match="one end"):
+        st.model_level_auc_se(model_row(0.6, 0.59, 0.61, 0.56, None), "reference_")
+
+
+def test_shared_model_ordering_claims_power_only_with_the_model_level_interval():
+    # Trial-level CIs disjoint (a significant z), model-level ones wide: the trials share models.
+    lower = model_row(0.60, 0.59, 0.61, 0.52, 0.68)
+    higher = model_row(0.65, 0.64, 0.66, 0.57, 0.73)
+    verdict, se = st.shared_model_ordering(lower, higher, "reference_", 0.05)
+    assert verdict == "not resolved" and se == pytest.approx(math.hypot(0.16, 0.16) / (2 * st.Z_95))
+    trial_only = [model_row(0.60, 0.59, 0.61, None, None), model_row(0.65, 0.64, 0.66, None, None)]
+    assert st.shared_model_ordering(*trial_only, "reference_", 0.05)[0] == st.TRIAL_LEVEL_ONLY
+    narrow = [model_row(0.60, 0.59, 0.61, 0.59, 0.61), model_row(0.65, 0.64, 0.66, 0.64, 0.66)]
+    assert st.shared_model_ordering(*narrow, "reference_", 0.05)[0] == "holds"
+    same = [model_row(0.60, 0.59, 0.61, 0.595, 0.605), model_row(0.60, 0.59, 0.61, 0.595, 0.605)]
+    assert st.shared_model_ordering(*same, "reference_", 0.05)[0] == "does not hold"  # MDD 0.01 ≤ 0.05

@@ -422,6 +422,18 @@ class CampaignAnalysis(Analysis):
     exposure: SecretExposure | None  # next-token campaigns with secret canaries
     layers: tuple[LayerShape, ...]  # the layers the mechanism trained (plan.npz), in the model's order
 
+    @functools.cached_property
+    def auc_model_ci(self) -> tuple[float, float] | None:
+        """The AUC's model-level bootstrap interval at :data:`CONFIDENCE` in the all-examples design, else None.
+
+        There every model scores every target, so the trials share models and ``metrics.auc_ci`` (trials taken as
+        independent) is too narrow; :func:`attacks.metrics.model_bootstrap_auc_interval` resamples whole models
+        (seed 0, 1000 resamples). The other designs' trials are one model each (canary) or one run (one-run).
+        """
+        if self.config.design != "all-examples":
+            return None
+        return metrics_lib.model_bootstrap_auc_interval(self.scores, self.membership, confidence=CONFIDENCE)
+
 
 def analyse(store: RunStore, attack: str | None = None) -> CampaignAnalysis:
     """Recompute every statistic of a finished campaign from its run directory.

@@ -259,13 +259,16 @@ def finish(store, attack: str | None, as_json: bool) -> int:
         print(numbers["planted_bug"])
     print(numbers["headline"])
     print(numbers["finding"])
+    # All-examples design: the trials share models, so the interval with the models resampled is the one to quote.
+    model_interval = numbers["auc_model_ci95"]
+    model_ci = "" if model_interval is None else f"; models resampled {model_interval[0]:.4f}-{model_interval[1]:.4f}"
     if numbers["ceiling"] is not None:
         print(ceiling_words(numbers))
     print(
         f"{trained} on {numbers['dataset']} ({numbers['design']} design, {numbers['canary']} canary, "
         f"observed: {numbers['observe']}, "
         f"{numbers['attack']}): {numbers['n_in']} IN / {numbers['n_out']} OUT in {numbers['seconds']:.1f} s\n"
-        f"  AUC {numbers['auc']:.4f} (95% CI {numbers['auc_ci95'][0]:.4f}-{numbers['auc_ci95'][1]:.4f})  "
+        f"  AUC {numbers['auc']:.4f} (95% CI {numbers['auc_ci95'][0]:.4f}-{numbers['auc_ci95'][1]:.4f}{model_ci})  "
         f"balanced accuracy {numbers['balanced_accuracy']:.4f}  {tpr}\n"
         f"  {eps_line}\n"
         f"  analytic: {analytic}\n"

@@ -78,6 +78,7 @@ def summary(analysis: CampaignAnalysis) -> dict:
         "null_campaign": config.null,
         "auc": metrics.auc,
         "auc_ci95": list(metrics.auc_ci),
+        "auc_model_ci95": None if analysis.auc_model_ci is None else list(analysis.auc_model_ci),
         "balanced_accuracy": metrics.balanced_accuracy,
         "tpr_at_fpr": {str(fpr): metrics.tpr_at_fpr[fpr] for fpr in FPRS},
         "tpr_at_fpr_ci95": {str(fpr): list(metrics.tpr_at_fpr_ci[fpr]) for fpr in FPRS},

@@ -11,7 +11,7 @@ from mechanism_audit_grid import BOUND_COLUMNS
 
 from .formatting import auc_ci, bound_text, num, plural, power, table
 from .sources import Section, Sources, setting_value
-from .statistics import CEILING_SEEDS, estimator_ceiling
+from .statistics import CEILING_SEEDS, bound_verdict, estimator_ceiling
 
 # Threat models of audit_tightness.py, as the table names them (docs/theory.md §3.9).
 THREAT_MODELS = {
@@ -157,6 +157,14 @@ def audit_tightness(src: Sources) -> Section:
         if above
         else "No empirical ε (of any route) exceeds its mechanism's analytic ε, and no verdict is violated."
     )
+    claim_verdict = f"**{bound_verdict(bool(refuted))}**" + (
+        ": " + "; ".join(refuted)
+        if refuted
+        else " (GDP route only, model-based: " + "; ".join(text for text, _ in above) + ")"
+        if above
+        else " (none above; an audit can refute a bound, not confirm it)"
+    )
+    found += f" Verdict (the analytic ε bounds every audit's ε): {claim_verdict}."
     steps_value = setting_value(frame, "steps")
     in_models = frame.loc[frame["design"] != "one-run", "n_in"].min()
     dp_sgd = frame[(frame["mechanism"] == "dp-sgd") & (frame["design"] != "one-run")].iloc[0]
@@ -215,9 +223,7 @@ runs q ≈ 0.1), and more than one seed per cell.
         f"largest empirical/analytic {num(tightness.max(), 2)} ({tightest['mechanism']}, "
         f"{tightest['threat_model']}); black-box at most {num(by_threat.get('black-box', float('nan')), 2)};"
         f" the GDP estimator's own ceiling at {in_models:g} + {in_models:g} trials: {num(gdp_ceiling, 2)}",
-        "**no**: " + "; ".join(refuted)
-        if refuted
-        else ("GDP route only: " + "; ".join(text for text, _ in above) if above else "**yes** (none above)"),
+        claim_verdict,
     )
     return Section([summary], body)
 
@@ -272,6 +278,9 @@ def mutant_table(src: Sources) -> Section:
             elif row["run"] != "correct" and flagged:
                 caught.append(label)
     missed = [f"{mutant} T = {steps:g}" for mutant, steps in settings.groups if f"{mutant} T = {steps:g}" not in caught]
+    claim_verdict = f"**{bound_verdict(bool(false_alarms))}**" + (
+        ": " + "; ".join(false_alarms) if false_alarms else " (the correct mechanism never flagged)"
+    )
     body = f"""## Planted bugs: the mutants and their verdicts (`mutants.py`)
 
 `python experiments/mutants.py` → `results/mutants.csv`. Each planted bug (`catalogue.MUTANTS`) at the settings of
@@ -304,13 +313,14 @@ which the reused noise cancels) against the analytic ε.
     }
 
 Caught: {", ".join(caught) or "none"}; not caught at this size: {", ".join(missed) or "none"}. The correct mechanism
-is flagged in {"none of the settings" if not false_alarms else "; ".join(false_alarms)}.
+is flagged in {"none of the settings" if not false_alarms else "; ".join(false_alarms)}. Verdict (a sound audit never
+flags the correct mechanism): {claim_verdict}.
 """
     summary = (
         "Planted bugs (mutants)",
         "a sound audit flags a bug, never the correct mechanism",
         f"{len(caught)} of {len(settings)} mutant settings flagged; correct mechanism flagged in {len(false_alarms)}",
-        "**yes**" if not false_alarms else "**no**: " + "; ".join(false_alarms),
+        claim_verdict,
     )
     return Section([summary], body)
 

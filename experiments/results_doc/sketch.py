@@ -6,8 +6,6 @@ a byte-level transformer, and Lemma 7.2's ε with the run's measured λ̄, C and
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pandas as pd
 
@@ -15,16 +13,24 @@ from .audits import refuted_bounds
 from .formatting import auc_ci, num, power, sig, table, tpr_ci
 from .sources import Section, Sources, only, setting_value
 from .statistics import (
-    auc_se,
-    auc_z,
-    ci_order,
+    TRIAL_LEVEL_ONLY,
+    bound_verdict,
     minimum_detectable_difference,
-    ordering_verdict,
+    model_level_auc_se,
+    shared_model_ordering,
     tpr_intervals_overlap,
 )
 
 CLASSES = 10  # of digits, the data of s_table1_lemma72.csv
 
+ATTACKS = (
+    ("reference_", "reference"),
+    ("lira-online_", "LiRA"),
+)  # the Table 1 analogues' attacks, as the text names them
+EFFECT_NOTE = (
+    "the paper's effect here: its AUC reduction (Enron) as a share of its higher row's AUC excess over ½, times our"
+    " higher row's excess (a model that barely leaks leaves little to reduce)"
+)
 FPR_LABELS = {"0.1": "10%", "0.01": "1%", "0.001": "0.1%"}  # the TPR-at-FPR columns' FPRs, as the papers print them
 
 
@@ -43,6 +49,71 @@ def _table1_rows(frame: pd.DataFrame) -> tuple:
     models, epochs = int(full["models"]), int(full["epochs"])
     targets = int(full["reference_n_in"] * 2 / models)
     return full, batch, lora, fa, fa16, large, models, epochs, targets
+
+
+def intervals_note(frame: pd.DataFrame, models: int) -> str:
+    """What a Table 1 analogue's AUC intervals are and which of them its verdicts use."""
+    bootstrapped = all(
+        model_level_auc_se(row, prefix) is not None for _, row in frame.iterrows() for prefix, _ in ATTACKS
+    )
+    trial_level = (
+        f"The trial-level intervals (AUC [95% CI] in the table) treat the {int(frame['reference_n_in'].iloc[0])} IN"
+        f" and {int(frame['reference_n_out'].iloc[0])} OUT trials as independent; they share {models} models, so they"
+        " are too narrow, and no ε lower bound is reported for this design."
+    )
+    if bootstrapped:
+        return (
+            f"{trial_level} The verdicts use the model-level bootstrap 95% CI ({{models: …}} in the table: the"
+            f" {models} models resampled with replacement, 1000 resamples, seed 0;"
+            " `attacks.metrics.model_bootstrap_auc_interval`)."
+        )
+    return (
+        f"{trial_level} This CSV has no model-level bootstrap interval (run before the script wrote one), so no"
+        f' ordering is decided: "{TRIAL_LEVEL_ONLY}".'
+    )
+
+
+def auc_cell(row: pd.Series, prefix: str) -> str:
+    """The AUC with its trial-level 95% CI, and its model-level bootstrap 95% CI where the CSV has one."""
+    if model_level_auc_se(row, prefix) is None:
+        return auc_ci(row, prefix)
+    return (
+        f"{auc_ci(row, prefix)} {{models: [{num(row[f'{prefix}auc_model_ci_low'])},"
+        f" {num(row[f'{prefix}auc_model_ci_high'])}]}}"
+    )
+
+
+def paper_relative(src: Sources, higher: str, lower: str) -> float:
+    """[S] Table 1's AUC reduction (Enron) from ``higher`` to ``lower``, a fraction of ``higher``'s excess over ½."""
+    top, bottom = src.paper(f"s_t1_auc_{higher}_enron"), src.paper(f"s_t1_auc_{lower}_enron")
+    return (top - bottom) / (top - 0.5)
+
+
+def auc_claim(lower: pd.Series, higher: pd.Series, relative: float | None) -> tuple[str, str]:
+    """The verdict on "``lower``'s AUC is below ``higher``'s" for both attacks (:func:`shared_model_ordering`).
+
+    ``relative``: the paper's reduction as a fraction of its higher row's AUC excess over ½ (None where the paper
+    gives no size), carried over as that fraction of our higher row's excess (a model that barely leaks leaves
+    little to reduce): the expected effect the test must be able to show. The verdict has power only with the
+    model-level bootstrap intervals; trial-level intervals (trials sharing models) give "not resolved (trial-level
+    CI only)". Returns the word over both attacks ("mixed" where they differ) and the per-attack text.
+    """
+    outcomes, parts = [], []
+    for prefix, name in ATTACKS:
+        excess = higher[f"{prefix}auc"] - 0.5
+        expected = None if relative is None or excess <= 0 else relative * excess
+        outcome, se = shared_model_ordering(lower, higher, prefix, expected)
+        outcomes.append(outcome)
+        level = "trial-level" if outcome == TRIAL_LEVEL_ONLY else "model-level"
+        reduction = higher[f"{prefix}auc"] - lower[f"{prefix}auc"]
+        size = "" if expected is None else f"; the paper's effect here {expected:.3f}"
+        parts.append(
+            f"{name} {auc_ci(higher, prefix)} → {auc_ci(lower, prefix)} (reduction {reduction:+.3f}, z ="
+            f" {reduction / se:.1f} on the {level} se{size}, detectable ≥ {minimum_detectable_difference(se):.3f}):"
+            f" {outcome}"
+        )
+    overall = outcomes[0] if len(set(outcomes)) == 1 else "mixed"
+    return overall, "; ".join(parts)
 
 
 def s_table1(src: Sources) -> Section:
@@ -75,42 +146,14 @@ def s_table1(src: Sources) -> Section:
             [
                 label(row),
                 paper,
-                auc_ci(row, ref),
-                auc_ci(row, lira),
+                auc_cell(row, ref),
+                auc_cell(row, lira),
                 tpr_ci(row, lira, "0.1"),
                 tpr_ci(row, lira, "0.01"),
                 tpr_ci(row, lira, "0.001"),
                 num(row["test_accuracy"]),
             ]
         )
-
-    def auc_claim(lower: pd.Series, higher: pd.Series, relative: float | None) -> tuple[str, str]:
-        """The verdict on "``lower``'s AUC is below ``higher``'s" for both attacks (:func:`ordering_verdict`).
-
-        ``relative``: the paper's reduction as a fraction of its higher row's AUC excess over ½ (None where the
-        paper gives no size), carried over as that fraction of our higher row's excess (a model that barely leaks
-        leaves little to reduce) and shown beside the test's minimum detectable difference. The verdict does not
-        use it: these intervals treat trials that share models as independent, so they understate the error and
-        a test that finds nothing cannot claim the power to have found the effect (not resolved).
-        """
-        outcomes, parts = [], []
-        for prefix, name in ((ref, "reference"), (lira, "LiRA")):
-            excess = higher[f"{prefix}auc"] - 0.5
-            se = math.hypot(auc_se(lower, prefix), auc_se(higher, prefix))
-            outcome = ordering_verdict(higher[f"{prefix}auc"] - lower[f"{prefix}auc"], se, None)
-            outcomes.append(outcome)
-            size = (
-                ""
-                if relative is None or excess <= 0
-                else f"; the paper's effect here −{relative * excess:.3f}, trial-level detectable ≥"
-                f" {minimum_detectable_difference(se):.3f}"
-            )
-            parts.append(
-                f"{name} {num(higher[f'{prefix}auc'])} → {num(lower[f'{prefix}auc'])} (z ="
-                f" {auc_z(lower, higher, prefix):.1f}{size}): {outcome}"
-            )
-        overall = outcomes[0] if len(set(outcomes)) == 1 else "mixed"
-        return overall, ", ".join(parts)
 
     def tail_claim(lower: pd.Series, higher: pd.Series) -> str:
         parts = []
@@ -139,13 +182,8 @@ def s_table1(src: Sources) -> Section:
     def word(outcome: str) -> str:
         return f"**{outcome}**"
 
-    def paper_relative(higher: str, lower: str) -> float:
-        """The paper's AUC reduction (Enron) as a fraction of its higher row's excess over ½."""
-        top, bottom = src.paper(f"s_t1_auc_{higher}_enron"), src.paper(f"s_t1_auc_{lower}_enron")
-        return (top - bottom) / (top - 0.5)
-
-    lora_holds, lora_text = auc_claim(lora, full, paper_relative("full", "lora"))
-    fa_holds, fa_text = auc_claim(fa16, lora, paper_relative("lora", "fa"))
+    lora_holds, lora_text = auc_claim(lora, full, paper_relative(src, "full", "lora"))
+    fa_holds, fa_text = auc_claim(fa16, lora, paper_relative(src, "lora", "fa"))
     small, big = fa.iloc[0], fa.iloc[-1]
     rank_holds, rank_text = auc_claim(small, big, None)
     batch_lower, batch_text = auc_claim(large, fa16, None)
@@ -158,9 +196,7 @@ target, IN for exactly half of {models} models (all-examples design; {targets} t
 {epochs} epochs, lr {sig(full["lr"])}, non-private training through the DP-SGD family with σ = 0, C = ∞ (so all
 variants share Poisson batching and the optimiser). Attacks: [S] Eq. 16 reference-calibrated loss (θ_ref = the
 pretrained base) and LiRA online. Columns: variant (r, b); AUC [95% CI]; LiRA TPR at FPR 10% / 1% / 0.1% [95%
-Clopper-Pearson]. All intervals treat the {int(full[f"{ref}n_in"])} IN and {int(full[f"{ref}n_out"])} OUT trials as
-independent; they share {models} models, so the intervals are too narrow (a model-level bootstrap was not run), and no
-ε lower bound is reported for this design.
+Clopper-Pearson]. {intervals_note(frame, models)}
 
 {
         table(
@@ -182,7 +218,7 @@ Setting differences: digits MLP with {models} shadow models, {epochs} epochs and
 E = {paper_epochs:g} epochs and b = {paper_batch:g} ([S] Table 1's (r, E, b) = (16, {paper_epochs:g}, {paper_batch:g}));
 the pretrained MLP barely overfits {targets} examples in {epochs} epochs, so every AUC is near
 {num(frame[f"{ref}auc"].median(), 2)}. [S] reports AUC and TPR at FPR 10% and 1% (not 0.1%). Claims, each tested
-at b = {batch} (not the paper's b = {paper_batch:g}):
+at b = {batch} (not the paper's b = {paper_batch:g}); {EFFECT_NOTE}:
 
 * *LoRA lowers the MIA AUC vs full fine-tuning*: AUC {word(lora_holds)} — {lora_text}. Low-FPR tail (LiRA TPR, full
   fine-tuning → LoRA): {tail_claim(lora, full)}.
@@ -214,7 +250,6 @@ def s_table1_transformer(src: Sources) -> Section:
     """[S] Table 1's analogue on a byte-level transformer, from ``s_table1_transformer.csv``."""
     frame = src.table("s_table1_transformer")
     ref, lira = "reference_", "lira-online_"
-    attacks = ((ref, "reference"), (lira, "LiRA"))
     full, batch, lora, fa, fa16, large, models, epochs, targets = _table1_rows(frame)
     dataset = setting_value(frame, "dataset")
     corpus = (
@@ -235,8 +270,8 @@ def s_table1_transformer(src: Sources) -> Section:
     rows = [
         [
             label(row),
-            auc_ci(row, ref),
-            auc_ci(row, lira),
+            auc_cell(row, ref),
+            auc_cell(row, lira),
             tpr_ci(row, lira, "0.1"),
             tpr_ci(row, lira, "0.01"),
             num(row["test_accuracy"]),
@@ -244,21 +279,13 @@ def s_table1_transformer(src: Sources) -> Section:
         for _, row in frame.iterrows()
     ]
 
-    def claim(lower: pd.Series, higher: pd.Series) -> tuple[str, str]:
-        """The verdict word over both attacks, and per attack: AUC higher → lower [CIs] and its CI verdict."""
-        outcomes = [(name, ci_order(lower, higher, prefix), prefix) for prefix, name in attacks]
-        words = {outcome for _, outcome, _ in outcomes}
-        verdict = (
-            "**yes**" if words == {"holds"} else "**no** (reversed)" if "reversed" in words else "**not resolved**"
-        )
-        text = "; ".join(
-            f"{name} {auc_ci(higher, prefix)} → {auc_ci(lower, prefix)}: {outcome}"
-            for name, outcome, prefix in outcomes
-        )
-        return verdict, text
+    def claim(lower: pd.Series, higher: pd.Series, relative: float | None = None) -> tuple[str, str]:
+        """:func:`auc_claim`'s verdict in bold, and its text."""
+        verdict, text = auc_claim(lower, higher, relative)
+        return f"**{verdict}**", text
 
-    lora_word, lora_text = claim(lora, full)
-    fa_word, fa_text = claim(fa16, lora)
+    lora_word, lora_text = claim(lora, full, paper_relative(src, "full", "lora"))
+    fa_word, fa_text = claim(fa16, lora, paper_relative(src, "lora", "fa"))
     rank_word, rank_text, adjacent = "**not tested** (one rank)", "", []
     if len(fa) > 1:
         smallest, largest = fa.iloc[0], fa.iloc[-1]
@@ -268,7 +295,7 @@ def s_table1_transformer(src: Sources) -> Section:
             word, text = claim(small, big)
             adjacent.append(f"{big['rank']:g} → {small['rank']:g}: {word.replace('**', '')}")
             rank_text += f". Adjacent ranks r = {big['rank']:g} → {small['rank']:g}: {word} — {text}"
-    same = {name: abs(fa16[f"{prefix}auc"] - lora[f"{prefix}auc"]) for prefix, name in attacks}
+    same = {name: abs(fa16[f"{prefix}auc"] - lora[f"{prefix}auc"]) for prefix, name in ATTACKS}
     batch_word, batch_text = claim(large, fa16)
     fewer_steps = large["batch_size"] / batch
     body = f"""## [S] Table 1 analogue on a byte-level transformer
@@ -284,9 +311,7 @@ targets × {models} models), {epochs} epochs, lr {sig(full["lr"])}, momentum {si
 training through the DP-SGD family with σ = 0, C = ∞. A window's score is its log-likelihood under each model;
 attacks: [S] Eq. 16 reference-calibrated (θ_ref = the pretrained base) and LiRA online. Columns: variant (r, b); AUC
 [95% CI]; LiRA TPR at FPR 10% / 1% [95% Clopper-Pearson]; next-byte top-1 accuracy on the test windows (mean over
-models). All intervals treat the {int(full[f"{ref}n_in"])} IN and {int(full[f"{ref}n_out"])} OUT trials as
-independent; they share {models} models, so the intervals are too narrow (no model-level bootstrap was run), and no ε
-lower bound is reported for this design.
+models). {intervals_note(frame, models)}
 
 {
         table(
@@ -295,9 +320,8 @@ lower bound is reported for this design.
         )
     }
 
-[S] Table 1's ordering, each tested on this transformer at b = {batch} and {epochs} epochs ("holds": the lower
-variant's AUC CI lies entirely below the other's; "reversed": entirely above; "not resolved": the CIs overlap; with
-intervals that are too narrow, as said above):
+[S] Table 1's ordering, each tested on this transformer at b = {batch} and {epochs} epochs (the verdict rule of
+`make_results.py`'s docstring on the model-level intervals, as said above; {EFFECT_NOTE}):
 
 * *LoRA lowers the MIA AUC vs full fine-tuning*: {lora_word} — {lora_text}.
 * *LoRA-FA lowers it further* (r = 16): {fa_word} — {fa_text}. The two rows' AUCs differ by {
@@ -324,7 +348,7 @@ Not tested: GPT-2 scale (a {setting_value(frame, "parameters"):g}-parameter mode
         f"text, {setting_value(frame, 'parameters'):g}-parameter transformer, {models} models, b = {batch}: "
         f"ref. AUC {num(full[f'{ref}auc'])} / {num(lora[f'{ref}auc'])} / {num(fa16[f'{ref}auc'])}, "
         f"LiRA AUC {num(full[f'{lira}auc'])} / {num(lora[f'{lira}auc'])} / {num(fa16[f'{lira}auc'])}",
-        f"within trial-level 95% CIs (too narrow: trials share models): LoRA < full: {summary_word(lora_word)};"
+        f"LoRA < full: {summary_word(lora_word)};"
         f" LoRA-FA < LoRA: {summary_word(fa_word)} (their AUCs differ by"
         f" {sig(max(same.values()), 1)}: under SGD LoRA's A barely moves from its start beside B = 0, an optimiser"
         f" confound, not a test of the ordering); smaller r: {summary_word(rank_word)}"
@@ -346,15 +370,16 @@ def s_lemma72(src: Sources) -> Section:
     grid = src.table("mechanism_audit_grid")
     release_claim = grid[grid["violated"].fillna("").str.contains("as applied to LoRA-FA", regex=False)]
     refuted = "; the direct audit of LoRA-FA's release refutes [S]'s claim for it" if len(release_claim) else ""
+    # "DP by design" is an upper bound on the leakage: the grid's audit of LoRA-FA's release refutes it (or not).
+    word = f"**{bound_verdict(bool(len(release_claim)))}**"
     if not vacuous:
-        verdict = "**the lemma gives a finite ε**"
+        verdict = f"{word}: the lemma gives a finite ε"
     elif certified:
-        verdict = "**claim not supported**: the lemma is vacuous for this run (ε = ∞ in every scope), and the audit "
+        verdict = f"{word}: the lemma is vacuous for this run (ε = ∞ in every scope), and the audit "
         verdict += f"certifies ε ≥ {num(every['audit_epsilon_lower_bound'], 2)}{refuted}"
     else:
         verdict = (
-            "**not supported**: the lemma is vacuous for this run (ε = ∞ in every scope); the audit certifies no ε > 0"
-            f"{refuted}"
+            f"{word}: the lemma is vacuous for this run (ε = ∞ in every scope); the audit certifies no ε > 0{refuted}"
         )
     # The largest single layer's λ̄ is the 10-class output's: its G Gᵀ is exactly singular (the rows of a softmax
     # cross-entropy gradient sum to zero), so any positive value computed for it is round-off.

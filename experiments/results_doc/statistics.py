@@ -1,14 +1,21 @@
 """The statistics behind the verdicts of ``experiments/RESULTS.md`` (all two-sided at :data:`LEVEL`).
 
 * two independent campaigns' AUCs: :func:`auc_z` and :func:`z_p`, z = ΔAUC / √(se₁² + se₂²), each se its 95% CI's
-  width / (2 · 1.96);
+  width / (2 · 1.96) (:func:`auc_se`);
 * mean test accuracies of two groups of models: :func:`welch_p` (Welch's t-test on the per-cell mean and standard
-  deviation) and its verdict word, :func:`versus`;
-* TPR at a fixed FPR: whether the 95% Clopper-Pearson intervals overlap, :func:`tpr_intervals_overlap`;
-* AUCs whose intervals are too narrow for a test: their order within the 95% CIs, :func:`ci_order`.
+  deviation);
+* TPR at a fixed FPR: whether the 95% Clopper-Pearson intervals overlap, :func:`tpr_intervals_overlap`.
+
+Every verdict word comes from one rule with its power: :func:`ordering_verdict` for a claimed ordering ("holds" where
+significant in the claimed direction; "does not hold" where significant against it, or where the test could have
+shown the claimed effect, its :func:`minimum_detectable_difference` at 80% power being no larger, and did not; else
+"not resolved"), and its siblings: :func:`welch_verdict` (the same rule on Welch's t for accuracies),
+:func:`shared_model_ordering` (all-examples campaigns: power only from model-level bootstrap intervals),
+:func:`within_verdict` ("equal within x%"), :func:`exact_verdict` (exact computations), :func:`combined_verdict`
+(one claim at several points) and :func:`bound_verdict` (an upper bound that audits can refute, never confirm).
 
 No statistic lets a NaN through to a verdict (a NaN compares false, so ``p < LEVEL`` would silently read "no
-difference" in one place and :func:`versus` would call a NaN p significant): a missing (NaN) or infinite input, an
+difference" in one place and call a NaN p significant in another): a missing (NaN) or infinite input, an
 interval whose low end lies above its high end, fewer than two models in a Welch test, and a statistic that is
 0 / 0 (no spread and no difference) raise :class:`ValueError`. A difference with no spread at all is the limit of
 the test: z = ±∞, p = 0.
@@ -122,24 +129,6 @@ def welch_p(first: pd.Series, second: pd.Series) -> float:
     return p
 
 
-def versus(first: pd.Series, second: pd.Series) -> str:
-    """``first``'s mean test accuracy against ``second``'s, by Welch's test at :data:`LEVEL`.
-
-    Args:
-        first: a row as :func:`welch_p` reads it.
-        second: another such row.
-
-    Returns:
-        ``ahead`` / ``behind`` where the difference is significant, else ``no significant difference``.
-
-    Raises:
-        ValueError: where :func:`welch_p` does.
-    """
-    if welch_p(first, second) >= LEVEL:
-        return "no significant difference"
-    return "ahead" if first["test_accuracy"] > second["test_accuracy"] else "behind"
-
-
 def tpr_intervals_overlap(first: pd.Series, second: pd.Series, prefix: str, fpr: str) -> bool:
     """Whether two rows' 95% Clopper-Pearson intervals of the TPR at FPR ``fpr`` share a point.
 
@@ -158,30 +147,6 @@ def tpr_intervals_overlap(first: pd.Series, second: pd.Series, prefix: str, fpr:
     column = f"{prefix}tpr_at_fpr_{fpr}"
     (first_low, first_high), (second_low, second_high) = _interval(first, column), _interval(second, column)
     return first_low <= second_high and second_low <= first_high
-
-
-def ci_order(lower: pd.Series, higher: pd.Series, prefix: str) -> str:
-    """Whether ``lower``'s AUC is below ``higher``'s within their 95% CIs.
-
-    Args:
-        lower: the row whose AUC the claim puts lower, with ``{prefix}auc_ci_low`` and ``{prefix}auc_ci_high``.
-        higher: the row the claim puts higher.
-        prefix: the attack's column prefix (``reference_``, ``lira-online_``).
-
-    Returns:
-        ``holds`` / ``reversed``: the CIs are disjoint, ``lower``'s below / above; ``not resolved``: they overlap
-        (touching ends included).
-
-    Raises:
-        ValueError: an interval end is NaN or infinite, or an interval is inverted.
-    """
-    column = f"{prefix}auc"
-    (lower_low, lower_high), (higher_low, higher_high) = _interval(lower, column), _interval(higher, column)
-    if lower_high < higher_low:
-        return "holds"
-    if lower_low > higher_high:
-        return "reversed"
-    return "not resolved"
 
 
 POWER = 0.8  # the power at which a test counts as able to show an effect (its minimum detectable difference)
@@ -268,3 +233,159 @@ def estimator_ceiling(n_in: int, n_out: int, epsilon: float, delta: float) -> tu
         )
     cp, gdp = np.median(np.array(shares), axis=0)
     return float(cp), float(gdp)
+
+
+TRIAL_LEVEL_ONLY = "not resolved (trial-level CI only)"  # the verdict where only trial-level intervals exist
+
+
+def model_level_auc_se(row: pd.Series, prefix: str = "") -> float | None:
+    """The standard error of ``row``'s AUC from its model-level bootstrap 95% CI (width / (2 · 1.96)).
+
+    None where the CSV has no such interval (the column is missing or empty): a campaign run before the scripts
+    wrote ``{prefix}auc_model_ci_low`` / ``…_high`` (``attacks.metrics.model_bootstrap_auc_interval``).
+
+    Raises:
+        ValueError: one end present and the other not, an end infinite, or an inverted interval.
+    """
+    ends = [f"{prefix}auc_model_ci_{side}" for side in ("low", "high")]
+    present = [column in row.index and not pd.isna(row[column]) for column in ends]
+    if not any(present):
+        return None
+    if not all(present):
+        raise ValueError(f"{prefix}auc_model_ci has one end only: a verdict needs both")
+    low, high = _interval(row, f"{prefix}auc_model")
+    return (high - low) / (2 * Z_95)
+
+
+def shared_model_ordering(
+    lower: pd.Series, higher: pd.Series, prefix: str, expected: float | None
+) -> tuple[str, float]:
+    """The verdict on "``lower``'s AUC is below ``higher``'s" for two all-examples campaigns (trials share models).
+
+    With both rows' model-level bootstrap intervals: :func:`ordering_verdict` on ΔAUC = higher − lower with
+    se = √(se₁² + se₂²) of those intervals, so the verdict has the power of the models. Without them only the
+    trial-level intervals exist, which treat trials that share models as independent: too narrow to claim either
+    a significant difference or the power to have seen one, so :data:`TRIAL_LEVEL_ONLY`.
+
+    Args:
+        lower: the row the claim puts lower; ``{prefix}auc`` and its intervals.
+        higher: the row the claim puts higher.
+        prefix: the attack's column prefix (``reference_``, ``lira-online_``).
+        expected: the claimed effect in this setting (> 0), or None where the claim states no size.
+
+    Returns:
+        (verdict, se): the verdict word and the standard error it used (the trial-level one where it is
+        :data:`TRIAL_LEVEL_ONLY`, for the text's minimum detectable difference).
+
+    Raises:
+        ValueError: where :func:`ordering_verdict` or :func:`model_level_auc_se` does.
+    """
+    difference = _value(higher, f"{prefix}auc") - _value(lower, f"{prefix}auc")
+    lower_se, higher_se = model_level_auc_se(lower, prefix), model_level_auc_se(higher, prefix)
+    if lower_se is None or higher_se is None:
+        return TRIAL_LEVEL_ONLY, math.hypot(auc_se(lower, prefix), auc_se(higher, prefix))
+    se = math.hypot(lower_se, higher_se)
+    return ordering_verdict(difference, se, expected), se
+
+
+def within_verdict(difference: float, standard_error: float, tolerance: float) -> str:
+    """Whether a "within ``tolerance``" claim holds: |true difference| ≤ ``tolerance``, by the difference's 95% CI.
+
+    The sibling of :func:`ordering_verdict` for claims of equality up to a tolerance (an energy equal to its closed
+    form within 2%): ``holds`` where the whole 95% interval difference ± 1.96 se lies within ±tolerance (the test
+    had the power to see a departure of the tolerance's size), ``does not hold`` where the whole interval lies
+    beyond it, else ``not resolved``. A standard error of 0 is an exact computation (no sampling).
+
+    Raises:
+        ValueError: a NaN or infinite input, a negative standard error or a tolerance <= 0.
+    """
+    for name, value in {"difference": difference, "standard_error": standard_error, "tolerance": tolerance}.items():
+        if not math.isfinite(value):
+            raise ValueError(f"{name} is {value}: a verdict needs a finite number")
+    if standard_error < 0 or tolerance <= 0:
+        raise ValueError(f"the standard error must be >= 0 and the tolerance > 0, got {standard_error}, {tolerance}")
+    half_width = Z_95 * standard_error
+    if abs(difference) + half_width <= tolerance:
+        return "holds"
+    if abs(difference) - half_width > tolerance:
+        return "does not hold"
+    return "not resolved"
+
+
+def combined_verdict(verdicts: list[str]) -> str:
+    """One verdict for a claim made at every point from the points' verdicts (each a rule's word).
+
+    ``holds`` where it holds at every point, ``does not hold`` where it fails at any, else ``not resolved``.
+
+    Raises:
+        ValueError: no verdicts, or a word that is not a verdict.
+    """
+    known = {"holds", "does not hold", "not resolved"}
+    if not verdicts or not set(verdicts) <= known:
+        raise ValueError(f"combined_verdict needs verdicts among {sorted(known)}, got {verdicts}")
+    if "does not hold" in verdicts:
+        return "does not hold"
+    return "holds" if set(verdicts) == {"holds"} else "not resolved"
+
+
+def exact_verdict(satisfied: list[bool]) -> str:
+    """The verdict on a claim checked by exact computation at every point (no sampling, so no power to state).
+
+    ``holds`` where every point satisfies it, else ``does not hold`` (a claim over all points fails at any one).
+
+    Raises:
+        ValueError: no points.
+    """
+    if not satisfied:
+        raise ValueError("an exact verdict needs at least one point")
+    return "holds" if all(satisfied) else "does not hold"
+
+
+def welch_verdict(higher: pd.Series, lower: pd.Series, expected: float | None) -> tuple[str, float]:
+    """:func:`ordering_verdict`'s rule for "``higher``'s mean test accuracy is above ``lower``'s", by Welch's t-test.
+
+    Significance by :func:`welch_p`; the minimum detectable difference at :data:`POWER` with Student-t quantiles
+    at the Welch-Satterthwaite degrees of freedom, (t_{1-α/2} + t_{power}) · se, se = √(s₁²/n₁ + s₂²/n₂) of the
+    sample (ddof = 1) standard deviations: a few models per cell leave few degrees of freedom, so the normal
+    quantiles of :func:`minimum_detectable_difference` would overstate the power.
+
+    Args:
+        higher: the cell the claim puts higher, a row as :func:`welch_p` reads it.
+        lower: the cell it puts lower.
+        expected: the claimed difference (> 0) carried over to this setting, or None where the claim states no size.
+
+    Returns:
+        (verdict, minimum detectable difference).
+
+    Raises:
+        ValueError: where :func:`welch_p` does, or an expected effect <= 0.
+    """
+    if expected is not None and not (math.isfinite(expected) and expected > 0):
+        raise ValueError(f"the expected effect must be finite and > 0, got {expected}")
+    p = welch_p(higher, lower)  # validates both rows
+    # Each cell's share of the difference's variance, s² / n with the sample (ddof = 1) variance.
+    cells = [
+        (_value(row, "test_accuracy_std") ** 2 / (_value(row, "models") - 1), _value(row, "models"))
+        for row in (higher, lower)
+    ]
+    se = math.sqrt(sum(share for share, _ in cells))
+    if se == 0:  # neither cell varies (and the means differ: welch_p refused equal ones): significant, p = 0
+        detectable = 0.0
+    else:
+        degrees = se**4 / sum(share**2 / (models - 1) for share, models in cells)
+        detectable = float((stats.t.ppf(1 - LEVEL / 2, degrees) + stats.t.ppf(POWER, degrees)) * se)
+    difference = _value(higher, "test_accuracy") - _value(lower, "test_accuracy")
+    if p < LEVEL:
+        return ("holds" if difference > 0 else "does not hold"), detectable
+    able = expected is not None and detectable <= expected
+    return ("does not hold" if able else "not resolved"), detectable
+
+
+def bound_verdict(refuted: bool) -> str:
+    """The verdict on an upper bound (an analytic ε, "the correct code is never flagged") from audits at 95%.
+
+    An audit lower-bounds the leakage: a significant refutation (a valid 95% lower bound above the claim, or a
+    violated verdict) makes the claim ``does not hold``; finding none cannot show the bound holds, so
+    ``not resolved``.
+    """
+    return "does not hold" if refuted else "not resolved"

@@ -11,6 +11,7 @@ import pandas as pd
 
 from .formatting import num, table
 from .sources import Section, Sources
+from .statistics import bound_verdict
 
 _CORRECT_CONFIGS = ("handwritten-no-bug", "small-n3-no-bug")  # correct DP-SGD whose step count does not leak n
 
@@ -76,6 +77,10 @@ def training_audits(src: Sources) -> Section:
         ]
         for _, row in one_run.iterrows()
     ]
+    # "The correct trainer is never violated" is an upper bound on what audits find: refuted by one false alarm.
+    claim_verdict = f"**{bound_verdict(bool(false_alarms))}**" + (
+        ": " + ", ".join(false_alarms) if false_alarms else " (the correct trainer never violated)"
+    )
     body = f"""## Training-code audits: the example trainers (`training_audit_examples.py`, `training_audit_one_run.py`)
 
 `python experiments/training_audit_examples.py` → `results/training_audit_examples.csv` (its docstring: the
@@ -111,7 +116,7 @@ Planted bugs violated: {", ".join(caught) or "none"}; not caught: {
         ", ".join(b for b in bugs if b not in caught) or "none"
     }. The correct trainer (where its step count does not depend on n) is violated in {
         ", ".join(false_alarms) or "none of its configurations"
-    }.
+    }. Verdict (planted bugs violate the claim; the correct trainer does not): {claim_verdict}.
 
 `python experiments/training_audit_one_run.py [--observe steps]` → `results/training_audit_one_run[_steps].csv`:
 one call of the hand-written DP-SGD on all 1797 digits plus each of 1000 canaries with probability ½ (Steinke,
@@ -186,6 +191,6 @@ workers.
         "Training-code audits (hand-written DP-SGD)",
         "planted bugs violate the claim; the correct trainer does not",
         f"{len(caught)} of {len(bugs)} bugs violated; correct trainer violated in {len(false_alarms)}",
-        "**yes**" if not false_alarms else "**no**: " + ", ".join(false_alarms),
+        claim_verdict,
     )
     return Section([summary], body)
