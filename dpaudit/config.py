@@ -40,6 +40,7 @@ MAX_MODELS = 2**16
 # The papers train for at most 30 epochs. 10^6 keeps the step count T = epochs · ⌈n/b⌉ below 2^53 (exact in
 # the accountants' float64) for any training set of fewer than 2^33 examples.
 MAX_EPOCHS = 10**6
+MAX_INSERTIONS = 10**4  # copies of one canary in a training set (Carlini et al. 2019 insert up to thousands)
 # A guard against typos (1e10 for 1e-1), not a promise that smaller rates train: SGD on digits' MLP with
 # momentum 0.9 already diverges to NaN at lr = 3. The papers use lr <= 1.
 MAX_LR = 10.0
@@ -66,6 +67,7 @@ _HASHED_WHEN_CHANGED = {
     "schedule": "cosine",
     "optimizer": "sgd",
     "weight_decay": None,
+    "insertions": 1,
 }
 PRECISIONS = ("fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
@@ -122,6 +124,7 @@ class CampaignConfig:
     schedule: str = "cosine"  # learning-rate schedule: cosine annealing over all steps ([W] App. F.1) or constant
     optimizer: str = "sgd"  # sgd (with momentum) | adamw (β1 = momentum)
     weight_decay: float | None = None  # AdamW's decoupled weight decay; None: ADAMW_WEIGHT_DECAY with adamw
+    insertions: int = 1  # copies of each input canary in the training set of a model it is IN for
 
     def __post_init__(self):
         checked = {
@@ -178,9 +181,17 @@ class CampaignConfig:
 
         An input canary is seen through the model's outputs; a gradient canary, which has no input, through the
         weights or every update, never in the all-examples design. One-run designs need ``--canaries M``, at most
-        1/(2δ) (the one-run bound's δ term is 2Mδ), with orthogonal (Dirac) gradient canaries.
+        1/(2δ) (the one-run bound's δ term is 2Mδ), with orthogonal (Dirac) gradient canaries. ``--insertions k``
+        puts k copies of each input canary into the training set of a model it is IN for (the Secret Sharer's
+        insertions, Carlini et al. 2019 Sec. 5): the claim audited is then the group privacy of k examples.
         """
         canary = check.one_of("--canary", self.canary, CANARIES)
+        insertions = check.integer("--insertions", self.insertions, 1, MAX_INSERTIONS)
+        if insertions != 1 and (canary != "input" or self.design == "all-examples"):
+            raise UsageError(
+                "--insertions applies to input canaries in the canary and one-run designs (copies of a canary example);"
+                " leave it at 1 here"
+            )
         if self.design == "one-run":
             if self.canaries is None:
                 raise UsageError("--design one-run needs --canaries M, the number of canaries (e.g. --canaries 1000)")
@@ -200,7 +211,7 @@ class CampaignConfig:
                     f"--observe {observe} needs --canary gradient: an input canary has no known direction in the"
                     " weights; use --observe outputs"
                 )
-            return {"canary": canary, "observe": observe, "canaries": canaries}
+            return {"canary": canary, "observe": observe, "canaries": canaries, "insertions": insertions}
         if self.design == "all-examples":
             raise UsageError("--canary gradient applies to the canary and one-run designs, not all-examples")
         direction = check.one_of(
@@ -230,6 +241,7 @@ class CampaignConfig:
             "canary_norm": norm,
             "observe": observe,
             "canaries": canaries,
+            "insertions": insertions,
         }
 
     def _optimizer_options(self) -> dict:
