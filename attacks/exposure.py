@@ -76,3 +76,32 @@ def sampled_exposures(secret_log_likelihoods, sampled_log_likelihoods) -> np.nda
     ordered = np.sort(sampled, axis=1)
     at_least = sampled.shape[1] - np.stack([np.searchsorted(row, s, side="left") for row, s in zip(ordered, secrets)])
     return -np.log2((1 + at_least) / (sampled.shape[1] + 1))
+
+
+def exposure_gap(exposures, membership, confidence: float = 0.95) -> tuple[float, float, float]:
+    """(difference, low, high): mean exposure of inserted secrets minus held-out ones, with its Welch interval.
+
+    ``exposures`` and ``membership`` (models, secrets): each model's exposure of each secret and whether it trained
+    on it. Each model contributes the mean over its inserted secrets to one group and over its held-out ones to the
+    other, so the unit of the interval is the model, which is trained independently of the others (a model's
+    secrets share its training run and are not independent trials). Welch's t-interval of the two groups' means
+    (scipy.stats.ttest_ind, unequal variances); needs at least two models in each group.
+    """
+    import scipy.stats
+
+    values = check.finite_array("exposures", exposures, ndim=2)
+    inside = np.asarray(membership, dtype=bool)
+    if inside.shape != values.shape:
+        raise check.InvalidArgument(f"membership {inside.shape} must match exposures {values.shape}")
+    level = check.open_unit("confidence", confidence)
+    groups = []
+    for mask in (inside, ~inside):
+        has = mask.any(axis=1)
+        groups.append((values * mask).sum(axis=1)[has] / mask.sum(axis=1)[has])
+    if min(len(group) for group in groups) < 2:
+        raise check.InvalidArgument("an exposure interval needs at least two models with inserted and two without")
+    difference = float(groups[0].mean() - groups[1].mean())
+    if all(np.ptp(group) == 0 for group in groups):  # no spread in either group: the difference is known exactly
+        return difference, difference, difference
+    interval = scipy.stats.ttest_ind(groups[0], groups[1], equal_var=False).confidence_interval(level)
+    return difference, float(interval.low), float(interval.high)

@@ -40,6 +40,7 @@ MAX_MODELS = 2**16
 # The papers train for at most 30 epochs. 10^6 keeps the step count T = epochs · ⌈n/b⌉ below 2^53 (exact in
 # the accountants' float64) for any training set of fewer than 2^33 examples.
 MAX_EPOCHS = 10**6
+MAX_INSERTIONS = 10**4  # copies of one canary in a training set (Carlini et al. 2019 insert up to thousands)
 # A guard against typos (1e10 for 1e-1), not a promise that smaller rates train: SGD on digits' MLP with
 # momentum 0.9 already diverges to NaN at lr = 3. The papers use lr <= 1.
 MAX_LR = 10.0
@@ -68,6 +69,7 @@ _HASHED_WHEN_CHANGED = {
     "weight_decay": None,
     "window": None,
     "tokenizer": None,
+    "insertions": 1,
 }
 # Dataset kinds whose examples are windows of tokens, cut to --window's length (dpaudit.data.text).
 WINDOWED_DATASETS = ("text", "tokens")
@@ -129,6 +131,7 @@ class CampaignConfig:
     weight_decay: float | None = None  # AdamW's decoupled weight decay; None: ADAMW_WEIGHT_DECAY with adamw
     window: int | None = None  # tokens per window of text/tokens data; None: 64 (tokens:PATH with y: its own)
     tokenizer: str | None = None  # text data's tokenizer on disk (a tokenizer.json or a directory); None: bytes
+    insertions: int = 1  # copies of each input canary in the training set of a model it is IN for
 
     def __post_init__(self):
         checked = {
@@ -186,9 +189,17 @@ class CampaignConfig:
 
         An input canary is seen through the model's outputs; a gradient canary, which has no input, through the
         weights or every update, never in the all-examples design. One-run designs need ``--canaries M``, at most
-        1/(2δ) (the one-run bound's δ term is 2Mδ), with orthogonal (Dirac) gradient canaries.
+        1/(2δ) (the one-run bound's δ term is 2Mδ), with orthogonal (Dirac) gradient canaries. ``--insertions k``
+        puts k copies of each input canary into the training set of a model it is IN for (the Secret Sharer's
+        insertions, Carlini et al. 2019 Sec. 5): the claim audited is then the group privacy of k examples.
         """
         canary = check.one_of("--canary", self.canary, CANARIES)
+        insertions = check.integer("--insertions", self.insertions, 1, MAX_INSERTIONS)
+        if insertions != 1 and (canary != "input" or self.design == "all-examples"):
+            raise UsageError(
+                "--insertions applies to input canaries in the canary and one-run designs (copies of a canary example);"
+                " leave it at 1 here"
+            )
         if self.design == "one-run":
             if self.canaries is None:
                 raise UsageError("--design one-run needs --canaries M, the number of canaries (e.g. --canaries 1000)")
@@ -208,7 +219,7 @@ class CampaignConfig:
                     f"--observe {observe} needs --canary gradient: an input canary has no known direction in the"
                     " weights; use --observe outputs"
                 )
-            return {"canary": canary, "observe": observe, "canaries": canaries}
+            return {"canary": canary, "observe": observe, "canaries": canaries, "insertions": insertions}
         if self.design == "all-examples":
             raise UsageError("--canary gradient applies to the canary and one-run designs, not all-examples")
         direction = check.one_of(
@@ -238,6 +249,7 @@ class CampaignConfig:
             "canary_norm": norm,
             "observe": observe,
             "canaries": canaries,
+            "insertions": insertions,
         }
 
     def _text_options(self) -> dict:

@@ -75,7 +75,8 @@ def audit(config: CampaignConfig, out: Path, tag: str, workers: int, attacks: Se
     attack name when several are asked for): AUC with its 95% CI (and its model-level bootstrap 95% CI in the
     all-examples design, empty in the others), balanced accuracy, the IN and OUT trial counts,
     TPR at FPR 10% / 1% / 0.1% with their 95% Clopper-Pearson intervals, the Clopper-Pearson ε lower bound; then
-    the mean test accuracy, the analytic ε of the mechanism (None where no bound exists) and the campaign's seconds.
+    the mean test accuracy, the analytic ε of the mechanism (None where no bound exists) and the campaign's seconds;
+    with secret canaries, their mean exposure IN and OUT, its ceiling, and the gap with its 95% interval over models.
     """
     run_dir = out / "runs" / tag
     shutil.rmtree(run_dir, ignore_errors=True)  # always a fresh campaign: timings and numbers of this run
@@ -115,6 +116,15 @@ def audit(config: CampaignConfig, out: Path, tag: str, workers: int, attacks: Se
     row.update(
         test_accuracy=numbers["test_accuracy"], analytic_epsilon=numbers["analytic_epsilon"], seconds=numbers["seconds"]
     )
+    exposure = numbers["secret_exposure"]
+    if exposure is not None:  # next-token campaigns with secret canaries: exposure IN, OUT and their gap's CI
+        gap = exposure["gap"] or [None] * 3
+        row.update(
+            exposure_inserted=exposure["inserted_mean"],
+            exposure_held_out=exposure["held_out_mean"],
+            exposure_ceiling=exposure["ceiling"],
+            **dict(zip(("exposure_gap", "exposure_gap_ci_low", "exposure_gap_ci_high"), gap)),
+        )
     return row
 
 

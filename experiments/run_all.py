@@ -33,6 +33,7 @@ SCRIPTS = (
     ("mechanism_audit_grid", "theorems vs exact vs audits"),
     ("s_table1_lora_variants", "[S] Table 1, Lemma 7.2"),
     ("s_table1_transformer", "[S] Table 1, text transformer"),
+    ("exposure_insertions", "Secret Sharer: exposure vs insertions"),
     ("prism_noise_energy", "[P] Thm 3.1, Figs. 2/3"),
     ("p_accuracy_at_epsilon", "[P] accuracy at ε ∈ {3, 6}"),
     ("denoise_cosine", "[D] Fig. 2"),

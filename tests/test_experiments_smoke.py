@@ -229,3 +229,26 @@ def test_every_experiment_script_imports_what_the_project_still_has():
                     if alias.name.split(".")[0] in _PROJECT_PACKAGES and importlib.util.find_spec(alias.name) is None:
                         missing.append(f"{path.name}: import {alias.name}")
     assert not missing, missing
+
+
+def test_exposure_insertions_script_writes_exposure_in_out_and_the_gap_per_insertion_count(tmp_path):
+    """4 models × 1 epoch at k = 1 and 2 on 12 kB of text: exposures in [0, log2 1001], the gap's interval, a plot."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(text.corpus()[:12_000])
+    done = run_script(
+        "exposure_insertions",
+        *("--out", str(tmp_path), "--dataset", f"text:{corpus}", "--models", "4", "--epochs", "1", "--workers", "1"),
+        *("--insertions", "1", "2"),
+    )
+    assert done.returncode == 0, done.stderr
+    table = pd.read_csv(tmp_path / "exposure_insertions.csv")
+    assert table["insertions"].tolist() == [1, 2] and (table["n_in"] == 2).all()
+    ceiling = np.log2(1001)
+    assert table["exposure_ceiling"].tolist() == pytest.approx([ceiling, ceiling])
+    for column in ("exposure_inserted", "exposure_held_out"):
+        assert table[column].between(0, ceiling).all()
+    gap = table["exposure_inserted"] - table["exposure_held_out"]
+    np.testing.assert_allclose(table["exposure_gap"], gap, rtol=1e-9, atol=1e-12)
+    assert (table["exposure_gap_ci_low"] <= table["exposure_gap"]).all()
+    assert (table["exposure_gap"] <= table["exposure_gap_ci_high"]).all()
+    assert (tmp_path / "exposure_insertions.png").stat().st_size > 0

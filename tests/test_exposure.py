@@ -120,3 +120,51 @@ def test_exposure_arguments_are_checked():
         exposure.exposure([0.0, float("nan")], [0])
     with pytest.raises(ValueError, match="sampled_log_likelihoods is empty"):
         exposure.sampled_exposure(-1.0, [])
+
+
+def test_the_exposure_gap_is_welchs_interval_over_each_models_mean():
+    """Each model counts once per side (its secrets' mean), and the interval is scipy's Welch interval of those."""
+    import scipy.stats
+
+    rng = np.random.default_rng(3)
+    exposures = rng.normal(2.0, 1.0, size=(10, 3))
+    membership = rng.random((10, 3)) < 0.5
+    membership[0] = True  # a model with no held-out secret contributes to IN only
+    exposures[membership] += 4.0
+    difference, low, high = exposure.exposure_gap(exposures, membership)
+    inside = [row[m].mean() for row, m in zip(exposures, membership) if m.any()]
+    outside = [row[~m].mean() for row, m in zip(exposures, membership) if (~m).any()]
+    expected = scipy.stats.ttest_ind(inside, outside, equal_var=False).confidence_interval(0.95)
+    assert difference == pytest.approx(np.mean(inside) - np.mean(outside), rel=1e-12)
+    assert (low, high) == pytest.approx((expected.low, expected.high), rel=1e-12)
+    assert low < 4.0 < high  # the planted gap, at this seed
+
+
+def test_the_exposure_gap_covers_the_true_gap_at_its_level():
+    """600 simulated campaigns of 8 + 8 models, true gap 3 bits: coverage within 3 standard errors of 95%."""
+    rng = np.random.default_rng(11)
+    membership = np.repeat([[True], [False]], 8, axis=0)
+    covered = 0
+    for _ in range(600):
+        exposures = rng.normal(1.0, 1.5, size=(16, 1)) + 3.0 * membership
+        _, low, high = exposure.exposure_gap(exposures, membership)
+        covered += low <= 3.0 <= high
+    assert abs(covered / 600 - 0.95) < 3 * math.sqrt(0.95 * 0.05 / 600)
+
+
+@pytest.mark.parametrize(
+    "exposures, membership, message",
+    [
+        (np.ones((3, 1)), np.array([[True], [False], [False]]), "at least two models"),
+        (np.ones((4, 1)), np.ones((4, 2), dtype=bool), "must match"),
+        (np.full((4, 1), np.nan), np.array([[True], [True], [False], [False]]), "finite"),
+    ],
+)
+def test_an_exposure_gap_without_two_models_a_side_or_with_bad_input_is_refused(exposures, membership, message):
+    with pytest.raises(ValueError, match=message):
+        exposure.exposure_gap(exposures, membership)
+
+
+def test_an_exposure_gap_without_spread_is_the_difference_itself():
+    membership = np.array([[True], [True], [False], [False]])
+    assert exposure.exposure_gap(np.array([[5.0], [5.0], [1.0], [1.0]]), membership) == (4.0, 4.0, 4.0)

@@ -85,6 +85,8 @@ def test_the_summary_reports_the_exposure_recomputed_from_the_stored_log_likelih
     assert reported["candidates"] == 1000 and reported["ceiling"] == pytest.approx(math.log2(1001))
     assert reported["inserted_mean"] == pytest.approx(exposures[inside].mean(), rel=1e-12)
     assert reported["held_out_mean"] == pytest.approx(exposures[~inside].mean(), rel=1e-12)
+    gap = exposure_lib.exposure_gap(exposures[:, None], inside[:, None])
+    assert reported["gap"] == pytest.approx(list(gap), rel=1e-12)
     # canary-loss scores are the secrets' log-likelihoods; accuracy is each model's top-1 next-byte accuracy.
     scores = np.loadtxt(secret_run / "scores.csv", delimiter=",", skiprows=1, usecols=2)
     np.testing.assert_allclose(scores, secrets, rtol=1e-12)

@@ -266,25 +266,40 @@ class SecretExposure:
     """Exposure of the secret canaries (Carlini et al. 2019, Def. 4), estimated from m sampled candidates (Sec. 4.2).
 
     Each model ranks each secret among m candidates drawn uniformly from the secrets' format
-    (:func:`attacks.exposure.sampled_exposures`): ``inserted`` are the exposures of secrets in the models that
-    trained on them, ``held_out`` in those that did not (the baseline: docs/theory.md §3.2.1). The
-    estimate cannot exceed log2(m + 1) (``ceiling``).
+    (:func:`attacks.exposure.sampled_exposures`): ``exposures`` (models, secrets), ``membership`` whether the model
+    trained on the secret. ``inserted`` are the exposures of secrets in the models that trained on them,
+    ``held_out`` in those that did not (the baseline: docs/theory.md §3.2.1). The estimate cannot exceed
+    log2(m + 1) (``ceiling``).
     """
 
-    inserted: np.ndarray
-    held_out: np.ndarray
+    exposures: np.ndarray
+    membership: np.ndarray
     candidates: int
+
+    @property
+    def inserted(self) -> np.ndarray:
+        return self.exposures[self.membership]
+
+    @property
+    def held_out(self) -> np.ndarray:
+        return self.exposures[~self.membership]
 
     @property
     def ceiling(self) -> float:
         return float(np.log2(self.candidates + 1))
 
     def summary_fields(self) -> dict:
-        """The numbers summary.json reports: mean and median exposure IN and OUT, and the ceiling."""
-        fields: dict[str, float | int | None] = {"candidates": self.candidates, "ceiling": self.ceiling}
+        """The numbers summary.json reports: mean and median exposure IN and OUT, the ceiling, and the gap.
+
+        ``gap``: mean IN minus mean OUT with its 95% interval over models (:func:`attacks.exposure.exposure_gap`);
+        None with fewer than two models on either side.
+        """
+        fields: dict[str, float | int | list | None] = {"candidates": self.candidates, "ceiling": self.ceiling}
         for name, values in (("inserted", self.inserted), ("held_out", self.held_out)):
             fields[f"{name}_mean"] = float(values.mean()) if values.size else None
             fields[f"{name}_median"] = float(np.median(values)) if values.size else None
+        enough = min(self.membership.any(axis=1).sum(), (~self.membership).any(axis=1).sum()) >= 2
+        fields["gap"] = list(exposure_lib.exposure_gap(self.exposures, self.membership, CONFIDENCE)) if enough else None
         return fields
 
 
@@ -293,7 +308,7 @@ def secret_exposure(
 ) -> SecretExposure:
     """:class:`SecretExposure` of (models, secrets) log-likelihoods against each model's (models, m) candidates."""
     exposures = exposure_lib.sampled_exposures(secret_log_likelihoods, candidate_log_likelihoods)
-    return SecretExposure(exposures[membership], exposures[~membership], candidate_log_likelihoods.shape[1])
+    return SecretExposure(exposures, np.asarray(membership, dtype=bool), candidate_log_likelihoods.shape[1])
 
 
 @dataclass(frozen=True)

@@ -85,9 +85,11 @@ def claimed_privacy(
     """The privacy event ``mechanism`` claims in ``config``'s campaign (:meth:`Mechanism.privacy` at its facts).
 
     ``members`` and ``layers`` as :func:`campaign_training`. Neighbouring: add/remove one example, as DP-SGD's
-    accountants. The analysis bounds this event (:func:`dpaudit.mechanisms.bounds.event_bound`).
+    accountants, or ``config.insertions`` copies of one (:class:`privacy.Group`). The analysis bounds this event
+    (:func:`dpaudit.mechanisms.bounds.event_bound`).
     """
-    return mechanism.privacy(campaign_training(config, members, layers, mechanism.sampling))
+    event = mechanism.privacy(campaign_training(config, members, layers, mechanism.sampling))
+    return event if config.insertions == 1 else privacy.Group(config.insertions, event)
 
 
 def _trained_layers(config: CampaignConfig, module: nn.Module, mechanism: Mechanism) -> dict[str, nn.Module]:
@@ -111,8 +113,8 @@ def _membership(config: CampaignConfig, private: int) -> tuple[np.ndarray, np.nd
     """(design, pool) membership of the campaign with ``private`` private examples.
 
     design (models, targets): each target's IN/OUT; pool (models, pool size): each model's training set over the
-    private examples followed by the input canaries (a gradient canary is no pool example). A null campaign keeps
-    the design's groups but trains no model on any canary.
+    private examples followed by the input canaries, ``config.insertions`` copies of them one after the other (a
+    gradient canary is no pool example). A null campaign keeps the design's groups but trains no model on any canary.
     """
     if config.design == "all-examples":
         design = designs.all_examples_design(config.models, private, config.seed)
@@ -124,9 +126,8 @@ def _membership(config: CampaignConfig, private: int) -> tuple[np.ndarray, np.nd
     )
     if config.canary != "input":
         return design, np.ones((config.models, private), dtype=bool)
-    pool = np.ones((config.models, private + design.shape[1]), dtype=bool)
-    pool[:, private:] = design & (not config.null)
-    return design, pool
+    copies = np.tile(design & (not config.null), (1, config.insertions))
+    return design, np.concatenate([np.ones((config.models, private), dtype=bool), copies], 1)
 
 
 def _canary_labels(
@@ -594,8 +595,9 @@ def prepare(
                     labels = _canary_labels(config, dataset, base, mechanism, x_q, layout, device)
             else:
                 labels = plan.target_labels
-        pool_x, pool_y = np.concatenate([pool_x, x_q]), np.concatenate([pool_y, labels])
-        target_index = np.arange(len(dataset.private), len(pool_y))
+        copies = config.insertions
+        pool_x, pool_y = np.concatenate([pool_x, *[x_q] * copies]), np.concatenate([pool_y, *[labels] * copies])
+        target_index = np.arange(len(dataset.private), len(dataset.private) + len(x_q))  # the first copies
     else:
         gradient_canaries = _gradient_canaries(config, dataset, base, mechanism)
         canary_membership = design_membership & (not config.null)

@@ -167,6 +167,13 @@ def register(subparsers) -> None:
         help="M canaries of --design one-run, each IN with probability 1/2 in every model (required there)",
     )
     campaign.add_argument(
+        "--insertions",
+        type=int,
+        metavar="K",
+        help="copies of each input canary in the training set of a model it is IN for (the Secret Sharer's"
+        " insertions); the claim audited is then k examples' group privacy (1)",
+    )
+    campaign.add_argument(
         "--resample-projection",
         action="store_const",
         const=True,

@@ -21,6 +21,7 @@ sketch                                   ``GaussianSketch``                     
                                                                                 (:func:`sketch_claim` sets its ε
                                                                                 beside the audit as a claim)
 none, lora-fa, any σ = 0                 ``NotDp``                              none: not DP at any ε ([W] Prop. 2)
+any, with ``--insertions k``             ``Group`` (k, the event above)         group privacy: (kε₁, k e^{(k-1)ε₁} δ₁)
 =======================================  =====================================  ===================================
 
 Sampling facts (Poisson rate q = b/N and T = epochs·⌈N/b⌉ steps) come from
@@ -29,6 +30,7 @@ Sampling facts (Poisson rate q = b/N and T = epochs·⌈N/b⌉ steps) come from
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable, Sequence
@@ -40,6 +42,7 @@ from dpaudit.mechanisms.privacy import (
     ZERO_NOISE,
     ApproxDp,
     GaussianSketch,
+    Group,
     LayerShape,
     NoisyProjectionM2,
     NotDp,
@@ -151,6 +154,49 @@ def _approx_dp(event: ApproxDp, delta: float) -> AnalyticBound:
     return AnalyticBound(event.epsilon, source)
 
 
+def _full_batch_group(event: Group) -> SubsampledGaussian | None:
+    """At q = 1 the k copies are in every step: the sum moves by kC, the Gaussian mechanism at σ/k, exactly."""
+    member = event.member
+    if isinstance(member, SubsampledGaussian) and member.sample_rate == 1 and member.noise_multiplier > 0:
+        return dataclasses.replace(member, noise_multiplier=member.noise_multiplier / event.size)
+    return None
+
+
+_GROUP_ITERATIONS = 100  # fixed-point steps of the member's δ₁; a bound whose ε grows this slowly converges in < 10
+
+
+def _group(event: Group, delta: float) -> AnalyticBound:
+    """Group privacy of k = ``event.size`` copies: (ε₁, δ₁)-DP for one example gives (kε₁, k e^{(k-1)ε₁} δ₁)-DP.
+
+    The standard conversion (Dwork & Roth 2014, Thm 2.2 for ε; the δ term by induction over k neighbouring
+    datasets: δ_k = δ₁ Σ_{j<k} e^{jε₁} ≤ k e^{(k-1)ε₁} δ₁). The member's δ₁ is found by fixed-point iteration
+    from δ/k: each step lowers δ₁ to what the member's ε₁ at the last δ₁ allows, 1% below it, until the member's
+    bound at δ₁ itself meets ``k e^{(k-1)ε₁} δ₁ ≤ δ``. Sound for every member bound; loose where group privacy is
+    (:func:`_full_batch_group` gives the exact bound of a Gaussian mechanism at q = 1).
+    """
+    k, member = event.size, event.member
+    exact = _full_batch_group(event)
+    if exact is not None:
+        bound = event_bound(exact, delta)
+        return dataclasses.replace(bound, source=f"{bound.source}; k = {k} insertions at q = 1: σ/k, exact")
+    source = f"group privacy of k = {k} insertions (Dwork & Roth 2014 Thm 2.2)"
+    first = event_bound(member, delta / k)
+    if first.not_dp:
+        return AnalyticBound(None, None, f"k = {k} insertions, and one example is already {first.reason}", not_dp=True)
+    member_delta, bound = delta / k, first
+    for _ in range(_GROUP_ITERATIONS):
+        if bound.epsilon is None:
+            return AnalyticBound(None, source, f"the member's bound at δ₁ = {member_delta:.3g}: {bound.reason}")
+        allowed = delta / (k * math.exp(min((k - 1) * bound.epsilon, 700.0)))
+        if member_delta <= allowed:
+            return AnalyticBound(k * bound.epsilon, f"{source}; one example: {bound.source}")
+        member_delta = 0.99 * allowed
+        bound = event_bound(member, member_delta)
+    return AnalyticBound(
+        None, source, f"no δ₁ found with k e^((k-1)ε₁) δ₁ <= δ = {delta:g} in {_GROUP_ITERATIONS} steps"
+    )
+
+
 # Event type → its bound at δ, the one place an accountant is chosen (dp_accounting's DpEvent → PrivacyAccountant).
 _BOUNDS: dict[type, Callable[[Any, float], AnalyticBound]] = {
     SubsampledGaussian: _subsampled_gaussian,
@@ -159,6 +205,7 @@ _BOUNDS: dict[type, Callable[[Any, float], AnalyticBound]] = {
     NotDp: _not_dp,
     Unknown: _unknown,
     ApproxDp: _approx_dp,
+    Group: _group,
 }
 
 
@@ -189,7 +236,10 @@ def analytic_profile(analytic: AnalyticBound, delta: float) -> AnalyticProfile |
         return None
     import numpy as np
 
-    pairs, claim = _PROFILES[type(event)](event, np.append(np.linspace(0.0, 2.0 * epsilon, PROFILE_POINTS), epsilon))
+    profile = _PROFILES[type(event)](event, np.append(np.linspace(0.0, 2.0 * epsilon, PROFILE_POINTS), epsilon))
+    if profile is None:
+        return None
+    pairs, claim = profile
     # The reported pair holds too: where the profile's own δ(ε) is larger (a coarser PLD grid), use the smaller.
     pairs[-1, 1] = min(pairs[-1, 1], delta)
     return AnalyticProfile(tuple((float(e), float(d)) for e, d in pairs), claim)
@@ -202,8 +252,34 @@ def _subsampled_gaussian_profile(event: SubsampledGaussian, epsilons) -> tuple[A
     return pairs, f"the claimed σ = {event.noise_multiplier:g} (q = {event.sample_rate:.3g}, T = {event.steps})"
 
 
+def _group_profile(event: Group, epsilons) -> tuple[Any, str] | None:
+    """The member's profile at ε/k, each pair mapped to the group's (kε₁, min(1, k e^{(k-1)ε₁} δ₁)) (:func:`_group`)."""
+    import numpy as np
+
+    exact = _full_batch_group(event)
+    if exact is not None:
+        pairs, _ = _subsampled_gaussian_profile(exact, epsilons)
+        return pairs, (
+            f"the claimed σ = {exact.noise_multiplier * event.size:g} (q = 1, T = {exact.steps}) for {event.size}"
+            f" insertions: σ/k = {exact.noise_multiplier:g}"
+        )
+    if type(event.member) not in _PROFILES:
+        return None
+    k = event.size
+    member = _PROFILES[type(event.member)](event.member, np.asarray(epsilons) / k)
+    if member is None:
+        return None
+    pairs, claim = member
+    factor = k * np.exp(np.minimum((k - 1) * pairs[:, 0], 700.0))  # capped: e^700 * δ is already past 1
+    grouped = np.column_stack([k * pairs[:, 0], np.minimum(1.0, factor * pairs[:, 1])])
+    return grouped, f"{claim}, for {k} insertions (group privacy)"
+
+
 # Event type → its (ε, δ(ε)) pairs on an ε grid and the claim's name; an event type without one has no profile.
-_PROFILES: dict[type, Callable[[Any, Any], tuple[Any, str]]] = {SubsampledGaussian: _subsampled_gaussian_profile}
+_PROFILES: dict[type, Callable[[Any, Any], tuple[Any, str] | None]] = {
+    SubsampledGaussian: _subsampled_gaussian_profile,
+    Group: _group_profile,
+}
 
 
 @dataclass(frozen=True)

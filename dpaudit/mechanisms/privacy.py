@@ -15,6 +15,7 @@ event                       bound (:mod:`dpaudit.mechanisms.bounds`)
 :class:`NotDp`               none: the mechanism is proven not DP at any ε
 :class:`Unknown`             none: no theorem bounds the mechanism as it trains
 :class:`ApproxDp`            the (ε, δ) itself: a guarantee stated as numbers (a training-code audit's claim)
+:class:`Group`               group privacy of k copies of one example, from its member event's bound
 ==========================  =================================================================================
 """
 
@@ -113,15 +114,36 @@ class ApproxDp:
     delta: float
 
 
-PrivacyEvent = SubsampledGaussian | NoisyProjectionM2 | GaussianSketch | NotDp | Unknown | ApproxDp
+@dataclass(frozen=True)
+class Group:
+    """``size`` copies of one example added or removed at once: a canary inserted ``size`` times.
+
+    ``member`` is the event of one example (add/remove one); the bound is group privacy over ``size`` neighbouring
+    steps (docs/theory.md §3.2.2).
+    """
+
+    size: int
+    member: PrivacyEvent
+
+
+PrivacyEvent = SubsampledGaussian | NoisyProjectionM2 | GaussianSketch | NotDp | Unknown | ApproxDp | Group
 
 ZERO_NOISE = NotDp(f"σ = 0: noise-free, {NOT_DP}")  # the event of every noisy mechanism run at σ = 0
 
 
 def to_record(event: PrivacyEvent) -> dict:
-    """``{"event": type name, "fields": {...}}``: the event as JSON data (layers as [d_out, d_in, example_rank])."""
+    """``{"event": type name, "fields": {...}}``: the event as JSON data (layers as [d_out, d_in, example_rank]).
+
+    A :class:`Group`'s member is a record in its fields.
+    """
     fields = {
-        field.name: [dataclasses.astuple(layer) for layer in value] if field.name == "layers" else value
+        field.name: (
+            [dataclasses.astuple(layer) for layer in value]
+            if field.name == "layers"
+            else to_record(value)
+            if field.name == "member"
+            else value
+        )
         for field in dataclasses.fields(event)
         for value in (getattr(event, field.name),)
     }
@@ -135,6 +157,8 @@ def from_record(record: dict) -> PrivacyEvent:
         kind, fields = kinds[record["event"]], dict(record["fields"])
         if "layers" in fields:
             fields["layers"] = tuple(LayerShape(*map(int, layer)) for layer in fields["layers"])
+        if "member" in fields:
+            fields["member"] = from_record(fields["member"])
         for field in dataclasses.fields(kind):  # JSON spells a non-finite float as a string ("inf")
             if field.type == "float":
                 fields[field.name] = float(fields[field.name])

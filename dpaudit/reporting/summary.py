@@ -172,6 +172,8 @@ def _audited(analysis: CampaignAnalysis) -> dict[str, str]:
         audited["data"] += f", windows of {config.window} tokens"
     if config.target_modules is not None:
         audited["trained layers"] += f", chosen by --target-modules {','.join(config.target_modules)}"
+    if config.insertions != 1:
+        audited["membership test"] += f"; {config.insertions} copies of each canary (group privacy claimed)"
     return audited
 
 
@@ -273,8 +275,15 @@ def exposure_words(exposure: dict) -> str:
     return (
         f"secret exposure (Carlini et al. 2019): mean {shown['inserted_mean']} bits in models trained on the secret,"
         f" {shown['held_out_mean']} in the others (at most {exposure['ceiling']:.2f}: {exposure['candidates']}"
-        " sampled candidates)"
+        f" sampled candidates){_gap_words(exposure.get('gap'))}"
     )
+
+
+def _gap_words(gap: list | None) -> str:
+    """'; gap 5.1 bits [4.2, 6.0] (95%, over models)', or nothing without two models on each side."""
+    if gap is None:
+        return ""
+    return f"; gap {gap[0]:.2f} bits [{gap[1]:.2f}, {gap[2]:.2f}] (95%, over models)"
 
 
 # Which ε to quote: a sentence under every report's table and in the CLI's output.
