@@ -61,11 +61,14 @@ def variants(ranks: Sequence[int], batch_size: int = 32, large_batch_size: int =
 
 
 def add_optimizer_argument(parsed: argparse.ArgumentParser) -> None:
-    """``--optimizer`` of Part 1's campaigns: SGD with momentum (the default, the committed runs'), or AdamW.
+    """``--optimizer`` and ``--lr`` of Part 1's campaigns: SGD with momentum (the default), or AdamW.
 
     Under AdamW LoRA's A moves; under SGD from B = 0 it barely does, and LoRA and LoRA-FA train almost alike.
     """
     parsed.add_argument("--optimizer", choices=sampling.OPTIMIZERS, default="sgd", help="Part 1's optimiser (sgd)")
+    parsed.add_argument(
+        "--lr", type=float, default=CampaignConfig.lr, help=f"Part 1's learning rate ({CampaignConfig.lr:g})"
+    )
 
 
 def part1(
@@ -101,6 +104,7 @@ def part1(
             design="all-examples",
             seed=args.seed,
             optimizer=args.optimizer,
+            lr=args.lr,
         )
         numbers = _common.audit(config, out, f"{mechanism}_r{rank}_b{batch_size}", args.workers, ATTACKS)
         rows.append(
