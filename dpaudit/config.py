@@ -398,9 +398,17 @@ def _model_spec(value) -> str:
     return spec
 
 
+_REGEX_CHARACTERS = frozenset("^$*+?()[]{}|\\")  # no layer name holds one: a value with one is a regex
+
+
 def _target_modules(value) -> tuple[str, ...]:
-    """``--target-modules NAME[,NAME…]`` (or a list of names) as a tuple of non-empty layer names."""
-    names = value.split(",") if isinstance(value, str) else value
+    r"""``--target-modules NAME[,NAME…]`` (or a list of names) as a tuple of non-empty layer names.
+
+    A string with a regular expression's special character is one regular expression, never split at its commas
+    (``h\.[0-1]\.attn\.c_(attn|proj)`` or ``.*\.c_.{2,4}``), as peft reads a string ``target_modules``.
+    """
+    regex = isinstance(value, str) and not _REGEX_CHARACTERS.isdisjoint(value)
+    names = ([value] if regex else value.split(",")) if isinstance(value, str) else value
     if not isinstance(names, list | tuple) or not names or not all(isinstance(n, str) and n.strip() for n in names):
         raise UsageError(
             f"--target-modules must name layers, NAME[,NAME…] (peft's target_modules, e.g. fc1,fc2), got {value!r}"

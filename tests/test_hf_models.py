@@ -19,6 +19,7 @@ from dpaudit import data as data_lib
 from dpaudit import models
 from dpaudit.campaign.store import RunStore
 from dpaudit.cli import main
+from dpaudit.config import CampaignConfig
 from dpaudit.data import text
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms.dpsgd import dp_sgd
@@ -186,6 +187,18 @@ _LLAMA_LINEAR = [
     ],
 )
 def test_lora_targets_are_matched_as_peft_matches_them(targets, adapted):
+    assert list(models.lora_layers(llama((8,), 16), targets)) == adapted
+
+
+@pytest.mark.parametrize(
+    ("option", "adapted"),
+    [
+        ("q_proj,v_proj", _LLAMA_ATTENTION),  # names, split at commas
+        (r".*\.(q|v)_pro.{1,1}", _LLAMA_ATTENTION),  # a regular expression, its comma kept
+    ],
+)
+def test_the_command_lines_targets_are_names_or_one_regular_expression_with_its_commas(option, adapted):
+    targets = CampaignConfig(mechanism="dp-lora", target_modules=option).target_modules
     assert list(models.lora_layers(llama((8,), 16), targets)) == adapted
 
 

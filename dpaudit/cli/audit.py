@@ -66,8 +66,9 @@ def register(subparsers) -> None:
         "--target-modules",
         metavar="NAME[,NAME...]",
         help="layers the LoRA adapter wraps (any LoRA mechanism), matched as peft's target_modules: a layer named NAME"
-        " or ending in .NAME, one regular expression over the whole name, or all-linear (default: every Linear/Conv2d"
-        " but a transformers model's output head; docs/models.md)",
+        " or ending in .NAME, one regular expression over the whole name (a value with any of ^$*+?()[]{}|\\ is one,"
+        " commas included), or all-linear (default: every Linear/Conv2d but a transformers model's output head;"
+        " docs/models.md)",
     )
     campaign.add_argument(
         "--schedule",
