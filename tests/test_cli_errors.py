@@ -111,7 +111,7 @@ def test_abbreviated_options_are_refused(argv, unknown, capsys):
                 "--delta",
                 "1e-5",
             ],
-            "noise_multiplier must be in",
+            "--noise-multiplier must be in",
         ),
         (
             [
@@ -151,7 +151,7 @@ def test_abbreviated_options_are_refused(argv, unknown, capsys):
                 "--delta",
                 "1e-5",
             ],
-            "batch_size must be in",
+            "--batch-size must be in",
         ),
     ],
 )

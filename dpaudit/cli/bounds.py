@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from accountants.validation import InvalidArgument
 from dpaudit.cli.arguments import add_json, add_seed
 from dpaudit.errors import UsageError
 from dpaudit.formatting import json_text, short_number
@@ -37,7 +38,10 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    bounds, extra = _BOUNDS[args.bound].compute(args)
+    try:
+        bounds, extra = _BOUNDS[args.bound].compute(args)
+    except InvalidArgument as error:
+        raise InvalidArgument(_named_as_option(str(error), args)) from None
     if args.json:
         print(json_text(dict(bound=args.bound, bounds=[b.to_dict() for b in bounds], **extra)), end="")
     else:
@@ -45,6 +49,14 @@ def run(args: argparse.Namespace) -> int:
         for key, value in extra.items():
             print(f"{key}: {value}")
     return 0
+
+
+def _named_as_option(message: str, args: argparse.Namespace) -> str:
+    """An accountant's message about its argument ``sample_rate`` names the option the user typed, --sample-rate."""
+    first = message.split(" ", 1)[0]
+    if first in vars(args):
+        return f"--{first.replace('_', '-')}{message[len(first) :]}"
+    return message
 
 
 # ---------------------------------------------------------------------------------------------- table
