@@ -47,7 +47,9 @@ def _auto_chunk_size(setup: Setup, device: torch.device, workers: int) -> int:
     if device.type != "cuda":
         return int(np.clip(math.ceil(n / (4 * workers)), *_CPU_CHUNK_RANGE))
     free, _ = torch.cuda.mem_get_info(device)
-    per_model_params = sum(p.numel() for p in setup.base.parameters()) * 4 * 4  # weights, grads, momentum, copy
+    # float32 copies per parameter: weights, grads, the optimiser's state (SGD's momentum, AdamW's two moments), a copy
+    copies = {"sgd": 4, "adamw": 5}[setup.settings.training.optimizer]
+    per_model_params = sum(p.numel() for p in setup.base.parameters()) * 4 * copies
     activations = setup.layout.width * sum(models.output_dim(m) for m in models.adapted_layers(setup.base).values())
     per_model = per_model_params + activations * 4 * 8 * int(np.prod(setup.dataset.input_shape[1:]) or 1)
     return int(max(1, min(n, free // 2 // per_model)))
