@@ -346,3 +346,21 @@ def test_a_projection_of_transposed_conv1d_weights_is_refused_in_one_line(tmp_pa
     assert rc == 2
     one_line_error(capsys, "transformer.h.0.attn.c_attn is a transformers Conv1D", "use a LoRA mechanism")
     assert not (tmp_path / "run").exists()
+
+
+def test_pretraining_redraws_every_weight_of_a_gpt2_from_the_seed_conv1d_included():
+    """Conv1D has no reset_parameters: GPT-2's own initialiser redraws it, so the factory's draw leaves no trace."""
+
+    def built(global_seed: int) -> torch.nn.Module:
+        torch.manual_seed(global_seed)
+        config = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=64, n_positions=32)
+        return transformers.GPT2LMHeadModel(config)
+
+    first, second = built(1), built(2)
+    assert not torch.equal(first.transformer.h[0].attn.c_attn.weight, second.transformer.h[0].attn.c_attn.weight)
+    models.initialise(first, 5)
+    models.initialise(second, 5)
+    for (name, weight), other in zip(first.state_dict().items(), second.state_dict().values()):
+        assert torch.equal(weight, other), name
+    # GPT-2's initialiser: N(0, initializer_range = 0.02) for Conv1D weights.
+    assert float(first.transformer.h[0].attn.c_attn.weight.std()) == pytest.approx(0.02, rel=0.1)

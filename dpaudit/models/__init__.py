@@ -24,6 +24,7 @@ import hashlib
 import math
 import re
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -200,13 +201,25 @@ PRETRAINING = {name: value for name, value in (pretrain.__kwdefaults__ or {}).it
 
 
 def initialise(model: nn.Module, seed: int) -> None:
-    """Re-draw the parameters of every submodule that has ``reset_parameters`` from ``seed`` (in place)."""
+    """Re-draw the parameters of every submodule from ``seed`` (in place).
+
+    A module's own ``reset_parameters``, or for a module of a transformers model that has none (GPT-2's Conv1D) that
+    model's own initialiser (``_init_weights``), so no weight keeps the draw of the factory that built it.
+    """
+    hugging_face_init: dict[int, Callable] = {}
+    for module in model.modules():  # outermost first: a transformers model's initialiser covers what it holds
+        init = getattr(module, "_init_weights", None)
+        if callable(init) and hasattr(module, "config"):
+            for part in module.modules():
+                hugging_face_init.setdefault(id(part), init)
     with torch.random.fork_rng(devices=[]):  # module initialisers use the global generator: seed a private fork
         torch.manual_seed(seed)
         for module in model.modules():
             reset = getattr(module, "reset_parameters", None)
             if callable(reset):
                 reset()
+            elif id(module) in hugging_face_init and next(module.parameters(recurse=False), None) is not None:
+                hugging_face_init[id(module)](module)
 
 
 def from_factory(
