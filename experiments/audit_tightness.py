@@ -10,7 +10,8 @@ and dp-lora-fa (rank 8), m2 (rank 8, ``--resample-projection``), prism (rank 8, 
 Eq. 24). Threat models (docs/theory.md §3.9):
 
 * ``black-box``: the input canary ([W] App. F.1's static poison), the auditor sees the models' outputs;
-* ``weights``: a Dirac gradient canary, the auditor sees the final weights (``--observe weights``);
+* ``weights``: a Dirac gradient canary, the auditor sees the final weights (``--observe weights``), trained at a
+  constant learning rate without momentum (the other cells: the campaign's cosine schedule, momentum 0.9);
 * ``steps``: the same canary, the auditor sees every step's update (``--observe steps``);
 * ``one-run``: M orthogonal Dirac gradient canaries in each of a few models (``--design one-run``), every step seen.
 
