@@ -965,3 +965,49 @@ def m2_mixture_epsilon(
         epsilon_interval=interval,
         confidence=confidence if interval else None,
     )
+
+
+_MIXTURE_MULTISTEP = "M2 mixture bound, T resampled full-batch steps (docs/theory.md §2.7; joint convexity over the Ms)"
+
+
+def m2_mixture_multistep_epsilon(
+    delta: float, sensitivity: float, sigma: float, dims: Sequence[int], r: int, steps: int, *, grid: int = 4000
+) -> Bound:
+    """eps(delta) of the M2 mixture bound for T full-batch steps (q = 1), M_l resampled every step on every layer.
+
+    ``dims``: the projected dimension d_l of each adapted layer, whose example change is rank 1 (one example's
+    Linear-layer gradient) and jointly clipped, ``sum_l |Delta V_l|^2 <= sensitivity^2``. Given the step's Ms, the
+    release is a Gaussian mechanism of ``mu_t^2 = sum_l |Delta V_l|^2 B_l / sigma^2 <= (sensitivity / sigma)^2
+    max_l B_l``, ``B_l = |P_{M_l} u_l|^2 ~ Beta(r/2, (d_l - r)/2)`` independent of the past (M_l is drawn after the
+    change's direction u_l). Composing the T revealed-M mixtures (f-DP composition allows the adaptivity) gives
+    ``delta(eps) <= E[delta_Gauss(eps; (sensitivity / sigma) sqrt(X))]``, ``X = sum_t max_l B_tl``. X is computed
+    exactly on a ``grid`` of 1/grid-wide cells per step, each max rounded up to its cell's right end (so the
+    discrete X dominates the true one and, delta_Gauss increasing in mu, the bound stays an upper bound), the T
+    steps convolved. One layer at T = 1 is :func:`m2_mixture_epsilon`'s quadrature, rounded up.
+    """
+    delta = check.open_unit("delta", delta)
+    dims = [int(d) for d in dims]
+    if not dims:
+        raise InvalidArgument("dims must name at least one layer's projected dimension")
+    mu = 0.0
+    for d in dims:
+        mu, _, r = _m2_inputs(sensitivity, sigma, d, r)
+    steps = check.count("steps", steps)
+    grid = check.count("grid", grid, minimum=2)
+    edges = np.linspace(0.0, 1.0, grid + 1)
+    # P(max_l B_l > x) = 1 - prod_l (1 - P(B_l > x)), in log1p form for the far tail that sets delta
+    with np.errstate(divide="ignore"):  # log1p(-1) = -inf at x = 0, where the survival is 1
+        survival = -np.expm1(sum(np.log1p(-betaincc(r / 2, (d - r) / 2, edges)) for d in dims))
+    step_mass = survival[:-1] - survival[1:]  # mass of cell k, placed at its right end (k + 1) / grid
+    mass = np.array([1.0])
+    for _ in range(steps):
+        mass = np.convolve(mass, step_mass)
+    support = mu * np.sqrt((np.arange(mass.size) + steps) / grid)
+    inputs = dict(delta=delta, sensitivity=sensitivity, sigma=sigma, dims=dims, r=r, steps=steps, grid=grid)
+    value = solve_decreasing(
+        lambda e: math.log(max(float(gaussian.delta_for_mu(e, support) @ mass), 1e-320)),
+        math.log(delta),
+        0.0,
+        gaussian.epsilon_for_mu(delta, mu * math.sqrt(steps)) + 1.0,
+    )
+    return Bound(epsilon=value, delta=delta, neighbouring=ADD_REMOVE, source=_MIXTURE_MULTISTEP, inputs=inputs)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -205,6 +205,19 @@ def write_table(rows: list[dict], out: Path, name: str) -> pd.DataFrame:
     with pd.option_context("display.width", 200, "display.max_columns", 30, "display.precision", 4):
         print(table.drop(columns=[c for c in table.columns if c.startswith("tpr_at_fpr")], errors="ignore"))
     return table
+
+
+def merged_rows(rows: list[dict], csv: Path, keys: Sequence[str], order: Callable[[dict], tuple]) -> list[dict]:
+    """``rows`` with the rows of ``csv`` (where it exists) whose ``keys`` none of ``rows`` has, sorted by ``order``.
+
+    For a script that re-runs some of its cells (``--merge``): the CSV keeps the cells it did not re-run.
+    """
+    if not csv.is_file():
+        return rows
+    kept = pd.read_csv(csv, keep_default_na=False, na_values=[""]).to_dict("records")
+    done = {tuple(row[key] for key in keys) for row in rows}
+    merged = [row for row in kept if tuple(row[key] for key in keys) not in done] + rows
+    return sorted(merged, key=order)
 
 
 @contextmanager

@@ -87,8 +87,13 @@ def run_trials(
     spread: float,
     learning_rate: float,
     seed: int,
+    sample_rate: float = 1.0,
 ) -> np.ndarray:
-    """(K, T) observations ``x_t = ⟨Z_t − Z_{t+1}, u vᵀ⟩ / η`` of K models (module docstring); C = 1, b = 1."""
+    """(K, T) observations ``x_t = ⟨Z_t − Z_{t+1}, u vᵀ⟩ / η`` of K models (module docstring); C = 1, b = 1.
+
+    ``sample_rate`` q: each step an IN model's batch holds the canary with probability q (Poisson sampling, drawn
+    from ``seed``); q = 1 is the module docstring's audit.
+    """
     (A, B), u, v = start_state(m, n, rank, state, spread, seed)
     models = len(membership)
     factors = LoraFactors(A.expand(models, m, rank).clone(), B.expand(models, n, rank).clone())
@@ -96,6 +101,7 @@ def run_trials(
     weights = torch.from_numpy(membership.astype(np.float64)).unsqueeze(1)  # (K, 1): the canary, IN only
     config = PrismStepConfig(PrismPrivacyConfig(noise_multiplier, 1.0, 1.0), learning_rate, VARIANTS[variant])
     generators = [torch.Generator().manual_seed(seed * 1_000_003 + 1 + k) for k in range(models)]
+    sampling = torch.Generator().manual_seed(seed * 1_000_003)
 
     def along_canary(pair: LoraFactors) -> torch.Tensor:
         return ((u @ pair.A) * (v @ pair.B)).sum(-1)
@@ -104,13 +110,14 @@ def run_trials(
     previous = along_canary(factors)
     for _ in range(steps):
         gradients = factor_gradients(canary, factors.A, factors.B)
+        sampled = torch.rand(models, 1, generator=sampling, dtype=torch.float64) < sample_rate
         result = prism_module_step(
             factors,
             type(gradients)(gradients.g_A.unsqueeze(1), gradients.g_B.unsqueeze(1)),
             config,
             generators,
             moments,
-            weights,
+            weights * sampled,
         )
         factors, moments = result.factors[0], None if result.states is None else result.states[0]
         now = along_canary(factors)

@@ -60,7 +60,6 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
 import _common  # noqa: E402
 import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
 import dpaudit  # noqa: E402
@@ -253,15 +252,14 @@ def main(argv: list[str] | None = None) -> None:
             f"  AUC {aucs}  {row['seconds']:.0f} s",
             flush=True,
         )
-    csv = args.out / f"{NAME}.csv"
-    if args.merge and csv.is_file():
-        kept = pd.read_csv(csv, keep_default_na=False, na_values=[""])
-        done = {(row["config"], row["trials"]) for row in rows}
-        kept = kept[[(c, t) not in done for c, t in zip(kept["config"], kept["trials"])]]
+    if args.merge:
         order = {c.name: i for i, c in enumerate(CONFIGS)}
-        merged = pd.concat([kept, pd.DataFrame(rows)], ignore_index=True)
-        merged = merged.sort_values(["config", "trials"], key=lambda s: s.map(order) if s.name == "config" else s)
-        rows = merged.to_dict("records")
+        rows = _common.merged_rows(
+            rows,
+            args.out / f"{NAME}.csv",
+            keys=("config", "trials"),
+            order=lambda row: (order[row["config"]], row["trials"]),
+        )
     _common.write_table(rows, args.out, NAME)
 
 

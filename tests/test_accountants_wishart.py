@@ -190,6 +190,42 @@ def test_mixture_is_tighter_than_theorem5_and_gaussian_over_random_points():
         assert mixture <= gaussian.epsilon(delta, 1.0, sigma).epsilon + 1e-6
 
 
+def test_multistep_mixture_reduces_to_the_one_step_quadrature_from_above():
+    # One layer at T = 1 is m2_mixture_epsilon's rank-1 profile; rounding X up to its grid cell keeps it above.
+    for r in (8, 128):
+        exact = wishart.m2_mixture_epsilon(1e-5, 1.0, 1.0, 2000, r).epsilon
+        coarse = wishart.m2_mixture_multistep_epsilon(1e-5, 1.0, 1.0, [2000], r, 1).epsilon
+        fine = wishart.m2_mixture_multistep_epsilon(1e-5, 1.0, 1.0, [2000], r, 1, grid=20000).epsilon
+        assert exact <= fine <= coarse <= exact * 1.02
+
+
+def test_multistep_mixture_matches_sampled_haar_projections():
+    # X = sum_t max_l |P_{M_tl} e_1|^2 from explicit Haar subspaces (QR), two layers, T = 3: the sampled profile's
+    # band at the bound's epsilon contains delta (the grid's rounding up is far inside the band at 20000 samples).
+    rng = np.random.default_rng(15)
+    dims, r, steps, sigma, delta = (6, 10), 2, 3, 0.8, 1e-2
+    captured = np.zeros(20000)
+    for _ in range(steps):
+        per_layer = [np.sum(np.linalg.qr(rng.standard_normal((20000, d, r)))[0][:, 0, :] ** 2, axis=1) for d in dims]
+        captured += np.max(per_layer, axis=0)
+    reference = SampledMixture(np.sqrt(captured) / sigma, gaussian.delta_for_mu, confidence=STRICT)
+    bound = wishart.m2_mixture_multistep_epsilon(delta, 1.0, sigma, dims, r, steps)
+    _, lower, upper = (float(x[0]) for x in reference.bands(np.array([bound.epsilon])))
+    assert lower <= delta <= upper
+
+
+def test_multistep_mixture_is_below_theorem5_f2_at_the_tightness_campaign():
+    # experiments/audit_tightness.py's m2 cells: digits' MLP (d_in = 64, 128, 128), r = 8, sigma = 2, T = 4, q = 1.
+    mixture = wishart.m2_mixture_multistep_epsilon(1e-5, 1.0, 2.0, [64, 128, 128], 8, 4).epsilon
+    theorem5 = wishart.m2_multistep_epsilon(1e-5, 1.0, 2.0, 64, 8, 3, 1.0, 4).epsilon
+    assert mixture == pytest.approx(1.498, abs=0.005)
+    assert mixture < theorem5 == pytest.approx(3.141, abs=0.005)
+    assert mixture < gaussian.epsilon_for_mu(1e-5, 1.0)
+    # Each extra layer or step can only raise it.
+    assert wishart.m2_mixture_multistep_epsilon(1e-5, 1.0, 2.0, [64], 8, 4).epsilon < mixture
+    assert wishart.m2_mixture_multistep_epsilon(1e-5, 1.0, 2.0, [64, 128, 128], 8, 3).epsilon < mixture
+
+
 def test_m2_monotonicity_over_random_points():
     rng = np.random.default_rng(14)
     for _ in range(POINTS):

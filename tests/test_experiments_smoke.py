@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from accountants import dpsgd
+from accountants import dpsgd, wishart
 from attacks import epsilon
 from dpaudit.data import text
 
@@ -114,7 +114,7 @@ def test_run_all_help_lists_the_suite():
     assert "--only" in done.stdout and "w_table1_lora_fa" in done.stdout
 
 
-def test_audit_tightness_script_writes_each_threat_models_bounds(tmp_path):
+def test_audit_tightness_script_writes_each_threat_models_bounds_and_merges_a_rerun(tmp_path):
     done = run_script(
         "audit_tightness",
         *("--out", str(tmp_path), "--models", "8", "--epochs", "2", "--workers", "1"),
@@ -136,6 +136,31 @@ def test_audit_tightness_script_writes_each_threat_models_bounds(tmp_path):
     assert one_run["tightness_one_run_fdp"] == pytest.approx(
         one_run["epsilon_one_run_fdp"] / one_run["analytic_epsilon"]
     )
+    assert (table.loc["steps", "schedule"], table.loc["steps", "momentum"]) == ("cosine", 0.9)
+
+    merged = run_script(
+        "audit_tightness",
+        *("--out", str(tmp_path), "--models", "4", "--epochs", "2", "--workers", "1"),
+        *("--mechanisms", "m2", "--threat-models", "weights", "--merge"),
+    )
+    assert merged.returncode == 0, merged.stderr
+    table = pd.read_csv(tmp_path / "audit_tightness.csv")
+    # --merge keeps the dp-sgd cells, in the script's mechanism and threat-model order.
+    assert list(zip(table["mechanism"], table["threat_model"])) == [
+        ("dp-sgd", "black-box"),
+        ("dp-sgd", "steps"),
+        ("dp-sgd", "one-run"),
+        ("m2", "weights"),
+    ]
+    weights = table.iloc[3]
+    # Weights cells weigh the T steps equally (constant lr, no momentum), so they differ from steps cells only in
+    # what the auditor sees.
+    assert (weights["schedule"], weights["momentum"]) == ("constant", 0.0)
+    # m2's mixture bound at digits' MLP (d_in = 64, 128, 128), r = 8, σ = 2, T = 2, below Thm 5 + F.2.
+    mixture = wishart.m2_mixture_multistep_epsilon(1e-5, 1.0, 2.0, [64, 128, 128], 8, 2).epsilon
+    assert weights["analytic_epsilon_mixture"] == pytest.approx(mixture)
+    assert weights["analytic_epsilon_mixture"] < weights["analytic_epsilon"]
+    assert table["analytic_epsilon_mixture"].iloc[:3].isna().all()
 
 
 def test_mutants_script_writes_the_mutant_beside_the_correct_run(tmp_path):

@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
 
@@ -39,6 +42,7 @@ def test_check_names_the_first_stale_line(tmp_path):
 
 sys.path.insert(0, str(EXPERIMENTS))
 import make_results  # noqa: E402
+from results_doc.audits import tangent_share  # noqa: E402
 from results_doc.sources import Sources  # noqa: E402
 
 # The verdict words of the rules in results_doc/statistics.py (and "not tested" where the setting differs).
@@ -106,3 +110,18 @@ def test_a_summary_number_or_verdict_its_section_lacks_is_reported():
     problems = summary_mismatches(document.replace(row, tampered))
     assert any("0.813 is not in its section" in p for p in problems)
     assert any("'yes' is not a verdict" in p for p in problems)
+
+
+# --- the audit-tightness section's numbers -----------------------------------------------------------------------
+
+
+def test_tangent_share_is_the_mean_tangent_projection_of_a_dirac_canary():
+    # E‖P_T(e_i e_jᵀ)‖² over Haar rank-r U (m × r), V (n × r), by explicit QR; and r = m = n projects everything.
+    rng = np.random.default_rng(0)
+    m, n, r = 12, 6, 2
+    u = np.linalg.qr(rng.standard_normal((4000, m, r)))[0][:, 0, :]
+    v = np.linalg.qr(rng.standard_normal((4000, n, r)))[0][:, 0, :]
+    a, b = np.sum(u**2, axis=1), np.sum(v**2, axis=1)
+    assert np.mean(a + b - a * b) == pytest.approx(tangent_share(m, n, r) ** 2, rel=0.05)
+    assert tangent_share(5, 5, 5) == 1.0
+    assert tangent_share(128, 64, 8) == pytest.approx(0.424, abs=0.001)

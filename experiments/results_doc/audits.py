@@ -6,11 +6,14 @@ and threat model (``audit_tightness.py``), the planted bugs (``mutants.py``) and
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 from mechanism_audit_grid import BOUND_COLUMNS
+from scipy.stats import norm
 
 from .formatting import auc_ci, bound_text, num, plural, power, table
-from .sources import Section, Sources, setting_value
+from .sources import Section, Sources, only, setting_value
 from .statistics import CEILING_SEEDS, bound_verdict, estimator_ceiling
 
 # Threat models of audit_tightness.py, as the table names them (docs/theory.md §3.9).
@@ -89,16 +92,68 @@ def best_empirical(row: pd.Series, valid_only: bool = False) -> tuple[float, str
     return float(routes[name]), name
 
 
-def _ceiling(row: pd.Series, route: str) -> str:
-    """The estimator's ceiling for the row's route at its trials (:func:`estimator_ceiling`); — for one-run rows."""
+def _ceiling(row: pd.Series, route: str, claim: float) -> str:
+    """The estimator's ceiling for the row's route at its trials against ``claim`` (:func:`estimator_ceiling`).
+
+    — for one-run rows (no ceiling is simulated for the one-run bounds).
+    """
     if route not in ("CP", "GDP"):
         return "—"
-    ceilings = dict(
-        zip(
-            ("CP", "GDP"), estimator_ceiling(int(row["n_in"]), int(row["n_out"]), row["analytic_epsilon"], row["delta"])
-        )
-    )
+    ceilings = dict(zip(("CP", "GDP"), estimator_ceiling(int(row["n_in"]), int(row["n_out"]), claim, row["delta"])))
     return num(ceilings[route], 2)
+
+
+def mixture_claim(row: pd.Series) -> float | None:
+    """m2's mixture bound of an audit_tightness row (docs/theory.md §2.7); None where the CSV has none (q < 1)."""
+    value = row.get("analytic_epsilon_mixture")
+    return None if value is None or pd.isna(value) else float(value)
+
+
+# Steinke, Nasr & Jagielski 2023's white-box one-run audit (paper_numbers.csv), and the trial counts at which the
+# GDP route's ceiling is shown for the μ = 1 claim of the DP-SGD family here.
+LITERATURE_KEYS = ("steinke23_white_box_epsilon_lower", "steinke23_white_box_epsilon_claim")
+CEILING_TRIALS = (500, 1000, 5000)
+# The Dirac canary's layer: digits' MLP's first Linear layer (d_out × d_in), whose weight it sits on
+# (dpaudit/training/canaries.py).
+DIRAC_LAYER = (128, 64)
+
+
+def tangent_share(m: int, n: int, r: int) -> float:
+    """‖P_T(e_i e_jᵀ)‖ in expectation over a random rank-r tangent space of m × n matrices: √(r/m + r/n − r²/(mn)).
+
+    P_T X = P_U X + X P_V − P_U X P_V, so ‖P_T(e_i e_jᵀ)‖² = a + b − ab with a = ‖P_U e_i‖², b = ‖P_V e_j‖²,
+    independent, of means r/m and r/n.
+    """
+    return math.sqrt(r / m + r / n - r * r / (m * n))
+
+
+def prism_dirac_text(frame: pd.DataFrame, leak: pd.DataFrame) -> str:
+    """Why the prism cells' CP / GDP read 0 with the Dirac canary, and what a tangent-aligned canary shows."""
+    prism = frame[(frame["mechanism"] == "prism") & frame["threat_model"].isin(["weights", "steps"])]
+    if prism.empty:
+        return ""
+    first = prism.iloc[0]
+    share = tangent_share(*DIRAC_LAYER, int(first["rank"]))
+    mu = share * math.sqrt(first["steps"]) / first["noise"]
+    aligned = only(leak, variant="canonical-lift", state="balanced")
+    return (
+        f"The prism weights and steps cells certify ε = {num(prism['epsilon_cp'].max(), 2)} (CP) and"
+        f" {num(prism['epsilon_gdp'].max(), 2)} (GDP), a limit of the canary and the statistic: the Dirac"
+        f" canary (one weight of the first layer, {DIRAC_LAYER[0]} × {DIRAC_LAYER[1]}, rank {first['rank']:g}) has a"
+        f" projection onto PRISM's tangent space of about {num(share, 2)} C (√(r/m + r/n − r²/(mn)) for a random"
+        f" rank-r tangent space), so at most that share of it enters ΔZ_dp (μ ≈ {num(mu, 2)} instead of"
+        f" {num(math.sqrt(first['steps']) / first['noise'], 2)}, AUC Φ(μ/√2) ≈ {num(norm.cdf(mu / math.sqrt(2)), 3)}),"
+        " and the score sums the coordinate's movement, ignoring the rank-space preconditioners that weigh the"
+        f" signal and the noise (measured AUC {', '.join(num(a, 3) for a in prism['auc'])}). With a canary in the"
+        f" tangent space (u_k v_lᵀ in col(A) × col(B)) and the campaign's rule (canonical lift), `prism_leak.py`"
+        f" measures μ ≈ {num(aligned['mu_empirical'], 2)} against the claimed {num(aligned['mu_analytic'], 2)}"
+        f" ({aligned['n_in']:g} + {aligned['n_out']:g} trials, T = {aligned['steps']:g}, σ ="
+        f" {aligned['noise_multiplier']:g}, one {aligned['m']:g} × {aligned['n']:g} module at r = {aligned['rank']:g};"
+        f" CP ε {num(aligned['epsilon_clopper_pearson'], 2)}, GDP ε {num(aligned['epsilon_gdp'], 2)} of"
+        f" {num(aligned['analytic_epsilon'], 2)}): the attack, aligned, is nearly tight. The campaign's gradient"
+        " canaries are Dirac or random only, so these cells are not re-run with it; they measure the Dirac canary"
+        " against PRISM, not PRISM's leakage."
+    )
 
 
 def audit_tightness(src: Sources) -> Section:
@@ -119,22 +174,33 @@ def audit_tightness(src: Sources) -> Section:
             if one_run
             else f"{row['n_in']:g} + {row['n_out']:g}"
         )
+        mixture = mixture_claim(row)
         rows.append(
             [
                 row["mechanism"],
                 THREAT_MODELS[row["threat_model"]],
                 trials,
-                num(row["analytic_epsilon"], 2),
+                num(row["analytic_epsilon"], 2) + ("" if mixture is None else f"; mixture {num(mixture, 2)}"),
                 "—" if one_run else auc_ci(row),
                 bound_text(row["epsilon_cp"]),
                 bound_text(row["epsilon_gdp"]) + ("" if one_run else gdp_note),
                 f"{bound_text(row['epsilon_one_run'])} / {bound_text(row['epsilon_one_run_fdp'])}"
                 + (gdp_note if one_run else ""),
-                f"{num(best / row['analytic_epsilon'], 2)} ({route})",
-                _ceiling(row, route),
+                f"{num(best / row['analytic_epsilon'], 2)} ({route})"
+                + ("" if mixture is None else f"; {num(best / mixture, 2)} of the mixture"),
+                _ceiling(row, route, row["analytic_epsilon"])
+                + ("" if mixture is None or route not in ("CP", "GDP") else f"; {_ceiling(row, route, mixture)}"),
                 row["verdict"],
             ]
         )
+        if mixture is not None and best > mixture:
+            above.append(
+                (
+                    f"{row['mechanism']} ({row['threat_model']}): {route} ε {num(best, 2)} vs its mixture bound"
+                    f" {num(mixture, 2)}",
+                    False,
+                )
+            )
         if best > row["analytic_epsilon"] or row["verdict"] == "violated":
             above.append(
                 (
@@ -143,6 +209,20 @@ def audit_tightness(src: Sources) -> Section:
                     route == "GDP" and row["verdict"] != "violated",
                 )
             )
+    lower, claim = (src.paper(key) for key in LITERATURE_KEYS)
+    rows.append(
+        [
+            "dp-sgd, WRN on CIFAR-10 (Steinke et al. 2023, literature)",
+            THREAT_MODELS["one-run"],
+            "1 run",
+            num(claim, 2),
+            *["—"] * 3,
+            f"{num(lower, 2)} / —",
+            f"{num(lower / claim, 2)} (one-run)",
+            "—",
+            "—",
+        ]
+    )
     tightness = frame.apply(lambda row: best_empirical(row, valid_only=True)[0] / row["analytic_epsilon"], axis=1)
     tightest = frame.loc[tightness.idxmax()]
     by_threat = {
@@ -169,6 +249,46 @@ def audit_tightness(src: Sources) -> Section:
     in_models = frame.loc[frame["design"] != "one-run", "n_in"].min()
     dp_sgd = frame[(frame["mechanism"] == "dp-sgd") & (frame["design"] != "one-run")].iloc[0]
     gdp_ceiling = estimator_ceiling(int(in_models), int(in_models), dp_sgd["analytic_epsilon"], dp_sgd["delta"])[1]
+    optimiser = frame.groupby(frame["threat_model"] == "weights")[["schedule", "momentum"]].first()
+    weights_vs_steps = ", ".join(
+        f"{mechanism} {num(only(frame, mechanism=mechanism, threat_model='weights')['auc'], 3)} /"
+        f" {num(only(frame, mechanism=mechanism, threat_model='steps')['auc'], 3)}"
+        for mechanism in frame["mechanism"].unique()
+    )
+    mixture_rows = frame[frame["analytic_epsilon_mixture"].notna()]
+    mixture_text = ""
+    if len(mixture_rows):
+        first = mixture_rows.iloc[0]
+        against = []
+        for _, row in mixture_rows[mixture_rows["design"] != "one-run"].iterrows():
+            best, route = best_empirical(row, valid_only=True)
+            ceiling = _ceiling(row, route, row["analytic_epsilon_mixture"])
+            against.append(
+                f"{row['threat_model']} {num(best / row['analytic_epsilon_mixture'], 2)} ({route}) against a ceiling"
+                f" of {ceiling}"
+            )
+        mixture_text = (
+            f"For m2 the analytic ε cell also gives dpaudit's own, tighter mixture bound"
+            f" ({num(first['analytic_epsilon_mixture'], 2)} against Thm 5 + F.2's {num(first['analytic_epsilon'], 2)};"
+            " docs/theory.md §2.7, composed over the T resampled full-batch steps with the worst layer's captured"
+            " energy each step, `accountants.wishart.m2_mixture_multistep_epsilon`; none for the black-box cell,"
+            " whose q < 1), and the tightness and ceiling against it after the semicolon: " + "; ".join(against) + "."
+        )
+    dp_sgd_one_run = only(frame, mechanism="dp-sgd", threat_model="one-run")
+    lower, claim = (src.paper(key) for key in LITERATURE_KEYS)
+    ceilings = ", ".join(
+        f"{num(estimator_ceiling(n, n, dp_sgd['analytic_epsilon'], dp_sgd['delta'])[1], 2)} at {n} + {n}"
+        for n in CEILING_TRIALS
+    )
+    literature = (
+        f"Against the literature: Steinke, Nasr & Jagielski 2023 (NeurIPS; their white-box one-run audit of DP-SGD on"
+        f" a WRN for CIFAR-10, §1) certify ε ≈ {num(lower, 1)} of a theoretical ε ≈ {num(claim, 0)}, a ratio of"
+        f" {num(lower / claim, 2)} (the table's last row; `paper_numbers.csv`); dp-sgd's one-run cell here reaches"
+        f" {num(dp_sgd_one_run['tightness_one_run'], 2)} (Steinke) / {num(dp_sgd_one_run['tightness_one_run_fdp'], 2)}"
+        f" (f-DP). The GDP route's own ceiling for the μ = 1 claim (ε = {num(dp_sgd['analytic_epsilon'], 2)}) is"
+        f" {ceilings} trials (`estimator_ceiling`), so the dp-sgd family's IN/OUT cells, near their ceiling, are"
+        " limited by the trials."
+    )
     trials_text = f"{plural(in_models, 'IN model')} and as many OUT" + (
         " (fewer than the 1000 + 1000 planned: CPU budget)" if in_models < 1000 else ""
     )
@@ -210,6 +330,17 @@ PRISM is the next section's table.
             rows,
         )
     }
+
+Weights cells train at a {optimiser.loc[True, "schedule"]} learning rate with momentum
+{optimiser.loc[True, "momentum"]:g} (the other cells: {optimiser.loc[False, "schedule"]}, momentum
+{optimiser.loc[False, "momentum"]:g}; the `schedule` and `momentum` columns), so the T steps weigh equally in the
+final weights and the weights and steps cells differ only in what the auditor sees; AUC weights / steps: {
+        weights_vs_steps
+    }. {mixture_text}
+
+{literature}
+
+{prism_dirac_text(frame, src.table("prism_leak"))}
 
 {found} Tightest cell: {tightest["mechanism"]} ({tightest["threat_model"]}), {num(tightness.max(), 2)} of the
 analytic ε. Largest tightness per threat model: {
