@@ -42,10 +42,28 @@ def _loss_functions(module: nn.Module):
 
 
 def gradient_function(module: nn.Module, per_example: bool) -> Callable:
-    """(trainable, frozen, x, y, w) → gradients for K models: (K, ...) or per example (K, b, ...)."""
+    """(trainable, frozen, x, y, w) → gradients for K models: (K, ...) or per example (K, b, ...).
+
+    Batch gradients: ``vmap`` runs the K forward passes and one plain backward pass of the sum of the K losses gives
+    every model its own gradient (the models do not interact), as in :func:`example_gradient_function`. Backward
+    through ``vmap(grad)`` instead ran each backward op through vmap's batching rules: 2-3x slower per step on the
+    byte-level transformer (docs/performance.md).
+    """
     batch_loss, example_loss = _loss_functions(module)
     if not per_example:
-        return vmap(grad(batch_loss), in_dims=(0, 0, 0, 0, 0))
+        losses = vmap(batch_loss, in_dims=(0, 0, 0, 0, 0))
+
+        def batch_gradients(trainable, frozen, x, y, w):
+            with torch.enable_grad():
+                recorded = {name: t.detach().requires_grad_() for name, t in trainable.items()}
+                total = losses(recorded, frozen, x, y, w).sum()
+                # A trained tensor the loss does not use gets zeros, as vmap(grad) gives them.
+                sums = torch.autograd.grad(total, list(recorded.values()), materialize_grads=True)
+            # Laid out as the weights (a weight's gradient can come back transposed): the fused optimiser reads
+            # both in memory order.
+            return {name: g.contiguous() for name, g in zip(recorded, sums)}
+
+        return batch_gradients
     per_model = vmap(grad(example_loss), in_dims=(None, None, 0, 0))
     models = vmap(per_model, in_dims=(0, 0, 0, 0))
     return lambda trainable, frozen, x, y, w: models(trainable, frozen, x, y)
