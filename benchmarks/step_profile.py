@@ -187,7 +187,7 @@ def print_profile(label: str, run: Callable[[], None], steps: int) -> None:
     )
     for kind, seconds in sorted(by_kind.items(), key=lambda item: -item[1]):
         ops = f"{counts[kind] / steps:6.0f} ops/step" if kind in counts else " " * 15
-        print(f"    {kind:<34} {100 * seconds / wall:5.1f}%  {1e3 * seconds / steps:8.3f} ms/step  {ops}")
+        print(f"    {kind:<44} {100 * seconds / wall:5.1f}%  {1e3 * seconds / steps:8.3f} ms/step  {ops}")
     print("  by phase:")
     for phase, seconds in phases.items():
-        print(f"    {phase:<42} {100 * seconds / wall:5.1f}%  {1e3 * seconds / steps:8.3f} ms/step")
+        print(f"    {phase:<44} {100 * seconds / wall:5.1f}%  {1e3 * seconds / steps:8.3f} ms/step")

@@ -1,5 +1,7 @@
 """Batched engine: agreement with the per-model loop, LoRA-FA's two realisations, chunk independence."""
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -122,3 +124,24 @@ def test_models_do_not_depend_on_their_batch_companions(setting):
     )
     for name in together.trainable:
         assert torch.equal(together.trainable[name][2:4], alone.trainable[name])
+
+
+@pytest.mark.parametrize("alpha", [None, 16.0])
+def test_lora_forward_gives_peft_numbers_bit_for_bit_and_a_deep_copy_uses_its_own_layers(setting, alpha):
+    """The unscaled forward at the default alpha (scaling 1) is peft's; another alpha keeps peft's own forward."""
+    base, x, *_ = setting
+    module = models.attach_lora(base, models.LoraSpec(4, alpha))
+    inputs = torch.from_numpy(x[:8])
+    for name, p in module.named_parameters():
+        if ".lora_B." in name:
+            torch.nn.init.normal_(p, generator=torch.Generator().manual_seed(len(name)))
+    adapters = [layer for layer in module.modules() if hasattr(layer, "lora_A")]
+    assert adapters and all(("forward" in vars(layer)) == (alpha is None) for layer in adapters)
+    ours = models.forward(module, inputs)
+    copied = copy.deepcopy(module)
+    for layer in adapters:
+        vars(layer).pop("forward", None)
+    assert torch.equal(ours, models.forward(module, inputs))  # peft's own forward, multiplying by 1
+    with torch.no_grad():
+        next(p for n, p in copied.named_parameters() if ".lora_B." in n).zero_()
+    assert not torch.equal(models.forward(copied, inputs), ours)  # the copy's forward reads the copy's weights

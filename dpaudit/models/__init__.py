@@ -26,6 +26,7 @@ import re
 import types
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -456,7 +457,7 @@ def attach_lora(model: nn.Module, spec: LoraSpec) -> nn.Module:
     return wrapped
 
 
-def _unscaled_lora_forward(layer: nn.Module, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+def _unscaled_lora_forward(layer: Any, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
     """The LoRA forward of peft, ``base(x) + B(A(x)) · scaling``, for scaling 1 (default ``--alpha``): same numbers.
 
     peft multiplies by the scaling even when it is 1: an elementwise pass over every adapted layer's output, and its
