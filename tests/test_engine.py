@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from dpaudit import data, models, seeding
+from dpaudit.mechanisms.dpsgd import dp_sgd
 from dpaudit.mechanisms.nonprivate import NonPrivate, lora_fa
 from dpaudit.mechanisms.wishart import WishartProjection
 from dpaudit.training import engine, sampling
@@ -145,3 +146,33 @@ def test_lora_forward_gives_peft_numbers_bit_for_bit_and_a_deep_copy_uses_its_ow
     with torch.no_grad():
         next(p for n, p in copied.named_parameters() if ".lora_B." in n).zero_()
     assert not torch.equal(models.forward(copied, inputs), ours)  # the copy's forward reads the copy's weights
+
+
+@pytest.mark.parametrize("mechanism", [lora_fa(), dp_sgd("dp-lora-fa", 1.0, 1.0)])
+def test_a_cnn_model_does_not_depend_on_its_batch_companions(mechanism):
+    """Seed CNN (its base convolutions run once over all models' images): alone equals together, bit for bit."""
+    base = models.seed_cnn(3, 10, image_size=8, hidden=16)
+    models.initialise(base, 0)
+    base.eval().requires_grad_(False)
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(24, 3, 8, 8)).astype(np.float32), rng.integers(10, size=24)
+    membership = rng.random((4, len(y))) < 0.6
+    randomness = seeding.shadow_randomness(5, range(4))
+    config = sampling.TrainingConfig(epochs=1, batch_size=8)
+    layout = sampling.BatchLayout.for_members(int(membership.sum(1).max()), config.batch_size)
+    trained = [
+        engine.train(
+            engine.build(base, "lora-fa", models.LoraSpec(4), randomness[chunk], torch.device("cpu")),
+            mechanism,
+            x,
+            y,
+            membership[chunk],
+            randomness[chunk],
+            config,
+            layout,
+        )
+        for chunk in (slice(0, 4), slice(1, 3))
+    ]
+    for name, together in trained[0].trainable.items():
+        assert together[1:3].abs().max() > 0
+        assert torch.equal(together[1:3], trained[1].trainable[name])
