@@ -1,7 +1,7 @@
 """Batched engine vs a plain per-model loop, MLP and seed CNN: models/s, ratio, GFLOP/s and utilisation of a peak.
 
     .venv/bin/python benchmarks/bench_engine.py [--models 32] [--epochs 3] [--parameterization lora-fa]
-        [--cnn-models 4] [--cnn-examples 256] [--threads 2]
+        [--cnn-models 4] [--cnn-examples 256] [--threads 2] [--profile]
 
 Same models, same seeds, one run. The MLP (64-128-128-10) trains on digits' private part; the seed CNN of [W]
 App. F.1 on in-memory CIFAR-shaped images (``bench_gpu.cifar_shaped``; fewer models and examples: a CPU run).
@@ -9,7 +9,8 @@ Each trainer's floating-point operations are counted in an untimed run (``torch.
 and convolutions, forward and backward); achieved GFLOP/s = that count / the timed run's seconds. The peak is
 measured in the same run at the same thread count: the fastest of several fp32 1024×1024 matmuls (``torch.mm``),
 before and after the trainers, so utilisation = achieved / peak says how far the engine is from the machine's
-arithmetic peak (small per-model GEMMs and elementwise work keep it well below).
+arithmetic peak (small per-model GEMMs and elementwise work keep it well below). ``--profile`` then prints where
+one epoch of each batched trainer's steps spends its time (:mod:`step_profile`; docs/performance.md).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 import numpy as np
 import torch
 from bench_gpu import cifar_shaped, frozen_seed_cnn  # the benchmarks folder is on sys.path when run as a script
+from step_profile import print_profile
 from torch.utils.flop_counter import FlopCounterMode
 
 from dpaudit import data, models, seeding
@@ -61,6 +63,7 @@ def main() -> None:
     parser.add_argument("--cnn-examples", type=int, default=256, help="private pool of the CNN")
     parser.add_argument("--cnn-epochs", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--profile", action="store_true", help="then profile one epoch of each batched trainer")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -113,6 +116,17 @@ def main() -> None:
         else:
             label, ratio, gap = line
             print(f"  {label:<34} ratio batched / per-model loop: {ratio:.2f}x  (max weight difference {gap:.1e})")
+    if args.profile:
+        for label, (base, x, y, count, _) in settings.items():
+            randomness = seeding.shadow_randomness(0, range(count))
+            config = sampling.TrainingConfig(epochs=1)
+            membership = np.ones((count, len(y)), dtype=bool)
+            shadow = engine.build(base, args.parameterization, spec, randomness, torch.device("cpu"))
+            print_profile(
+                f"{label}, {count} models batched, {args.parameterization}, {args.threads} thread(s)",
+                functools.partial(engine.train, shadow, mechanism, x, y, membership, randomness, config),
+                sampling.BatchLayout.for_members(len(y), config.batch_size).steps,
+            )
 
 
 if __name__ == "__main__":

@@ -7,18 +7,26 @@ first-call costs). The base is a randomly initialised transformer: pretraining i
 change no timing.
 
 .venv/bin/python benchmarks/bench_transformer.py [--models 16] [--epochs 1] [--parameterization lora] [--repeats 3]
+    [--profile]
+
+``--profile`` then prints where the batched engine's steps spend their time (:mod:`step_profile`;
+docs/performance.md), noise-free and under the DP-SGD baseline on the same factors (dp-lora for lora, dp-lora-fa for
+lora-fa; σ = 1, C = 1, Poisson batches).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 
 import numpy as np
 import torch
 from bench_dpsgd import best_seconds  # the benchmarks folder is on sys.path when run as a script
+from step_profile import print_profile
 
 from dpaudit import models, seeding
 from dpaudit.data import text
+from dpaudit.mechanisms.dpsgd import DP_SGD_PARAMETERIZATIONS, dp_sgd
 from dpaudit.mechanisms.nonprivate import NonPrivate
 from dpaudit.models.transformer import CausalTransformer
 from dpaudit.training import engine, sampling
@@ -37,6 +45,7 @@ def main() -> None:
     parser.add_argument("--parameterization", choices=models.PARAMETERIZATIONS, default="lora")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per side; the fastest counts")
+    parser.add_argument("--profile", action="store_true", help="then profile the batched engine, noise-free and DP")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -78,6 +87,15 @@ def main() -> None:
         f"ratio batched / per-model loop: {rates['batched'] / rates['per-model loop']:.2f}x  "
         f"(max weight difference {gap:.1e})"
     )
+    if args.profile:
+        dp_name = next(name for name, p in DP_SGD_PARAMETERIZATIONS.items() if p == args.parameterization)
+        for name, profiled_mechanism in ((args.parameterization, mechanism), (dp_name, dp_sgd(dp_name, 1.0, 1.0))):
+            shadow = engine.build(base, args.parameterization, spec, randomness, torch.device("cpu"))
+            print_profile(
+                f"transformer, {name}, {setting}",
+                functools.partial(engine.train, shadow, profiled_mechanism, x, y, membership, randomness, config),
+                args.epochs * sampling.BatchLayout.for_members(len(y), config.batch_size).steps,
+            )
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
 """Batched engine: agreement with the per-model loop, LoRA-FA's two realisations, chunk independence."""
 
+import copy
+
 import numpy as np
 import pytest
 import torch
 
 from dpaudit import data, models, seeding
+from dpaudit.mechanisms.dpsgd import dp_sgd
 from dpaudit.mechanisms.nonprivate import NonPrivate, lora_fa
 from dpaudit.mechanisms.wishart import WishartProjection
 from dpaudit.training import engine, sampling
@@ -122,3 +125,54 @@ def test_models_do_not_depend_on_their_batch_companions(setting):
     )
     for name in together.trainable:
         assert torch.equal(together.trainable[name][2:4], alone.trainable[name])
+
+
+@pytest.mark.parametrize("alpha", [None, 16.0])
+def test_lora_forward_gives_peft_numbers_bit_for_bit_and_a_deep_copy_uses_its_own_layers(setting, alpha):
+    """The unscaled forward at the default alpha (scaling 1) is peft's; another alpha keeps peft's own forward."""
+    base, x, *_ = setting
+    module = models.attach_lora(base, models.LoraSpec(4, alpha))
+    inputs = torch.from_numpy(x[:8])
+    for name, p in module.named_parameters():
+        if ".lora_B." in name:
+            torch.nn.init.normal_(p, generator=torch.Generator().manual_seed(len(name)))
+    adapters = [layer for layer in module.modules() if hasattr(layer, "lora_A")]
+    assert adapters and all(("forward" in vars(layer)) == (alpha is None) for layer in adapters)
+    ours = models.forward(module, inputs)
+    copied = copy.deepcopy(module)
+    for layer in adapters:
+        vars(layer).pop("forward", None)
+    assert torch.equal(ours, models.forward(module, inputs))  # peft's own forward, multiplying by 1
+    with torch.no_grad():
+        next(p for n, p in copied.named_parameters() if ".lora_B." in n).zero_()
+    assert not torch.equal(models.forward(copied, inputs), ours)  # the copy's forward reads the copy's weights
+
+
+@pytest.mark.parametrize("mechanism", [lora_fa(), dp_sgd("dp-lora-fa", 1.0, 1.0)])
+def test_a_cnn_model_does_not_depend_on_its_batch_companions(mechanism):
+    """Seed CNN (its base convolutions run once over all models' images): alone equals together, bit for bit."""
+    base = models.seed_cnn(3, 10, image_size=8, hidden=16)
+    models.initialise(base, 0)
+    base.eval().requires_grad_(False)
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(24, 3, 8, 8)).astype(np.float32), rng.integers(10, size=24)
+    membership = rng.random((4, len(y))) < 0.6
+    randomness = seeding.shadow_randomness(5, range(4))
+    config = sampling.TrainingConfig(epochs=1, batch_size=8)
+    layout = sampling.BatchLayout.for_members(int(membership.sum(1).max()), config.batch_size)
+    trained = [
+        engine.train(
+            engine.build(base, "lora-fa", models.LoraSpec(4), randomness[chunk], torch.device("cpu")),
+            mechanism,
+            x,
+            y,
+            membership[chunk],
+            randomness[chunk],
+            config,
+            layout,
+        )
+        for chunk in (slice(0, 4), slice(1, 3))
+    ]
+    for name, together in trained[0].trainable.items():
+        assert together[1:3].abs().max() > 0
+        assert torch.equal(together[1:3], trained[1].trainable[name])

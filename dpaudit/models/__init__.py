@@ -23,9 +23,11 @@ import copy
 import hashlib
 import math
 import re
+import types
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -462,7 +464,26 @@ def attach_lora(model: nn.Module, spec: LoraSpec) -> nn.Module:
         warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
         wrapped = peft.get_peft_model(model, config)
     wrapped.eval()
+    for layer in wrapped.modules():
+        if (
+            isinstance(layer, peft.tuners.lora.LoraLayer)
+            and layer.scaling == {"default": 1.0}
+            and not layer.lora_variant
+        ):
+            layer.forward = types.MethodType(_unscaled_lora_forward, layer)  # a deep copy binds it to the copy
     return wrapped
+
+
+def _unscaled_lora_forward(layer: Any, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+    """The LoRA forward of peft, ``base(x) + B(A(x)) · scaling``, for scaling 1 (default ``--alpha``): same numbers.
+
+    peft multiplies by the scaling even when it is 1: an elementwise pass over every adapted layer's output, and its
+    backward, per step (docs/performance.md). Dropout is 0 (:func:`attach_lora`), so peft's is the identity.
+    """
+    result = layer.base_layer(x, *args, **kwargs)
+    lora_a = layer.lora_A["default"]
+    update = layer.lora_B["default"](lora_a(layer._cast_input_dtype(x, lora_a.weight.dtype)))
+    return (result + update).to(result.dtype)
 
 
 def draw_lora_a(shape: tuple[int, ...], rank: int, generator: torch.Generator) -> torch.Tensor:

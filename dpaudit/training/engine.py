@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 from torch.func import vmap
+from torch.profiler import record_function
 
 from dpaudit import background
 from dpaudit import models as model_lib
@@ -25,6 +26,13 @@ from dpaudit.mechanisms.base import Mechanism, Step
 from dpaudit.seeding import ModelRandomness
 from dpaudit.training.gradients import BlockedExampleGradients, example_gradient_function, gradient_function
 from dpaudit.training.sampling import BatchLayout, PoissonLayout, TrainingConfig, poisson_batches, shuffled_batches
+
+# The step's phases as torch.profiler sees them (benchmarks' --profile; docs/performance.md).
+FORWARD_BACKWARD, MECHANISM, OPTIMISER = PHASES = (
+    "dpaudit: forward and backward",
+    "dpaudit: mechanism",
+    "dpaudit: optimiser",
+)
 
 
 class StepObserver(Protocol):
@@ -229,10 +237,11 @@ def train(
         canaries.start(params, randomness, sample_rate, steps, config.epochs)
     gradients = step_gradient_function(shadow, mechanism)
     for step, (weight_t, examples) in enumerate(background.ahead(_gathered(batches, x, y, blocks, device))):
-        parts = tuple(
-            gradients(params, shadow.frozen, block_x, block_y, weight_t[:, block])
-            for block, block_x, block_y in examples
-        )
+        with record_function(FORWARD_BACKWARD):
+            parts = tuple(
+                gradients(params, shadow.frozen, block_x, block_y, weight_t[:, block])
+                for block, block_x, block_y in examples
+            )
         grads = (
             parts[0]
             if len(parts) == 1
@@ -247,14 +256,16 @@ def train(
             lr = optimiser.param_groups[0]["lr"]
             direction = None
             if mechanism.update is not None:
-                with torch.no_grad():
+                with torch.no_grad(), record_function(MECHANISM):
                     mechanism.update(params, current, state, lr)
                 optimiser.step()  # no gradients: changes nothing, keeps the schedule's bookkeeping in order
             else:
-                direction = mechanism.transform(current, state)
+                with record_function(MECHANISM):
+                    direction = mechanism.transform(current, state)
                 for name, p in params.items():
                     p.grad = direction[name]
-                optimiser.step()
+                with record_function(OPTIMISER):
+                    optimiser.step()
             if canaries is not None:
                 canaries.record(direction, params, lr)
         if schedule is not None:

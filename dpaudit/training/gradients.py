@@ -42,13 +42,54 @@ def _loss_functions(module: nn.Module):
 
 
 def gradient_function(module: nn.Module, per_example: bool) -> Callable:
-    """(trainable, frozen, x, y, w) → gradients for K models: (K, ...) or per example (K, b, ...)."""
+    """(trainable, frozen, x, y, w) → gradients for K models: (K, ...) or per example (K, b, ...).
+
+    Batch gradients: ``vmap`` runs the K forward passes and one plain backward pass of the sum of the K losses gives
+    every model its own gradient (the models do not interact), as in :func:`example_gradient_function`. Backward
+    through ``vmap(grad)`` instead ran each backward op through vmap's batching rules: 2-3x slower per step on the
+    byte-level transformer (docs/performance.md).
+    """
     batch_loss, example_loss = _loss_functions(module)
+    convolutions = {name for name, layer in module.named_modules() if isinstance(layer, nn.Conv2d)}
     if not per_example:
-        return vmap(grad(batch_loss), in_dims=(0, 0, 0, 0, 0))
+
+        def batch_gradients(trainable, frozen, x, y, w):
+            frozen, frozen_dims = _shared_convolutions(convolutions, frozen)
+            losses = vmap(batch_loss, in_dims=(0, frozen_dims, 0, 0, 0))
+            with torch.enable_grad():
+                recorded = {name: t.detach().requires_grad_() for name, t in trainable.items()}
+                total = losses(recorded, frozen, x, y, w).sum()
+                # A trained tensor the loss does not use gets zeros, as vmap(grad) gives them.
+                sums = torch.autograd.grad(total, list(recorded.values()), materialize_grads=True)
+            # Laid out as the weights (a weight's gradient can come back transposed): the fused optimiser reads
+            # both in memory order.
+            return {name: g.contiguous() for name, g in zip(recorded, sums)}
+
+        return batch_gradients
     per_model = vmap(grad(example_loss), in_dims=(None, None, 0, 0))
-    models = vmap(per_model, in_dims=(0, 0, 0, 0))
-    return lambda trainable, frozen, x, y, w: models(trainable, frozen, x, y)
+
+    def example_gradients(trainable, frozen, x, y, w):
+        frozen, frozen_dims = _shared_convolutions(convolutions, frozen)
+        return vmap(per_model, in_dims=(0, frozen_dims, 0, 0))(trainable, frozen, x, y)
+
+    return example_gradients
+
+
+def _shared_convolutions(convolutions: set[str], frozen: dict[str, torch.Tensor]) -> tuple[dict, dict]:
+    """The frozen tensors as ``vmap`` takes them, and their in_dims: a convolution's shared base once (None).
+
+    Every model's frozen base is one tensor seen through a stride-0 (K, ...) view (:func:`engine._per_model_view`).
+    Passed per model, a convolution's becomes a grouped convolution over the K models, which oneDNN runs 1.2-1.7x
+    slower than one convolution over the K·B images (docs/performance.md §2); each image's output and input
+    gradient are the same bit for bit at every batch size. GEMMs stay per model: their rounding can change with
+    the number of rows.
+    """
+    tensors: dict[str, torch.Tensor] = {}
+    dims: dict[str, int | None] = {}
+    for name, tensor in frozen.items():
+        shared = tensor.stride(0) == 0 and name.rpartition(".")[0] in convolutions
+        tensors[name], dims[name] = (tensor[0], None) if shared else (tensor, 0)
+    return tensors, dims
 
 
 @dataclass(frozen=True)
