@@ -38,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
-from results_doc import audits, denoise, prism, sketch, training_audits, wishart
+from results_doc import audits, denoise, exposure, prism, sketch, training_audits, wishart
 from results_doc.formatting import ranks_text, reflow, table
 from results_doc.sources import Section, Sources
 from results_doc.statistics import LEVEL
@@ -66,6 +66,7 @@ SECTIONS: tuple[Callable[[Sources], Section], ...] = (
     audits.mechanism_grid,
     sketch.s_table1,
     sketch.s_table1_transformer,
+    exposure.exposure_insertions,
     sketch.s_lemma72,
     prism.prism_energy,
     prism.p_accuracy,
