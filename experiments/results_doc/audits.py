@@ -9,9 +9,10 @@ from __future__ import annotations
 import pandas as pd
 from mechanism_audit_grid import BOUND_COLUMNS
 
+from attacks.ceiling import CEILING_SEEDS, estimator_ceiling
+
 from .formatting import auc_ci, bound_text, num, plural, power, table
 from .sources import Section, Sources, setting_value
-from .statistics import CEILING_SEEDS, estimator_ceiling
 
 # Threat models of audit_tightness.py, as the table names them (docs/theory.md §3.9).
 THREAT_MODELS = {
@@ -90,14 +91,14 @@ def best_empirical(row: pd.Series, valid_only: bool = False) -> tuple[float, str
 
 
 def _ceiling(row: pd.Series, route: str) -> str:
-    """The estimator's ceiling for the row's route at its trials (:func:`estimator_ceiling`); — for one-run rows."""
+    """The estimator's ceiling for the row's route at its trials (:func:`attacks.ceiling.estimator_ceiling`).
+
+    — for one-run rows.
+    """
     if route not in ("CP", "GDP"):
         return "—"
-    ceilings = dict(
-        zip(
-            ("CP", "GDP"), estimator_ceiling(int(row["n_in"]), int(row["n_out"]), row["analytic_epsilon"], row["delta"])
-        )
-    )
+    ceiling = estimator_ceiling(int(row["n_in"]), int(row["n_out"]), row["analytic_epsilon"], row["delta"])
+    ceilings = {"CP": ceiling.clopper_pearson, "GDP": ceiling.gdp}
     return num(ceilings[route], 2)
 
 
@@ -160,7 +161,7 @@ def audit_tightness(src: Sources) -> Section:
     steps_value = setting_value(frame, "steps")
     in_models = frame.loc[frame["design"] != "one-run", "n_in"].min()
     dp_sgd = frame[(frame["mechanism"] == "dp-sgd") & (frame["design"] != "one-run")].iloc[0]
-    gdp_ceiling = estimator_ceiling(int(in_models), int(in_models), dp_sgd["analytic_epsilon"], dp_sgd["delta"])[1]
+    gdp_ceiling = estimator_ceiling(int(in_models), int(in_models), dp_sgd["analytic_epsilon"], dp_sgd["delta"]).gdp
     trials_text = f"{plural(in_models, 'IN model')} and as many OUT" + (
         " (fewer than the 1000 + 1000 planned: CPU budget)" if in_models < 1000 else ""
     )
