@@ -26,7 +26,7 @@ def test_each_simulated_audit_is_what_the_estimators_certify_on_its_scores():
 
 
 def test_the_ceiling_at_mu_1_rises_with_the_trials_below_the_claim():
-    """0.67 of ε at 500 + 500 and 0.75 at 1000 + 1000 (issue 26's simulation), within 3 of its standard errors."""
+    """0.67 of ε at 500 + 500 and 0.75 at 1000 + 1000 at μ = 1, within 3 of the simulation's standard errors."""
     counts = (100, 500, 1000, 5000)
     ceilings = [ceiling.estimator_ceiling(n, n, EPSILON_MU_1, DELTA) for n in counts]
     for expected, at in zip((0.67, 0.75), ceilings[1:3]):
