@@ -216,8 +216,7 @@ def trials_for_ratio_words(config: config_lib.CampaignConfig, ratio: float, rank
 
     config, inputs = plan.check_inputs(config, resolve.resolve(config), rank_given)
     claim = plan.planned_claim(config, inputs)
-    mu = claim.gdp_mu() if isinstance(claim, SubsampledGaussian) else None
-    if mu is None or not isinstance(claim, SubsampledGaussian):
+    if not isinstance(claim, SubsampledGaussian) or (mu := claim.gdp_mu()) is None:
         raise UsageError(
             f"--trials-for-ratio applies to μ-GDP claims only (the DP-SGD family at q = 1: --batch-size at least the"
             f" training set), and {config.mechanism} here claims {type(claim).__name__}"
