@@ -11,9 +11,11 @@ time) to ``--csv`` at once, and a seed already there is not run again. ``--table
 (:func:`attacks.ceiling.estimator_ceiling`) gives at the row's trials, and the trials it needs for the ratio measured.
 
 Measured (2026-11-25, 2 workers, ``nice -n 10`` on the shared 2-core machine, load average 6-10 from other jobs):
-1000 + 1000 (seed 0) took 40 s wall at load 0.6-1.4 (ratio 0.707, simulated median 0.759); 10 000 + 10 000 seed 0:
-GDP ε 4.065 of 4.377 (0.929; simulated median 0.918 ± 0.002, all 101 simulated audits in [0.871, 0.982]) in 1819 s
-under load, where a quiet machine projects about 7 min (10 × the 1000 + 1000 run). The other seeds: the CSV.
+1000 + 1000 (seed 0) took 40 s wall at load 0.6-1.4 (ratio 0.707, simulated median 0.759). 10 000 + 10 000, seeds
+0-4: GDP ε / analytic ε 0.929 0.916 0.945 0.895 0.915 (mean 0.920, none above 1; CP 0.44-0.49) against the simulated
+median 0.918 ± 0.002 (all 101 simulated audits in [0.871, 0.982]); 1819, 1097, 802, 562, 447 s a seed as the load fell
+from about 10 to 4 (a quiet machine projects about 7 min: 10 × the 1000 + 1000 run). ``--trials-for-ratio 0.85``
+says 2726 + 2726 trials, 0.9 says 6080 + 6080.
 """
 
 from __future__ import annotations
