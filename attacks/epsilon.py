@@ -255,8 +255,8 @@ def _check_epsilon(epsilon) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Evaluation:
-    """Per-threshold bound ingredients, arrays over candidate thresholds."""
+class ThresholdBounds:
+    """Per-threshold bound ingredients, arrays over candidate thresholds (the last axis)."""
 
     objective: np.ndarray  # what the threshold choice maximises: ε (CP) or μ_lo (GDP), unclipped
     direction: np.ndarray  # CP: 0 = tpr/fpr, 1 = tnr/fnr
@@ -264,8 +264,8 @@ class _Evaluation:
     fpr_upper: np.ndarray
 
 
-def _evaluate(method: Method, true_positives, false_positives, n_in, n_out, alpha, delta):
-    """Bounds at each candidate threshold from its counts, `alpha` per one-sided CP bound."""
+def bounds_from_counts(method: Method, true_positives, false_positives, n_in, n_out, alpha, delta) -> ThresholdBounds:
+    """Bounds at each candidate threshold from its counts (arrays of any shape), `alpha` per one-sided CP bound."""
     tpr_lower = clopper_pearson_lower(true_positives, n_in, alpha)
     fpr_upper = clopper_pearson_upper(false_positives, n_out, alpha)
     # The same two events bound the complements. 1 - x loses at most ~1e-11 relative precision
@@ -274,16 +274,16 @@ def _evaluate(method: Method, true_positives, false_positives, n_in, n_out, alph
     tnr_lower = 1.0 - fpr_upper
     if method == "gaussian_dp":
         mu_lower = scipy.stats.norm.isf(fpr_upper) - scipy.stats.norm.ppf(fnr_upper)
-        return _Evaluation(mu_lower, np.zeros_like(mu_lower, dtype=int), tpr_lower, fpr_upper)
+        return ThresholdBounds(mu_lower, np.zeros_like(mu_lower, dtype=int), tpr_lower, fpr_upper)
     with np.errstate(divide="ignore", invalid="ignore"):
         # log of a non-positive numerator is no bound at all: -inf, never chosen over a real one.
         forward = np.log(np.clip(tpr_lower - delta, 0.0, None)) - np.log(fpr_upper)
         backward = np.log(np.clip(tnr_lower - delta, 0.0, None)) - np.log(fnr_upper)
     direction = (backward > forward).astype(int)
-    return _Evaluation(np.maximum(forward, backward), direction, tpr_lower, fpr_upper)
+    return ThresholdBounds(np.maximum(forward, backward), direction, tpr_lower, fpr_upper)
 
 
-def _epsilon_of(method: Method, objective: float, delta: float) -> float:
+def epsilon_of(method: Method, objective: float, delta: float) -> float:
     if method == "gaussian_dp":
         return gaussian_dp_epsilon(max(objective, 0.0), delta)
     return max(objective, 0.0)
@@ -303,7 +303,7 @@ def _lower_bound(method: Method, in_scores, out_scores, delta, confidence, strat
         out_select, out_certify = _split(out_scores, strategy, "out_scores", rng_stream=1)
         alpha_per_bound = alpha / 2.0
         selection_candidates = _candidate_thresholds(in_select, out_select)
-        chosen = _evaluate(
+        chosen = bounds_from_counts(
             method,
             count_at_or_above(in_select, selection_candidates),
             count_at_or_above(out_select, selection_candidates),
@@ -321,13 +321,13 @@ def _lower_bound(method: Method, in_scores, out_scores, delta, confidence, strat
         candidates, alpha_per_bound = intervals.thresholds, intervals.alpha_per_bound
         true_positives, false_positives = intervals.true_positives, intervals.false_positives
         n_in, n_out = intervals.n_in, intervals.n_out
-    evaluation = _evaluate(method, true_positives, false_positives, n_in, n_out, alpha_per_bound, delta)
+    evaluation = bounds_from_counts(method, true_positives, false_positives, n_in, n_out, alpha_per_bound, delta)
     best = int(np.argmax(evaluation.objective))
     objective = float(evaluation.objective[best])
     # What a perfect attack would certify: TP = n_in, FP = 0 on the same trials and level.
-    perfect = _evaluate(method, np.array([n_in]), np.array([0]), n_in, n_out, alpha_per_bound, delta)
+    perfect = bounds_from_counts(method, np.array([n_in]), np.array([0]), n_in, n_out, alpha_per_bound, delta)
     return EpsilonLowerBound(
-        epsilon=_epsilon_of(method, objective, delta),
+        epsilon=epsilon_of(method, objective, delta),
         method=method,
         delta=delta,
         confidence=confidence,
@@ -342,7 +342,7 @@ def _lower_bound(method: Method, in_scores, out_scores, delta, confidence, strat
         tpr_lower=float(evaluation.tpr_lower[best]),
         fpr_upper=float(evaluation.fpr_upper[best]),
         mu_lower=max(objective, 0.0) if method == "gaussian_dp" else None,
-        max_certifiable_epsilon=_epsilon_of(method, float(perfect.objective[0]), delta),
+        max_certifiable_epsilon=epsilon_of(method, float(perfect.objective[0]), delta),
     )
 
 
@@ -411,9 +411,7 @@ def _simultaneous_counts(in_scores, out_scores, alpha: float, strategy) -> Simul
         alpha_per_bound = alpha / (n_in + n_out)
         candidates = _candidate_thresholds(in_scores, out_scores)
     elif isinstance(strategy, GridThresholds):
-        false_positive_grid = _count_grid(n_out, strategy.ratio)
-        false_negative_grid = _count_grid(n_in, strategy.ratio)
-        alpha_per_bound = alpha / (2 * (false_positive_grid.size + false_negative_grid.size))
+        false_positive_grid, false_negative_grid, alpha_per_bound = grid_counts(strategy, n_in, n_out, alpha)
         # Just above the (j+1)-th largest OUT score: FP ≤ j; at the (j+1)-th smallest IN score: FN ≤ j.
         candidates = np.concatenate(
             [
@@ -458,6 +456,12 @@ def _candidate_thresholds(in_scores: np.ndarray, out_scores: np.ndarray) -> np.n
     lowest_of_its_fp_count = np.append(fp[1:] > fp[:-1], True)
     lowest_of_its_fp_count[0] = False  # t = +inf
     return roc.thresholds[lowest_of_its_fp_count]
+
+
+def grid_counts(strategy: GridThresholds, n_in: int, n_out: int, alpha: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """`GridThresholds`' FP counts J_out, FN counts J_in and α per one-sided bound at these trials (module doc)."""
+    false_positive_grid, false_negative_grid = _count_grid(n_out, strategy.ratio), _count_grid(n_in, strategy.ratio)
+    return false_positive_grid, false_negative_grid, alpha / (2 * (false_positive_grid.size + false_negative_grid.size))
 
 
 def _count_grid(size: int, ratio: float) -> np.ndarray:

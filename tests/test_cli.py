@@ -47,3 +47,41 @@ def test_console_script_reports_bad_input_without_traceback(tmp_path):
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["dpaudit: error: --delta must be in (0, 1), got 2.0"]
+
+
+# μ = 1: q = 1 needs the gradient canary (an input canary is one more member: q = 718/719)
+_GDP_CAMPAIGN = "audit --mechanism dp-sgd --epochs 4 --batch-size 718 --noise 2 --canary gradient".split()
+
+
+def test_trials_for_ratio_prints_a_count_whose_simulated_ceiling_reaches_the_ratio(capsys, tmp_path):
+    """At q = 1, σ = 2, T = 4 (μ = 1) the printed count's median simulated GDP bound is >= 0.6 of ε, half of it not."""
+    from attacks import ceiling
+    from attacks.epsilon import gaussian_dp_epsilon
+
+    out = tmp_path / "run"
+    assert main([*_GDP_CAMPAIGN, "--trials-for-ratio", "0.6", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "μ = 1:" in printed and "ε = 4.377" in printed
+    trials = int(printed.split(" IN + ")[0].split()[-1])
+    assert f"{trials} IN + {trials} OUT trials (--models {2 * trials})" in printed
+    epsilon = gaussian_dp_epsilon(1.0, 1e-5)
+    assert ceiling.estimator_ceiling(trials, trials, epsilon, 1e-5).gdp >= 0.6
+    assert ceiling.estimator_ceiling(trials // 2, trials // 2, epsilon, 1e-5).gdp < 0.6
+    assert not out.exists()  # nothing trained, no run directory
+
+
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        ([*_GDP_CAMPAIGN, "--trials-for-ratio", "1"], "--trials-for-ratio 1: a share of the claimed ε lies in (0, 1)"),
+        ([*_GDP_CAMPAIGN, "--trials-for-ratio", "-0.2"], "--trials-for-ratio -0.2: a share"),
+        ([*_GDP_CAMPAIGN, "--trials-for-ratio", "nan"], "--trials-for-ratio nan: a share"),
+        (["audit", "--mechanism", "dp-sgd", "--batch-size", "64", "--trials-for-ratio", "0.8"], "at q = 0.089"),
+        ([*_GDP_CAMPAIGN[:-2], "--trials-for-ratio", "0.8"], "applies to μ-GDP claims only"),  # input canary
+        ([*_GDP_CAMPAIGN, "--noise", "0", "--trials-for-ratio", "0.8"], "claims NotDp"),
+    ],
+)
+def test_trials_for_ratio_refuses_a_bad_ratio_or_a_claim_that_is_not_gdp(argv, expected, capsys):
+    assert _exit_code(argv) == 2
+    err = capsys.readouterr().err
+    assert expected in err and len(err.strip().splitlines()) == 1

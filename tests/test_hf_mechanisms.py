@@ -1,4 +1,4 @@
-"""Issue 25 acceptance 1: GPT-2, Llama and BERT as they come, under every LoRA mechanism, on the layers peft adapts.
+"""GPT-2, Llama and BERT as they come, under every LoRA mechanism, on the layers peft adapts.
 
 Each model is passed unwrapped: by its class name through the CLI (``--model transformers:CLASS:CONFIG.json``,
 docs/models.md §8) or as a ``PreTrainedModel`` object through ``dpaudit.audit``; the two routes alternate over the

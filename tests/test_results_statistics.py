@@ -334,20 +334,6 @@ def test_ordering_verdict_refuses_undefined_inputs(difference, se, expected):
         st.ordering_verdict(difference, se, expected)
 
 
-def test_the_estimator_ceiling_grows_with_the_trials_toward_the_claim():
-    """The GDP route's ceiling at μ = 1 (ε 4.38 at δ = 1e-5): ~0.7 at 500 + 500, ~0.88 at 5000 + 5000 (simulated)."""
-    small, large = st.estimator_ceiling(500, 500, 4.37718, 1e-5), st.estimator_ceiling(5000, 5000, 4.37718, 1e-5)
-    assert 0.6 < small[1] < 0.8 and 0.83 < large[1] < 0.93
-    assert small[0] < small[1] and large[0] < large[1]  # CP certifies less than GDP of a GDP mechanism
-    assert small[1] < large[1] and small[0] < large[0]
-
-
-@pytest.mark.parametrize("n_in, epsilon", [(0, 1.0), (10, 0.0), (10, math.inf)])
-def test_the_estimator_ceiling_refuses_undefined_inputs(n_in, epsilon):
-    with pytest.raises(ValueError):
-        st.estimator_ceiling(n_in, 10, epsilon, 1e-5)
-
-
 # --- the sibling rules: within, exact, combined, bound; the model-level (all-examples) ordering ---------------------
 
 

@@ -92,6 +92,13 @@ def claimed_privacy(
     return event if config.insertions == 1 else privacy.Group(config.insertions, event)
 
 
+def planned_claim(config: CampaignConfig, inputs: resolve.Inputs) -> privacy.PrivacyEvent:
+    """The privacy event ``config``'s campaign will claim (:func:`claimed_privacy`), from its inputs, untrained."""
+    _, pool_membership = _membership(config, len(inputs.dataset.private))
+    shapes = _adapted_layer_shapes(config, inputs.architecture, inputs.mechanism)
+    return claimed_privacy(inputs.mechanism, config, _members(pool_membership), shapes)
+
+
 def _trained_layers(config: CampaignConfig, module: nn.Module, mechanism: Mechanism) -> dict[str, nn.Module]:
     """Name → layer of the layers the mechanism trains, in the model's order.
 
@@ -305,9 +312,7 @@ def check_inputs(
             )
     # The claim as prepare() records it, bounded now as the analysis will bound it: a batch size no sampling
     # scheme can draw, or a claim no accountant can bound, is refused before any model trains.
-    _, pool_membership = _membership(config, len(dataset.private))
-    shapes = _adapted_layer_shapes(config, architecture, mechanism)
-    claimed = claimed_privacy(mechanism, config, _members(pool_membership), shapes)
+    claimed = planned_claim(config, inputs)
     try:
         bounds.event_bound(claimed, config.delta)
     except ValueError as error:

@@ -183,6 +183,14 @@ def register(subparsers) -> None:
     add_execution_arguments(p)
     add_attack(p, ATTACKS, "membership score (canary-loss; white-box, the only one, with --observe weights or steps)")
     p.add_argument("--out", type=directory, help="run directory (./dpaudit-runs/<timestamp>)")
+    p.add_argument(
+        "--trials-for-ratio",
+        type=float,
+        metavar="R",
+        help="train nothing: print how many IN + OUT trials the GDP route needs to certify R (in (0, 1)) of this"
+        " campaign's claimed ε at its μ, from the ceiling simulation (attacks.ceiling; μ-GDP claims only: the DP-SGD"
+        " family at q = 1)",
+    )
     add_json(p, "print the summary as JSON on stdout")
     p.set_defaults(func=run)
 
@@ -199,16 +207,55 @@ def given_options(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    ratio = args.trials_for_ratio
+    if ratio is not None and not 0 < ratio < 1:
+        raise UsageError(f"--trials-for-ratio {ratio:g}: a share of the claimed ε lies in (0, 1), e.g. 0.85")
     values = config_lib.load_toml(args.config) if args.config else {}
     values.update(given_options(args))
     config, execution = config_lib.from_mapping(values, source=str(args.config or "options"))
     check_attack(config, args.attack)
+    if ratio is not None:
+        print(trials_for_ratio_words(config, ratio, rank_given="rank" in values))
+        return 0
     out = args.out or Path("dpaudit-runs") / time.strftime("%Y%m%d-%H%M%S")
     check_creatable(out)
 
     from dpaudit.campaign import runner  # torch and peft load here, not for `dpaudit bounds`
 
     return finish(runner.run(config, execution, out, rank_given="rank" in values), args.attack, args.json)
+
+
+def trials_for_ratio_words(config: config_lib.CampaignConfig, ratio: float, rank_given: bool) -> str:
+    """How many trials the GDP route needs for ``ratio`` of the campaign's claimed ε (docs/theory.md §3.5), in a line.
+
+    The claim is the one the campaign would record (:func:`dpaudit.campaign.plan.planned_claim`); where it is
+    μ-GDP, :func:`attacks.ceiling.trials_for_ratio` at its μ, else a UsageError.
+    """
+    from attacks import ceiling
+    from attacks.epsilon import gaussian_dp_epsilon
+    from dpaudit.campaign import plan, resolve
+    from dpaudit.mechanisms.privacy import SubsampledGaussian
+
+    config, inputs = plan.check_inputs(config, resolve.resolve(config), rank_given)
+    claim = plan.planned_claim(config, inputs)
+    if not isinstance(claim, SubsampledGaussian) or (mu := claim.gdp_mu()) is None:
+        raise UsageError(
+            f"--trials-for-ratio applies to μ-GDP claims only (the DP-SGD family at q = 1: --batch-size at least the"
+            f" training set), and {config.mechanism} here claims {type(claim).__name__}"
+            + (f" at q = {claim.sample_rate:.3g}" if isinstance(claim, SubsampledGaussian) else "")
+        )
+    epsilon = gaussian_dp_epsilon(mu, config.delta)
+    trials = ceiling.trials_for_ratio(ratio, epsilon, config.delta)
+    needed = (
+        f"more than {ceiling.MAX_TRIALS} + {ceiling.MAX_TRIALS} trials (the most it simulates)"
+        if trials is None
+        else f"{trials} IN + {trials} OUT trials (--models {2 * trials})"
+    )
+    return (
+        f"{config.mechanism} (σ = {claim.noise_multiplier:g}, q = 1, T = {claim.steps}) is μ-GDP with μ = {mu:.4g}:"
+        f" ε = {epsilon:.4g} at δ = {config.delta:g}. The GDP route certifies {ratio:g} of it in the median of"
+        f" {ceiling.CEILING_SEEDS} simulated audits (ideal scores, one statistic, 95%) at {needed}."
+    )
 
 
 def check_creatable(out: Path) -> None:

@@ -66,6 +66,16 @@ class SubsampledGaussian:
     steps: int
     theorem: str = ""
 
+    def gdp_mu(self) -> float | None:
+        """μ = √T/σ where q = 1, else None.
+
+        T Gaussian mechanisms of sensitivity C and std σC compose to μ-GDP (Dong, Roth & Su 2022, Cor. 3.3); q < 1
+        (subsampling makes it only asymptotically GDP) and σ = 0 (not DP) give None.
+        """
+        if self.sample_rate < 1 or self.noise_multiplier == 0:
+            return None
+        return (self.steps**0.5) / self.noise_multiplier
+
 
 @dataclass(frozen=True)
 class NoisyProjectionM2:

@@ -12,9 +12,11 @@ import pandas as pd
 from mechanism_audit_grid import BOUND_COLUMNS
 from scipy.stats import norm
 
+from attacks.ceiling import CEILING_SEEDS, estimator_ceiling
+
 from .formatting import auc_ci, bound_text, num, plural, power, table
 from .sources import Section, Sources, only, setting_value
-from .statistics import CEILING_SEEDS, bound_verdict, estimator_ceiling
+from .statistics import bound_verdict
 
 # Threat models of audit_tightness.py, as the table names them (docs/theory.md §3.9).
 THREAT_MODELS = {
@@ -99,7 +101,8 @@ def _ceiling(row: pd.Series, route: str, claim: float) -> str:
     """
     if route not in ("CP", "GDP"):
         return "—"
-    ceilings = dict(zip(("CP", "GDP"), estimator_ceiling(int(row["n_in"]), int(row["n_out"]), claim, row["delta"])))
+    ceiling = estimator_ceiling(int(row["n_in"]), int(row["n_out"]), claim, row["delta"])
+    ceilings = {"CP": ceiling.clopper_pearson, "GDP": ceiling.gdp}
     return num(ceilings[route], 2)
 
 
@@ -248,7 +251,7 @@ def audit_tightness(src: Sources) -> Section:
     steps_value = setting_value(frame, "steps")
     in_models = frame.loc[frame["design"] != "one-run", "n_in"].min()
     dp_sgd = frame[(frame["mechanism"] == "dp-sgd") & (frame["design"] != "one-run")].iloc[0]
-    gdp_ceiling = estimator_ceiling(int(in_models), int(in_models), dp_sgd["analytic_epsilon"], dp_sgd["delta"])[1]
+    gdp_ceiling = estimator_ceiling(int(in_models), int(in_models), dp_sgd["analytic_epsilon"], dp_sgd["delta"]).gdp
     optimiser = frame.groupby(frame["threat_model"] == "weights")[["schedule", "momentum"]].first()
     weights_vs_steps = ", ".join(
         f"{mechanism} {num(only(frame, mechanism=mechanism, threat_model='weights')['auc'], 3)} /"
@@ -277,7 +280,7 @@ def audit_tightness(src: Sources) -> Section:
     dp_sgd_one_run = only(frame, mechanism="dp-sgd", threat_model="one-run")
     lower, claim = (src.paper(key) for key in LITERATURE_KEYS)
     ceilings = ", ".join(
-        f"{num(estimator_ceiling(n, n, dp_sgd['analytic_epsilon'], dp_sgd['delta'])[1], 2)} at {n} + {n}"
+        f"{num(estimator_ceiling(n, n, dp_sgd['analytic_epsilon'], dp_sgd['delta']).gdp, 2)} at {n} + {n}"
         for n in CEILING_TRIALS
     )
     literature = (

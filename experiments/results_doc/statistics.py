@@ -23,14 +23,10 @@ the test: z = ±∞, p = 0.
 
 from __future__ import annotations
 
-import functools
 import math
 
-import numpy as np
 import pandas as pd
-from scipy import optimize, stats
-
-from attacks import epsilon as epsilon_lib
+from scipy import stats
 
 Z_95 = 1.959963984540054  # two-sided 95% normal quantile
 LEVEL = 0.05  # significance level of every comparison
@@ -200,39 +196,6 @@ def ordering_verdict(difference: float, standard_error: float, expected: float |
         return "holds" if difference > 0 else "does not hold"
     able = expected is not None and minimum_detectable_difference(standard_error) <= expected
     return "does not hold" if able else "not resolved"
-
-
-CEILING_SEEDS = 20  # simulated audits per ceiling: its median is stable to about ±0.02 at 500 + 500 trials
-
-
-@functools.cache
-def estimator_ceiling(n_in: int, n_out: int, epsilon: float, delta: float) -> tuple[float, float]:
-    """The share of ``epsilon`` dpaudit's estimators certify from ideal scores at these trial counts: (CP, GDP).
-
-    An audit can do no better than the most powerful test of a μ-GDP mechanism as leaky as its claim: scores
-    N(μ, 1) IN and N(0, 1) OUT, μ the one whose ε(δ) is ``epsilon``, and one statistic (a campaign with K of them
-    tests each at 1 - α/K, lower still). The median over :data:`CEILING_SEEDS` seeded audits of
-    :func:`attacks.epsilon.clopper_pearson_epsilon` and :func:`attacks.epsilon.gdp_epsilon` at 95%, over ``epsilon``:
-    a measured tightness near it is limited by the trials, far below it by the attack.
-
-    Raises:
-        ValueError: counts below 1, or ``epsilon`` not finite and > 0.
-    """
-    if n_in < 1 or n_out < 1 or not (math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"a ceiling needs trials >= 1 and a finite ε > 0, got {n_in}, {n_out}, {epsilon}")
-    mu = optimize.brentq(lambda m: epsilon_lib.gaussian_dp_epsilon(m, delta) - epsilon, 1e-9, 100.0)
-    rng = np.random.default_rng(0)
-    shares = []
-    for _ in range(CEILING_SEEDS):
-        members, others = rng.normal(mu, 1.0, n_in), rng.normal(0.0, 1.0, n_out)
-        shares.append(
-            [
-                method(members, others, delta).epsilon / epsilon
-                for method in (epsilon_lib.clopper_pearson_epsilon, epsilon_lib.gdp_epsilon)
-            ]
-        )
-    cp, gdp = np.median(np.array(shares), axis=0)
-    return float(cp), float(gdp)
 
 
 TRIAL_LEVEL_ONLY = "not resolved (trial-level CI only)"  # the verdict where only trial-level intervals exist
