@@ -59,9 +59,13 @@ class FailsOnLargerBatches(Net):
 
 class FailsInShadowTraining(Net):
     def forward(self, x):
-        # the engine's K models: batched parameters, on more rows than the probe's two
-        if torch._C._functorch.is_batchedtensor(self.head.weight) and len(x) > 2:
-            raise RuntimeError("not with batched parameters")
+        # the engine's K > 1 shadow models: batched parameters of more than one model (the reference model that
+        # labels the canary trains alone)
+        weight = self.head.weight
+        if torch._C._functorch.is_batchedtensor(weight):
+            models = torch._C._functorch.get_unwrapped(weight).shape[torch._C._functorch.maybe_get_bdim(weight)]
+            if models > 1:
+                raise RuntimeError("not with batched parameters")
         return super().forward(x)
 
 
