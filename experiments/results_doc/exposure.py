@@ -10,9 +10,7 @@ import math
 
 from .formatting import auc_ci, num, table
 from .sources import Section, Sources, setting_value
-from .statistics import LEVEL, combined_verdict, ordering_verdict
-
-_Z = 1.959963984540054  # the normal 97.5% quantile: a Welch t interval's half-width / _Z over-states its se
+from .statistics import LEVEL, Z_95, combined_verdict, ordering_verdict
 
 
 def _gap_se(row) -> float:
@@ -21,7 +19,7 @@ def _gap_se(row) -> float:
     The Welch interval uses a Student-t quantile (> the normal one at few models), so dividing its half-width by
     the normal quantile gives a larger standard error than the test's: the verdicts below are conservative.
     """
-    return (row["exposure_gap_ci_high"] - row["exposure_gap_ci_low"]) / (2 * _Z)
+    return (row["exposure_gap_ci_high"] - row["exposure_gap_ci_low"]) / (2 * Z_95)
 
 
 def _gap(row) -> str:
