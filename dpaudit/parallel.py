@@ -14,8 +14,12 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from dpaudit.config import Execution
+
+if TYPE_CHECKING:
+    from joblib.executor import MemmappingExecutor
 
 
 @functools.cache
@@ -32,6 +36,17 @@ def exit_with_parent(parent: int) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="dpaudit-parent-watch", daemon=True).start()
+
+
+def helper_processes(count: int) -> MemmappingExecutor:
+    """``count`` loky processes for the driver to hand chunks to, each watching this process from its start.
+
+    joblib's own executor (arrays passed to tasks are memory-mapped, not copied per task, as in ``joblib.Parallel``),
+    used directly because ``joblib.Parallel`` with one job runs it in the calling process. The caller terminates it.
+    """
+    from joblib.executor import get_memmapping_executor
+
+    return get_memmapping_executor(count, initializer=exit_with_parent, initargs=(os.getpid(),))
 
 
 @contextmanager

@@ -13,10 +13,15 @@ canaries, each IN with probability ½ independently in every model; Steinke et a
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import functools
 import math
 import os
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from pathlib import Path
 
 import numpy as np
@@ -41,11 +46,16 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def _cpu_chunk_size(models: int, workers: int) -> int:
+    """Enough chunks to keep every worker busy (four each), within :data:`_CPU_CHUNK_RANGE`."""
+    return int(np.clip(math.ceil(models / (4 * workers)), *_CPU_CHUNK_RANGE))
+
+
 def _auto_chunk_size(setup: Setup, device: torch.device, workers: int) -> int:
-    """CPU: enough chunks to keep every worker busy. CUDA: as many models as half the free memory holds."""
+    """CPU: :func:`_cpu_chunk_size`. CUDA: as many models as half the free memory holds."""
     n = setup.models
     if device.type != "cuda":
-        return int(np.clip(math.ceil(n / (4 * workers)), *_CPU_CHUNK_RANGE))
+        return _cpu_chunk_size(n, workers)
     free, _ = torch.cuda.mem_get_info(device)
     # float32 copies per parameter: weights, grads, the optimiser's state (SGD's momentum, AdamW's two moments), a copy
     copies = {"sgd": 4, "adamw": 5}[setup.settings.training.optimizer]
@@ -62,6 +72,32 @@ def _chunk_task(setup: Setup, indices: np.ndarray, device_name: str) -> ChunkOut
     """
     parallel.exit_with_parent(os.getppid())
     return train_chunk(setup, indices, torch.device(device_name))
+
+
+def _import_training_code(lora: bool) -> None:
+    """A helper's first job, while the driver still plans: import what a :class:`Setup` and training need.
+
+    torch, and peft for LoRA (which pulls in transformers): seconds per process.
+    """
+    import dpaudit.campaign.shadow  # noqa: F401
+
+    if lora:
+        import peft  # noqa: F401
+
+
+def _helpers(config: CampaignConfig, execution: Execution, device: torch.device) -> int:
+    """Worker processes that train chunks beside the driver: ``workers − 1``, or 0 where the driver does not.
+
+    ``workers − 1`` on CPU with loky where the campaign has more than one chunk; 0 otherwise (one worker trains in
+    the driver; on a GPU or with dask every chunk goes to joblib's workers). On CPU the driver is one of the workers:
+    it has the training code imported already, while each new process spends seconds importing torch and peft (more
+    than a small campaign's training on a core).
+    """
+    workers = execution.workers or os.cpu_count() or 1
+    chunk_size = execution.chunk_size or _cpu_chunk_size(config.models, workers)
+    if device.type != "cpu" or execution.backend == "dask" or workers == 1 or config.models <= chunk_size:
+        return 0
+    return workers - 1
 
 
 def run(
@@ -99,13 +135,23 @@ def run(
             shadow model diverged (non-finite outputs; nothing of its chunk is stored).
     """
     store = RunStore(out)
-    # A refused campaign leaves no directory: the lock below creates it.
-    config, inputs = plan.check_inputs(config, resolve.resolve(config) if inputs is None else inputs, rank_given)
-    with store.lock():
-        try:
-            _run_locked(config, execution, store, inputs)
-        except Diverged as diverged:
-            raise _divergence_error(config, store, inputs.architecture, diverged.args[0]) from None
+    device = resolve_device(execution.device)
+    helpers = _helpers(config, execution, device)
+    # The helpers start now and import the training code while the driver plans.
+    executor = parallel.helper_processes(helpers) if helpers else None
+    lora = config.rank is not None
+    started = [executor.submit(_import_training_code, lora) for _ in range(helpers)] if executor else []
+    try:
+        # A refused campaign leaves no directory: the lock below creates it.
+        config, inputs = plan.check_inputs(config, resolve.resolve(config) if inputs is None else inputs, rank_given)
+        with store.lock():
+            try:
+                _run_locked(config, execution, store, inputs, device, executor, started)
+            except Diverged as diverged:
+                raise _divergence_error(config, store, inputs.architecture, diverged.args[0]) from None
+    finally:
+        if executor is not None:  # idle by now, or busy with a chunk no one waits for after an error
+            executor.terminate(kill_workers=True)
     return store
 
 
@@ -127,12 +173,19 @@ def _divergence_error(
     )
 
 
-def _run_locked(config: CampaignConfig, execution: Execution, store: RunStore, inputs: resolve.Inputs) -> None:
+def _run_locked(
+    config: CampaignConfig,
+    execution: Execution,
+    store: RunStore,
+    inputs: resolve.Inputs,
+    device: torch.device,
+    executor: Executor | None,
+    started: list[Future],
+) -> None:
     import joblib
     from tqdm.auto import tqdm
 
     start = time.perf_counter()
-    device = resolve_device(execution.device)
     setup = plan.prepare(config, store, device, inputs)
     store.make_chunks_directory()
     gpus = torch.cuda.device_count() if device.type == "cuda" else 0
@@ -150,12 +203,11 @@ def _run_locked(config: CampaignConfig, execution: Execution, store: RunStore, i
         bar_format="{l_bar}{bar}| {n:.0f}/{total} [{elapsed}<{remaining}, {rate_fmt}]",
     )
     with bar:
-        if workers == 1 or len(chunks) <= 1:
+        if executor is not None and len(chunks) > 1:
+            _train_beside_helpers(setup, chunks, store, bar, executor, started)
+        elif workers == 1 or len(chunks) <= 1:
             for chunk, device_name in zip(chunks, devices):
-                per_step = len(chunk) / (config.epochs * setup.layout.steps)
-                store.write_chunk(
-                    train_chunk(setup, chunk, torch.device(device_name), functools.partial(_advance, bar, per_step))
-                )
+                store.write_chunk(train_chunk(setup, chunk, torch.device(device_name), _on_step(setup, bar, chunk)))
         else:
             with parallel.joblib_backend(execution, workers):
                 jobs = (joblib.delayed(_chunk_task)(setup, chunk, d) for chunk, d in zip(chunks, devices))
@@ -173,6 +225,62 @@ def _run_locked(config: CampaignConfig, execution: Execution, store: RunStore, i
     if config.mechanism in catalogue.applying("sketch-claim") and every_layer and plain and store.needs_measurements():
         store.write_measurements(sketch_inputs.measure_sketch_inputs(setup))
     store.record_seconds(time.perf_counter() - start)
+
+
+def _train_beside_helpers(
+    setup: Setup, chunks: list[np.ndarray], store: RunStore, bar, executor: Executor, started: list[Future]
+) -> None:
+    """Train ``chunks`` on the ``executor``'s helper processes (one ``started`` import each) and here, at once.
+
+    Each takes the next chunk when it is free; every finished chunk is written as it comes (a kill loses only the
+    chunks in training). An error in either stops the handing out of chunks; the driver's chunk in training finishes
+    (and is written) before the error is raised.
+    """
+    queue, lock, stop = collections.deque(chunks), threading.Lock(), threading.Event()
+    failures: list[BaseException] = []
+
+    def next_chunk() -> np.ndarray | None:
+        with lock:
+            return None if stop.is_set() or not queue else queue.popleft()
+
+    def write(outputs: ChunkOutputs) -> None:
+        with lock:
+            store.write_chunk(outputs)
+
+    def train_here() -> None:
+        try:
+            while (chunk := next_chunk()) is not None:
+                write(train_chunk(setup, chunk, torch.device("cpu"), _on_step(setup, bar, chunk)))
+        except BaseException as error:  # raised in the driver's thread below
+            failures.append(error)
+            stop.set()
+
+    here = threading.Thread(target=train_here, name="dpaudit-driver-chunks")
+    here.start()
+    try:
+        for future in started:  # the helpers have imported the training code
+            future.result()
+        pending: set[Future] = set()
+        while True:  # one chunk per helper at a time: the driver's thread takes the others as it frees up
+            while len(pending) < len(started) and (chunk := next_chunk()) is not None:
+                pending.add(executor.submit(_chunk_task, setup, chunk, "cpu"))
+            if not pending:
+                break
+            done, pending = concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in done:
+                outputs = future.result()
+                write(outputs)
+                bar.update(len(outputs.indices))
+    finally:
+        stop.set()
+        here.join()
+    if failures:
+        raise failures[0]
+
+
+def _on_step(setup: Setup, bar, chunk: np.ndarray) -> Callable[[int], None]:
+    """A chunk trained in this process advances the progress bar by its share of models at every step."""
+    return functools.partial(_advance, bar, len(chunk) / (setup.settings.training.epochs * setup.layout.steps))
 
 
 def _advance(bar, amount: float, _step: int) -> None:

@@ -54,7 +54,8 @@ def add_execution_arguments(parser: argparse.ArgumentParser, *, campaign: bool =
     group.add_argument(
         "--workers",
         type=int,
-        help=f"worker processes, one torch thread each, at most {config_lib.MAX_WORKERS} (one per core)",
+        help=f"training processes (on CPU with loky this one is one of them), one torch thread each, at most"
+        f" {config_lib.MAX_WORKERS} (one per core)",
     )
     group.add_argument("--backend", choices=config_lib.BACKENDS, help="joblib backend: loky, or dask for clusters")
     group.add_argument("--scheduler", help="dask scheduler address, with --backend dask (default: a local cluster)")
