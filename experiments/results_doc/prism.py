@@ -12,7 +12,13 @@ import numpy as np
 
 from .formatting import mean_std, num, pct, plural, power, sig, table
 from .sources import Section, Sources, only, setting_value
-from .statistics import bound_verdict, combined_verdict, welch_p, welch_verdict, within_verdict
+from .statistics import (
+    bound_verdict,
+    combined_verdict,
+    welch_p,
+    welch_verdict,
+    within_verdict,
+)
 
 PRISM_ENERGY_TOLERANCE = 0.02  # relative deviation of the measured PRISM energy accepted as "equal" ([P] Thm 3.1)
 
@@ -197,10 +203,22 @@ hyperparameter grid.
 def prism_leak(src: Sources) -> Section:
     """[P] Thm 3.4 for adaptive PRISM's factor pair against a canary audit, from ``prism_leak.csv``."""
     frame = src.table("prism_leak")
+
+    def layout(row) -> str:
+        if row["modules"] == 1:
+            return "1"
+        return (
+            f"{row['modules']:g} (α = {num(1 / math.sqrt(1 + (row['modules'] - 1) * row['companion_norm'] ** 2), 3)})"
+        )
+
+    def label(row) -> str:
+        return f"{row['variant']} ({row['state']}, {row['modules']:g} module{'' if row['modules'] == 1 else 's'})"
+
     rows = [
         [
             row["variant"],
             row["state"] + ("" if row["state"] == "balanced" else f" (smallest singular value {sig(row['spread'])})"),
+            layout(row),
             f"{row['n_in']:g} + {row['n_out']:g}",
             f"{num(row['mu_analytic'], 2)} / {num(row['mu_empirical'], 2)} / {num(row['mu_gdp_lower'], 2)}",
             num(row["auc"]),
@@ -214,10 +232,13 @@ def prism_leak(src: Sources) -> Section:
     violated = frame[frame["epsilon_clopper_pearson"] > frame["analytic_epsilon"]]
     above_mu = frame[frame["mu_gdp_lower"] > frame["mu_analytic"]]
     module = {name: setting_value(frame, name) for name in ("m", "n", "rank", "steps", "noise_multiplier", "delta")}
+    several = frame[frame["modules"] > 1].iloc[0]
+    alpha = 1 / math.sqrt(1 + (several["modules"] - 1) * several["companion_norm"] ** 2)
+    mu_by_layout = frame.pivot_table(index=["variant", "state"], columns="modules", values="mu_empirical")
+    scaling = mu_by_layout[several["modules"]] / mu_by_layout[1]
     first = frame.iloc[0]
     listed = "; ".join(
-        f"{row['variant']} ({row['state']}): CP ε {num(row['epsilon_clopper_pearson'], 2)} > "
-        f"{num(row['analytic_epsilon'], 2)}"
+        f"{label(row)}: CP ε {num(row['epsilon_clopper_pearson'], 2)} > {num(row['analytic_epsilon'], 2)}"
         for _, row in violated.iterrows()
     )
     claim_verdict = f"**{bound_verdict(bool(listed))}**" + (
@@ -231,11 +252,14 @@ def prism_leak(src: Sources) -> Section:
     kept = frame[~frame["variant"].isin(violated["variant"])]
     body = f"""## [P] Thm 3.4 and adaptive PRISM's factor pair (`prism_leak.py`)
 
-`python experiments/prism_leak.py` → `results/prism_leak.csv`. One LoRA module m = {module["m"]:g}, n =
+`python experiments/prism_leak.py` → `results/prism_leak.csv`. LoRA modules m = {module["m"]:g}, n =
 {module["n"]:g}, r = {module["rank"]:g}; a rank-one canary of norm C = 1 in every IN model's batch (q = 1, no other
 examples), T = {module["steps"]:g}, σ = {module["noise_multiplier"]:g}, δ = {power(module["delta"])}; the auditor sees
-every step (docs/theory.md §3.9). Variants: `factor-pair` ([P] Eq. 24 as printed: the adaptive moments read Eq. 17's
-factor pair), `canonical-lift` (the moments read the canonical lift of ΔZ_dp, now the default) and `tangent-sgd` (no
+every step (docs/theory.md §3.9). One module, then {several["modules"]:g} trained jointly: the audited canary in the
+first, and the canary's gradient at norm {num(several["companion_norm"], 2)} C in each other one, so clipping on the
+joint intrinsic norm ([P] Eq. 16) scales the audited signal by α (Thm 3.4's ε is unchanged). Variants:
+`factor-pair` ([P] Eq. 24 as printed: the adaptive moments read Eq. 17's factor pair), `canonical-lift` (the
+moments read the canonical lift of ΔZ_dp, now the default) and `tangent-sgd` (no
 adaptive rule); start states `balanced` (PRISM's own start) and `spread` (one small singular value). Analytic ε:
 DP-SGD's accountant at q = 1 ([P] Thm 3.4); μ analytic = √T/σ, μ empirical = the standardised mean difference of
 the scores, μ GDP lower = the GDP route's 95% lower bound.
@@ -245,6 +269,7 @@ the scores, μ GDP lower = the GDP route's 95% lower bound.
             [
                 "variant",
                 "start state",
+                "modules",
                 "trials",
                 "μ analytic / empirical / GDP lower",
                 "AUC",
@@ -258,12 +283,17 @@ the scores, μ GDP lower = the GDP route's 95% lower bound.
     }
 
 {finding} μ GDP lower bound above the analytic μ: {
-        ", ".join(f"{row['variant']} ({row['state']})" for _, row in above_mu.iterrows()) or "none"
+        ", ".join(label(row) for _, row in above_mu.iterrows()) or "none"
     }. Eq. 17's col(A) block of ΔA_dp is noise-free (std {sig(first["factor_block_std"], 2)} over the draws, against
 {sig(first["intrinsic_block_std"], 3)} for ΔZ_dp's matching block) and moves with the canary ({
         sig(first["factor_block_without_canary"], 3)
-    } without, {sig(first["factor_block_with_canary"], 3)} with it). Not tested: PRISM's full training runs (the
-campaign rows of the tightness table are the default, canonical-lift PRISM) and T > {module["steps"]:g}.
+    } without, {sig(first["factor_block_with_canary"], 3)} with it). With {several["modules"]:g} modules every
+variant's empirical μ is {num(scaling.min(), 2)}-{num(scaling.max(), 2)} times its one-module μ (α = {num(alpha, 3)}):
+the factor pair's leak is per module and survives the joint clip, scaled like the signal. At T = 3 and q = ½ the same
+ordering is a test (`tests/test_prism_leak.py`, two seeds each, one module and two jointly clipped ones): factor
+pair's μ above 1.4× tangent SGD's, the canonical lift's below tangent SGD's + 0.05. Not in this table:
+T > {module["steps"]:g} and q < 1; PRISM's full training runs (the campaign rows of the tightness table are the
+default, canonical-lift PRISM).
 """
     summary = (
         "[P] Thm 3.4 for adaptive PRISM",
