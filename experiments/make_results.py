@@ -70,6 +70,7 @@ SECTIONS: tuple[Callable[[Sources], Section], ...] = (
     sketch.s_lemma72,
     prism.prism_energy,
     prism.p_accuracy,
+    prism.prism_lift_accuracy,
     denoise.d_denoise,
     audits.audit_tightness,
     prism.prism_leak,
