@@ -4,7 +4,7 @@ Every number of the document is read from those CSVs or computed from them (diff
 verdicts that compare numbers are computed, the text around them is templates. This script renders the head, the
 summary table and the closing sections; each paper's sections are rendered by ``experiments/results_doc/``
 (``wishart`` [W], ``sketch`` [S], ``prism`` [P], ``denoise`` [D], ``audits`` for the mechanisms' own audits), with
-the statistics of ``results_doc/statistics.py``. Regenerate the whole record (about 45 minutes on 2 CPU cores), or
+the statistics of ``results_doc/statistics.py``. Regenerate the whole record (about an hour on 2 CPU cores), or
 only the document:
 
     .venv/bin/python experiments/run_all.py && .venv/bin/python experiments/make_results.py
@@ -70,6 +70,7 @@ SECTIONS: tuple[Callable[[Sources], Section], ...] = (
     sketch.s_lemma72,
     prism.prism_energy,
     prism.p_accuracy,
+    prism.prism_lift_accuracy,
     denoise.d_denoise,
     audits.audit_tightness,
     prism.prism_leak,

@@ -14,7 +14,7 @@ first order, ``N(½ (C/b)(P_A,l + P_B,k), τ² P_B,k²)`` against ``N(0, τ² P_
 ``μ = (1 + P_A,l/P_B,k) / (2σ)`` per step instead of 1/σ. ``P_A,l/P_B,k ≈ ((1/s_k + t)/((m−r)/(m s_l) + t))^{1/2}``,
 t = tr(S⁻¹)/r (the Eq. 26 floor), which is up to ≈ √(r + 1) when one singular value is small.
 
-The audit (``run_audit``). One LoRA module m×n at rank r, K independent models from the same factors, the
+The audit (``audit_row``). One LoRA module m×n at rank r, K independent models from the same factors, the
 canary in every IN model's batch at every step (q = 1, no other examples: real gradients do not reach it, the
 Dirac rule of docs/theory.md §3.9), T steps. The canary is a real intrinsic gradient: its factor gradients are
 ``(G_c B_t, G_cᵀ A_t)`` at each step's factors, so clipping bounds its intrinsic norm by C like any example's.
@@ -24,14 +24,21 @@ so the weights observation gives the same numbers. Empirical ε: Clopper-Pearson
 (attacks.epsilon, 95%); analytic ε: accountants.dpsgd at q = 1, the accountant dpaudit.mechanisms.bounds uses for PRISM
 ([P] Thm 3.4). Verdict: attacks.tradeoff.audit_verdict on the Clopper-Pearson bound (docs/theory.md §3.7).
 
+Several modules (``--modules`` L, ``--companion-norm`` c; :func:`run_trials`): L m×n modules at rank r trained
+jointly, the audited canary ``u vᵀ`` in the first (in ``state``), the others balanced; the canary's gradient in
+each other module is c times that module's own rank-one unit ``u_ℓ v_ℓᵀ``, so the joint intrinsic norm ([P]
+Eq. 16) is ``√(1 + (L − 1) c²)`` C and clipping scales the audited signal by α = 1/√(1 + (L − 1) c²) (the default
+L = 2, c = 1: α = 1/√2). The analytic ε is unchanged (Thm 3.4 clips the joint norm); the factor-pair rule's leak
+is per module (each module's preconditioners), so its μ is again ≈ (1 + P_A,l/P_B,k)/2 times tangent SGD's.
+
 Variants: ``factor-pair`` ([P] Eq. 24 as printed: ``PrismAdaptiveConfig(canonical_lift=False)``),
 ``canonical-lift`` (the default: moments read ``relift(ΔA_dp, ΔB_dp)``, a function of ΔZ_dp) and
 ``tangent-sgd`` (``adaptive=None``). Start states: ``balanced`` (PRISM's own start, all singular values equal:
 P_A/P_B = (2/(2 − r/m))^{1/2}, a small leak) and ``spread`` (r − 1 singular values c and one c·``--spread``, a
-state training can reach; DP must hold from every state). Writes ``prism_leak.csv`` (one row per variant and
-state) and ``prism_leak.png``.
+state training can reach; DP must hold from every state). Writes ``prism_leak.csv`` (one row per variant, state
+and module layout: one module, then L) and ``prism_leak.png``.
 
-    python experiments/prism_leak.py            # 1000 + 1000 trials per cell, about a minute on one CPU core
+    python experiments/prism_leak.py            # 1000 + 1000 trials per cell, 12 cells: about 3 minutes on one core
 """
 
 from __future__ import annotations
@@ -46,7 +53,13 @@ from accountants import dpsgd
 from attacks import epsilon as audit_epsilon
 from attacks import metrics, tradeoff
 from dpaudit.mechanisms.prism.tangent import LoraFactors, factor_gradients
-from dpaudit.mechanisms.prism.update import PrismAdaptiveConfig, PrismPrivacyConfig, PrismStepConfig, prism_module_step
+from dpaudit.mechanisms.prism.update import (
+    PrismAdaptiveConfig,
+    PrismPrivacyConfig,
+    PrismStepConfig,
+    prism_module_step,
+    prism_step,
+)
 
 NAME = "prism_leak"
 DELTA = 1e-5
@@ -88,39 +101,53 @@ def run_trials(
     learning_rate: float,
     seed: int,
     sample_rate: float = 1.0,
+    modules: int = 1,
+    companion_norm: float = 0.0,
 ) -> np.ndarray:
     """(K, T) observations ``x_t = ⟨Z_t − Z_{t+1}, u vᵀ⟩ / η`` of K models (module docstring); C = 1, b = 1.
 
     ``sample_rate`` q: each step an IN model's batch holds the canary with probability q (Poisson sampling, drawn
-    from ``seed``); q = 1 is the module docstring's audit.
+    from ``seed``); q = 1 is the module docstring's audit. ``modules`` L: the model has L m×n LoRA modules at rank
+    r trained jointly (one :func:`prism_step` on all of them); the audited canary ``u vᵀ`` is in the first, which
+    starts in ``state``; the others start balanced (their own Haar factors) and the canary's gradient there is
+    ``companion_norm`` times their own ``u_ℓ v_ℓᵀ`` (0: the canary is in the first module only). Clipping is over
+    the joint intrinsic norm ([P] Eq. 16), ``√(1 + (L − 1) companion_norm²)`` at the start, so the first module's
+    signal is scaled by α = 1 / that when it exceeds C = 1.
     """
-    (A, B), u, v = start_state(m, n, rank, state, spread, seed)
+    start = start_state(m, n, rank, state, spread, seed)
+    further = [start_state(m, n, rank, "balanced", spread, seed + 1_000_003 * index) for index in range(1, modules)]
+    starts = [start, *further]
     models = len(membership)
-    factors = LoraFactors(A.expand(models, m, rank).clone(), B.expand(models, n, rank).clone())
-    canary = torch.outer(u, v)  # ‖G_c‖ = C = 1, in col(A)×col(B): P(G_c) = G_c at the start
+    factors = [
+        LoraFactors(A.expand(models, m, rank).clone(), B.expand(models, n, rank).clone()) for (A, B), _, _ in starts
+    ]
+    # Each ‖u_ℓ v_ℓᵀ‖ = 1, in its module's col(A)×col(B): P(G) = G at the start, the first module's at C = 1.
+    norms = [1.0] + [companion_norm] * (modules - 1)
+    canaries = [norm * torch.outer(u, v) for norm, (_, u, v) in zip(norms, starts)]
     weights = torch.from_numpy(membership.astype(np.float64)).unsqueeze(1)  # (K, 1): the canary, IN only
     config = PrismStepConfig(PrismPrivacyConfig(noise_multiplier, 1.0, 1.0), learning_rate, VARIANTS[variant])
     generators = [torch.Generator().manual_seed(seed * 1_000_003 + 1 + k) for k in range(models)]
     sampling = torch.Generator().manual_seed(seed * 1_000_003)
+    _, u, v = start
 
     def along_canary(pair: LoraFactors) -> torch.Tensor:
         return ((u @ pair.A) * (v @ pair.B)).sum(-1)
 
     observations, moments = [], None
-    previous = along_canary(factors)
+    previous = along_canary(factors[0])
     for _ in range(steps):
-        gradients = factor_gradients(canary, factors.A, factors.B)
+        gradients = [factor_gradients(canary, *pair) for canary, pair in zip(canaries, factors)]
         sampled = torch.rand(models, 1, generator=sampling, dtype=torch.float64) < sample_rate
-        result = prism_module_step(
+        result = prism_step(
             factors,
-            type(gradients)(gradients.g_A.unsqueeze(1), gradients.g_B.unsqueeze(1)),
+            [type(module)(module.g_A.unsqueeze(1), module.g_B.unsqueeze(1)) for module in gradients],
             config,
             generators,
             moments,
             weights * sampled,
         )
-        factors, moments = result.factors[0], None if result.states is None else result.states[0]
-        now = along_canary(factors)
+        factors, moments = list(result.factors), result.states
+        now = along_canary(factors[0])
         observations.append((previous - now) / learning_rate)
         previous = now
     return torch.stack(observations, 1).numpy()
@@ -160,8 +187,12 @@ def noise_free_block(m: int, n: int, rank: int, draws: int, seed: int) -> dict[s
     return {**row, "factor_block_std": factor_std, "intrinsic_block_std": intrinsic_std}
 
 
-def audit_row(variant: str, state: str, args) -> dict:
-    """One cell: ``args.trials`` IN and as many OUT models, scores ``Σ_t x_t``, both ε routes and the verdict."""
+def audit_row(variant: str, state: str, args, modules: int = 1, companion_norm: float = 0.0) -> dict:
+    """One cell: ``args.trials`` IN and as many OUT models, scores ``Σ_t x_t``, both ε routes and the verdict.
+
+    ``modules``, ``companion_norm``: as in :func:`run_trials` (the analytic ε is the same: Thm 3.4 clips the joint
+    norm to C whatever the number of modules).
+    """
     membership = np.repeat([True, False], args.trials)
     observations = run_trials(
         variant,
@@ -175,6 +206,8 @@ def audit_row(variant: str, state: str, args) -> dict:
         spread=args.spread,
         learning_rate=args.lr,
         seed=args.seed,
+        modules=modules,
+        companion_norm=companion_norm,
     )
     scores = observations.sum(1)
     in_scores, out_scores = scores[membership], scores[~membership]
@@ -187,6 +220,8 @@ def audit_row(variant: str, state: str, args) -> dict:
     return dict(
         variant=variant,
         state=state,
+        modules=modules,
+        companion_norm=companion_norm,
         m=args.m,
         n=args.n,
         rank=args.rank,
@@ -217,12 +252,30 @@ def main(argv: list[str] | None = None) -> None:
     parsed.add_argument("--noise", type=float, default=2.0, help="σ")
     parsed.add_argument("--spread", type=float, default=1e-3, help="the small singular value of the spread state")
     parsed.add_argument("--lr", type=float, default=1e-3, help="η (small: x_t is then ΔZ's first-order direction)")
+    parsed.add_argument("--modules", type=int, default=2, help="L of the several-module rows (L m×n modules)")
+    parsed.add_argument(
+        "--companion-norm",
+        type=float,
+        default=1.0,
+        help="the canary's intrinsic norm in each other module of the several-module rows (0: first module only)",
+    )
     args = parsed.parse_args(argv)
+    if args.modules < 2 or not args.companion_norm >= 0:
+        parsed.error(
+            f"--modules must be >= 2 (the one-module rows are always written) and --companion-norm >= 0, got "
+            f"{args.modules} and {args.companion_norm}"
+        )
     block = noise_free_block(12, 9, 3, draws=200, seed=args.seed)
-    rows = [{**audit_row(variant, state, args), **block} for state in STATES for variant in VARIANTS]
+    layouts = ((1, 0.0), (args.modules, args.companion_norm))
+    rows = [
+        {**audit_row(variant, state, args, modules, companion), **block}
+        for modules, companion in layouts
+        for state in STATES
+        for variant in VARIANTS
+    ]
     table = _common.write_table(rows, args.out, NAME)
     with _common.figure(args.out, NAME) as (ax,):
-        labels = [f"{row.variant}\n{row.state}" for row in table.itertuples()]
+        labels = [f"{row.variant}\n{row.state}, L = {row.modules}" for row in table.itertuples()]
         positions = np.arange(len(table))
         ax.bar(positions - 0.2, table["epsilon_clopper_pearson"], 0.4, label="empirical ε (Clopper-Pearson, 95%)")
         ax.bar(positions + 0.2, table["epsilon_gdp"], 0.4, label="empirical ε (GDP route)")
@@ -230,7 +283,7 @@ def main(argv: list[str] | None = None) -> None:
         ax.set_xticks(positions, labels, fontsize=6)
         ax.set(
             ylabel=f"ε at δ = {DELTA:g}",
-            title=f"PRISM, one {args.m}×{args.n} module at r = {args.rank}, σ = {args.noise:g}, T = {args.steps}",
+            title=f"PRISM, {args.m}×{args.n} modules at r = {args.rank}, σ = {args.noise:g}, T = {args.steps}",
         )
         ax.legend(fontsize=7)
 

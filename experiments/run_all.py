@@ -36,6 +36,7 @@ SCRIPTS = (
     ("exposure_insertions", "Secret Sharer: exposure vs insertions"),
     ("prism_noise_energy", "[P] Thm 3.1, Figs. 2/3"),
     ("p_accuracy_at_epsilon", "[P] accuracy at ε ∈ {3, 6}"),
+    ("prism_lift_accuracy", "[P] adaptive PRISM: lift vs Eq. 24"),
     ("denoise_cosine", "[D] Fig. 2"),
     ("d_denoise_convergence", "[D] convergence at equal ε"),
     ("audit_tightness", "audit tightness"),

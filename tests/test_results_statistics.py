@@ -356,6 +356,40 @@ def test_within_verdict(difference, se, tolerance, verdict):
 def test_within_verdict_refuses_undefined_inputs(difference, se, tolerance):
     with pytest.raises(ValueError):
         st.within_verdict(difference, se, tolerance)
+    with pytest.raises(ValueError, match="degrees of freedom"):
+        st.within_verdict(0.0, 0.1, 1.0, degrees_of_freedom=0.5)
+
+
+def test_within_verdict_with_few_degrees_of_freedom_uses_student_t():
+    # 0.01 ± q·0.005 against 0.02: inside with the normal 1.96 (0.0198), outside with t at 3 df (3.18 → 0.0259).
+    assert st.within_verdict(0.01, 0.005, 0.02) == "holds"
+    assert st.within_verdict(0.01, 0.005, 0.02, degrees_of_freedom=3) == "not resolved"
+    assert st.within_verdict(0.01, 0.005, 0.02, degrees_of_freedom=1e9) == "holds"  # t → normal
+
+
+def test_paired_difference_is_the_one_sample_t_test_of_the_differences():
+    first = pd.Series([0.70, 0.72, 0.69, 0.75], index=[0, 1, 2, 3])
+    second = pd.Series([0.69, 0.72, 0.67, 0.74], index=[0, 1, 2, 3])
+    mean, se = st.paired_difference(first, second)
+    differences = np.array([0.01, 0.0, 0.02, 0.01])
+    assert mean == pytest.approx(0.01) and se == pytest.approx(differences.std(ddof=1) / 2)
+    # scipy's paired t statistic is mean / se.
+    assert mean / se == pytest.approx(stats.ttest_rel(first, second).statistic)
+    # Unpaired, the models' spread (0.026) swamps the 0.01 shift; paired, the se is 0.004.
+    assert se < 0.2 * math.sqrt(first.var() / 4 + second.var() / 4)
+
+
+@pytest.mark.parametrize(
+    "first, second, message",
+    [
+        (pd.Series([0.1, 0.2]), pd.Series([0.1, 0.2], index=[1, 2]), "indices differ"),
+        (pd.Series([0.1]), pd.Series([0.2]), "at least 2 models"),
+        (pd.Series([0.1, NAN]), pd.Series([0.2, 0.3]), "NaN or infinite"),
+    ],
+)
+def test_paired_difference_refuses_undefined_inputs(first, second, message):
+    with pytest.raises(ValueError, match=message):
+        st.paired_difference(first, second)
 
 
 def test_exact_combined_and_bound_verdicts():

@@ -138,7 +138,7 @@ def prism_dirac_text(frame: pd.DataFrame, leak: pd.DataFrame) -> str:
     first = prism.iloc[0]
     share = tangent_share(*DIRAC_LAYER, int(first["rank"]))
     mu = share * math.sqrt(first["steps"]) / first["noise"]
-    aligned = only(leak, variant="canonical-lift", state="balanced")
+    aligned = only(leak, variant="canonical-lift", state="balanced", modules=1)
     return (
         f"The prism weights and steps cells certify ε = {num(prism['epsilon_cp'].max(), 2)} (CP) and"
         f" {num(prism['epsilon_gdp'].max(), 2)} (GDP), a limit of the canary and the statistic: the Dirac"

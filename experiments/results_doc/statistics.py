@@ -11,7 +11,8 @@ significant in the claimed direction; "does not hold" where significant against 
 shown the claimed effect, its :func:`minimum_detectable_difference` at 80% power being no larger, and did not; else
 "not resolved"), and its siblings: :func:`welch_verdict` (the same rule on Welch's t for accuracies),
 :func:`shared_model_ordering` (all-examples campaigns: power only from model-level bootstrap intervals),
-:func:`within_verdict` ("equal within x%"), :func:`exact_verdict` (exact computations), :func:`combined_verdict`
+:func:`within_verdict` ("equal within x%", with :func:`paired_difference` for models paired across variants),
+:func:`exact_verdict` (exact computations), :func:`combined_verdict`
 (one claim at several points) and :func:`bound_verdict` (an upper bound that audits can refute, never confirm).
 
 No statistic lets a NaN through to a verdict (a NaN compares false, so ``p < LEVEL`` would silently read "no
@@ -251,28 +252,59 @@ def shared_model_ordering(
     return ordering_verdict(difference, se, expected), se
 
 
-def within_verdict(difference: float, standard_error: float, tolerance: float) -> str:
+def within_verdict(
+    difference: float, standard_error: float, tolerance: float, degrees_of_freedom: float | None = None
+) -> str:
     """Whether a "within ``tolerance``" claim holds: |true difference| ≤ ``tolerance``, by the difference's 95% CI.
 
     The sibling of :func:`ordering_verdict` for claims of equality up to a tolerance (an energy equal to its closed
     form within 2%): ``holds`` where the whole 95% interval difference ± 1.96 se lies within ±tolerance (the test
     had the power to see a departure of the tolerance's size), ``does not hold`` where the whole interval lies
     beyond it, else ``not resolved``. A standard error of 0 is an exact computation (no sampling).
+    ``degrees_of_freedom``: the se is a sample estimate (a mean over few models, :func:`paired_difference`), so the
+    interval's half-width is Student's t quantile at those degrees of freedom times se instead of 1.96 se.
 
     Raises:
-        ValueError: a NaN or infinite input, a negative standard error or a tolerance <= 0.
+        ValueError: a NaN or infinite input, a negative standard error, a tolerance <= 0 or degrees of freedom < 1.
     """
     for name, value in {"difference": difference, "standard_error": standard_error, "tolerance": tolerance}.items():
         if not math.isfinite(value):
             raise ValueError(f"{name} is {value}: a verdict needs a finite number")
     if standard_error < 0 or tolerance <= 0:
         raise ValueError(f"the standard error must be >= 0 and the tolerance > 0, got {standard_error}, {tolerance}")
-    half_width = Z_95 * standard_error
+    if degrees_of_freedom is not None and not degrees_of_freedom >= 1:
+        raise ValueError(f"the degrees of freedom must be >= 1, got {degrees_of_freedom}")
+    quantile = Z_95 if degrees_of_freedom is None else float(stats.t.ppf(1 - LEVEL / 2, degrees_of_freedom))
+    half_width = quantile * standard_error
     if abs(difference) + half_width <= tolerance:
         return "holds"
     if abs(difference) - half_width > tolerance:
         return "does not hold"
     return "not resolved"
+
+
+def paired_difference(first: pd.Series, second: pd.Series) -> tuple[float, float]:
+    """The mean of ``first − second`` over paired models and its standard error (sample std / √n).
+
+    For two variants whose model k shares its randomness (initial weights, batches, noise normals): the per-model
+    differences cancel what the models share, a far smaller se than two independent cells' (:func:`welch_p`). Its
+    degrees of freedom for :func:`within_verdict` are n − 1.
+
+    Args:
+        first: per-model values (test accuracies), indexed by model.
+        second: the same models' values under the other variant, the same index.
+
+    Raises:
+        ValueError: the indices differ, fewer than two models, or a NaN or infinite value.
+    """
+    if not first.index.equals(second.index):
+        raise ValueError("paired values need the same models: the two series' indices differ")
+    differences = (first - second).to_numpy(dtype=float)
+    if len(differences) < 2:
+        raise ValueError(f"a paired standard error needs at least 2 models, got {len(differences)}")
+    if not all(math.isfinite(value) for value in differences):
+        raise ValueError("a paired difference is NaN or infinite: a verdict needs finite numbers")
+    return float(differences.mean()), float(differences.std(ddof=1) / math.sqrt(len(differences)))
 
 
 def combined_verdict(verdicts: list[str]) -> str:
