@@ -204,6 +204,20 @@ def test_step_likelihood_ratio_is_the_exact_log_ratio_of_the_two_hypotheses():
         white_box.step_likelihood_ratio_scores(x, 0.0, s, tau)
 
 
+def test_momentum_step_score_sums_the_fresh_releases_of_a_bias_corrected_moving_average():
+    """Steps x_t = m_t / (1 - β^t), m_t = β m_(t-1) + (1 - β) g_t: the score is (1 - β) Σ_t g_t exactly."""
+    rng = np.random.default_rng(4)
+    fresh = rng.normal(0.0, 1.0, (5, 6, 2))
+    beta, moment, steps = 0.9, np.zeros((5, 2)), []
+    for t in range(6):
+        moment = beta * moment + (1 - beta) * fresh[:, t]
+        steps.append(moment / (1 - beta ** (t + 1)))
+    scores = white_box.momentum_step_scores(np.stack(steps, axis=1), beta)
+    np.testing.assert_allclose(scores, (1 - beta) * fresh.sum(axis=1), rtol=1e-12)
+    # β = 0 is no average: the plain sum.
+    np.testing.assert_allclose(white_box.momentum_step_scores(fresh, 0.0), fresh.sum(axis=1), rtol=1e-12)
+
+
 def _campaign(tmp_path, name, **options):
     config = CampaignConfig(mechanism="dp-sgd", canary="gradient", lr=0.05, **options)
     store = runner.run(config, Execution(workers=1, chunk_size=64, progress=False), tmp_path / name)
@@ -470,6 +484,7 @@ def test_tangent_canary_audits_prism_where_the_dirac_barely_does(tmp_path):
         store = runner.run(config, Execution(workers=1, chunk_size=32, progress=False), tmp_path / direction)
         numbers = run_report.write_run(analysis.analyse(store), store.root)
         assert numbers["verdict"] != "violated"
+        assert numbers["white_box_statistic"].startswith("sum of the adaptive rule's fresh steps")
         auc[direction] = numbers["auc"]
     assert store.config().canary_direction == "tangent"
     assert auc["tangent"] > auc["dirac"] + 0.15, auc

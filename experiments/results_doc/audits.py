@@ -154,6 +154,13 @@ def prism_tangent_text(frame: pd.DataFrame, leak: pd.DataFrame) -> str:
         else f"the {' / '.join(sorted(directions))} canary"
     )
     dp_sgd = frame[(frame["mechanism"] == "dp-sgd") & frame["threat_model"].isin(["weights", "steps"])]
+    ideal_auc = norm.cdf(claimed_mu / math.sqrt(2))
+    below = list(prism.loc[prism["auc_ci_high"] < ideal_auc, "threat_model"])
+    reason = (
+        " (the final weights cannot undo the adaptive rule's moving average of its releases, docs/theory.md §3.9)"
+        if below == ["weights"]
+        else ""
+    )
     return (
         f"The prism weights and steps cells use {canary}. A Dirac canary (one weight of the first layer,"
         f" {DIRAC_LAYER[0]} × {DIRAC_LAYER[1]}, rank {first['rank']:g}) has a projection onto PRISM's tangent space"
@@ -163,15 +170,15 @@ def prism_tangent_text(frame: pd.DataFrame, leak: pd.DataFrame) -> str:
         f" cells); a tangent direction enters whole at the start. Measured ({first['n_in']:g} + {first['n_out']:g}"
         f" models): {cells}; dp-sgd's cells at the same settings: AUC"
         f" {', '.join(num(a, 3) for a in dp_sgd['auc'])} (an ideal"
-        f" μ = {num(claimed_mu, 2)} audit: {num(norm.cdf(claimed_mu / math.sqrt(2)), 3)}). What separates the prism"
-        " cells from that ideal is the canary, fixed at the start, leaving the tangent space as the factors turn,"
-        " and the statistic (below). `prism_leak.py`'s aligned one-module audit agrees: μ ≈"
+        f" μ = {num(claimed_mu, 2)} audit: {num(ideal_auc, 3)}). Prism cells whose AUC CI lies below that ideal:"
+        f" {', '.join(below) or 'none'}{reason}. `prism_leak.py`'s aligned one-module audit agrees: μ ≈"
         f" {num(aligned['mu_empirical'], 2)} against the"
         f" claimed {num(aligned['mu_analytic'], 2)} ({aligned['n_in']:g} + {aligned['n_out']:g} trials, T ="
         f" {aligned['steps']:g}, σ = {aligned['noise_multiplier']:g}, one {aligned['m']:g} × {aligned['n']:g} module"
-        f" at r = {aligned['rank']:g}). The steps score sums the observed steps ⟨Z_t − Z_(t+1), X⟩/η, which PRISM's"
-        " rank-space Adam correlates and rescales; docs/theory.md §3.9 gives what a statistic matched to it (the"
-        " released ΔZ_dp) gains. The one-run cell keeps M orthogonal Dirac canaries (tangent ones of one model are"
+        f" at r = {aligned['rank']:g}). The steps cell's score is matched to PRISM's rank-space Adam: it undoes the"
+        " rule's bias-corrected first moment before summing the steps (docs/theory.md §3.9 gives the plain sum's"
+        " numbers on the same models and those of the released ΔZ_dp itself). The one-run cell keeps M orthogonal"
+        " Dirac canaries (tangent ones of one model are"
         " not orthogonal), so it still measures the Dirac canary against PRISM."
     )
 
