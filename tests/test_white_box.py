@@ -472,19 +472,23 @@ def test_tangent_canary_is_a_unit_rank_one_direction_in_each_models_tangent_spac
     torch.testing.assert_close(recorded[-1], torch.full((3, 1), 0.7, dtype=torch.float64), rtol=1e-10, atol=0)
 
 
-def test_tangent_canary_audits_prism_where_the_dirac_barely_does(tmp_path):
+def test_tangent_canary_audits_prism_where_the_dirac_barely_does(tmp_path, capsys):
     """A seeded PRISM step audit (digits, 32 models, one full-batch step, σ = 0.5): tangent AUC far above the Dirac's.
 
-    Only ≈ 0.42 of a Dirac lies in PRISM's tangent space (docs/theory.md §3.9); the direction survives the store.
+    Only ≈ 0.42 of a Dirac lies in PRISM's tangent space (docs/theory.md §3.9). ``--canary-direction tangent``
+    goes through the CLI into the campaign's store and back (what ``dpaudit resume`` and ``report`` read).
     """
-    options = dict(models=32, epochs=1, batch_size=718, noise=0.5, clip=1.0, rank=8)
+    from dpaudit.campaign.store import RunStore
+    from dpaudit.cli import main
+
+    options = "--models 32 --epochs 1 --batch-size 718 --noise 0.5 --clip 1 --rank 8 --workers 1 --json".split()
     auc = {}
     for direction in ("dirac", "tangent"):
-        config = CampaignConfig(mechanism="prism", canary="gradient", canary_direction=direction, **options)
-        store = runner.run(config, Execution(workers=1, chunk_size=32, progress=False), tmp_path / direction)
-        numbers = run_report.write_run(analysis.analyse(store), store.root)
+        argv = ["audit", "--mechanism", "prism", "--canary", "gradient", "--canary-direction", direction, *options]
+        assert main([*argv, "--out", str(tmp_path / direction)]) == 0
+        numbers = json.loads(capsys.readouterr().out)
         assert numbers["verdict"] != "violated"
         assert numbers["white_box_statistic"].startswith("sum of the adaptive rule's fresh steps")
+        assert RunStore(tmp_path / direction).config().canary_direction == direction
         auc[direction] = numbers["auc"]
-    assert store.config().canary_direction == "tangent"
     assert auc["tangent"] > auc["dirac"] + 0.15, auc
