@@ -24,6 +24,8 @@ coordinate: a_t then adds data-dependent variance (and, if IN and OUT trajectori
 statistic treats as noise, so the test loses power. The bound stays valid either way, since any score gives a
 valid ε lower bound; only its tightness is at stake. Mechanisms other than DP-SGD (projections, PRISM's lift)
 change both the shift and the noise along u; `step_sum_scores`, the q = 1 statistic, needs no model of them.
+An update rule that moves along a bias-corrected moving average of its releases (PRISM's adaptive rule) repeats
+each release in every later step: `momentum_step_scores` undoes the average before summing.
 """
 
 from __future__ import annotations
@@ -53,6 +55,23 @@ def weight_change_scores(projections) -> np.ndarray:
 def step_sum_scores(projections) -> np.ndarray:
     """(models, canaries) scores ``Σ_t x_t`` from (models, steps, canaries) per-step projections."""
     return _observations("projections", projections).sum(axis=1)
+
+
+def momentum_step_scores(projections, beta: float) -> np.ndarray:
+    """(models, canaries) ``Σ_t y_t``: each step's fresh release, from steps that are a bias-corrected moving average.
+
+    An update rule that moves along Adam's first moment (PRISM's adaptive rule, docs/theory.md §3.9) releases
+    ``x_t = m_t / c_t`` with ``m_t = β m_(t-1) + (1 - β) g_t``, ``m_0 = 0``, ``c_t = 1 - β^t``: every step repeats
+    the earlier releases g_t, so the plain sum weighs the first steps most and correlates the noise. Undoing the
+    average, ``y_t = c_t x_t - β c_(t-1) x_(t-1) = (1 - β) g_t``, gives back independent steps; their sum is
+    ``c_T x_T + (1 - β) Σ_(t<T) c_t x_t``. The preconditioner's own per-step scale is taken as constant.
+    """
+    projections = _observations("projections", projections)
+    beta = check.real_in("beta", beta, 0.0, 1.0, high_open=True)
+    corrections = 1.0 - beta ** np.arange(1, projections.shape[1] + 1)
+    weights = (1.0 - beta) * corrections
+    weights[-1] = corrections[-1]
+    return np.einsum("kti,t->ki", projections, weights)
 
 
 def step_likelihood_ratio_scores(projections, sample_rate: float, shift: float, noise_std: float, offsets=0.0):

@@ -50,7 +50,7 @@ MAX_WORKERS = 1024
 DESIGNS = ("canary", "all-examples", "one-run")
 # White-box audits (docs/theory.md §3.9, training.canaries): what the canary is, and what the auditor sees of a run.
 CANARIES = ("input", "gradient")
-CANARY_DIRECTIONS = ("dirac", "random")
+CANARY_DIRECTIONS = ("dirac", "random", "tangent")
 OBSERVATIONS = ("outputs", "weights", "steps")
 # Fields added after run format 2, hashed only when they differ from these values (which are what every campaign
 # recorded before them used), so those campaigns keep their hash.
@@ -115,7 +115,7 @@ class CampaignConfig:
     denoise: bool = False  # spectral denoising of DP-SGD updates ([D] Alg. 1)
     resample_projection: bool = False  # m1/m2: a fresh projection M every step ([W] App. F.2)
     canary: str = "input"  # input: the static-poison example ([W] App. F.1); gradient: a crafted gradient
-    canary_direction: str | None = None  # gradient canaries: dirac | random; None: dirac
+    canary_direction: str | None = None  # gradient canaries: dirac | random | tangent; None: dirac
     canary_norm: float | None = None  # gradient canaries' norm (no CLI flag); None: C, or 1 without clipping
     observe: str | None = None  # outputs | weights | steps; None: outputs (input canary), steps (gradient)
     canaries: int | None = None  # M, the canaries of the one-run design
@@ -227,8 +227,13 @@ class CampaignConfig:
             "dirac" if self.canary_direction is None else self.canary_direction,
             CANARY_DIRECTIONS,
         )
-        if direction == "random" and self.design == "one-run":
+        if direction != "dirac" and self.design == "one-run":
             raise UsageError("--design one-run needs orthogonal canaries: use --canary-direction dirac")
+        if direction == "tangent" and not self.user_mechanism and self.mechanism != "prism":
+            raise UsageError(
+                f"--canary-direction tangent lies in the tangent space of LoRA factors updated as Z = B A (--mechanism"
+                f" prism); {self.mechanism} has none: use --canary-direction dirac or random"
+            )
         observe = check.one_of("--observe", "steps" if observe is None else observe, OBSERVATIONS)
         if observe == "outputs":
             raise UsageError("--canary gradient needs --observe weights or steps: a gradient canary has no input")

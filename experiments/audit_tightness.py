@@ -12,6 +12,8 @@ Eq. 24). Threat models (docs/theory.md §3.9):
 * ``black-box``: the input canary ([W] App. F.1's static poison), the auditor sees the models' outputs;
 * ``weights``: a Dirac gradient canary, the auditor sees the final weights (``--observe weights``), trained at a
   constant learning rate without momentum (the other cells: the campaign's cosine schedule, momentum 0.9);
+  for prism the canary is ``--canary-direction tangent`` (``--prism-canary-direction``; a Dirac has only ≈ 0.42
+  of its norm in PRISM's tangent space, docs/theory.md §3.9);
 * ``steps``: the same canary, the auditor sees every step's update (``--observe steps``);
 * ``one-run``: M orthogonal Dirac gradient canaries in each of a few models (``--design one-run``), every step seen.
 
@@ -67,6 +69,8 @@ THREAT_MODELS: dict[str, dict] = {
     "steps": {"canary": "gradient", "observe": "steps", "design": "canary"},
     "one-run": {"canary": "gradient", "observe": "steps", "design": "one-run"},
 }
+# Threat models with one gradient canary, whose direction a mechanism may choose (one-run needs orthogonal Diracs).
+SINGLE_GRADIENT_CANARY = ("weights", "steps")
 
 
 def ratio(value: float | None, analytic: float | None) -> float | None:
@@ -97,6 +101,7 @@ def cell(mechanism: str, threat: str, args, root: Path) -> dict:
     # so half the epochs give the gradient canaries' T steps.
     epochs = max(1, args.epochs // 2) if black_box else args.epochs
     row = {"mechanism": mechanism, "threat_model": threat, **THREAT_MODELS[threat]}
+    direction = args.prism_canary_direction if mechanism == "prism" and threat in SINGLE_GRADIENT_CANARY else None
     try:
         config = CampaignConfig(
             mechanism=mechanism,
@@ -107,6 +112,7 @@ def cell(mechanism: str, threat: str, args, root: Path) -> dict:
             clip=1.0,
             seed=args.seed,
             canaries=args.canaries if one_run else None,
+            canary_direction=direction,
             **MECHANISMS[mechanism],
             **THREAT_MODELS[threat],
         )
@@ -123,6 +129,7 @@ def cell(mechanism: str, threat: str, args, root: Path) -> dict:
         {
             "models": config.models,
             "canaries": config.canaries,
+            "canary_direction": config.canary_direction,
             "n_in": numbers["n_in"],
             "n_out": numbers["n_out"],
             "steps": steps,
@@ -161,6 +168,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.set_defaults(models=1000, epochs=4)
     parser.add_argument("--one-run-models", type=int, default=8, help="models of each one-run cell")
     parser.add_argument("--canaries", type=int, default=1000, help="M, the canaries of each one-run model")
+    parser.add_argument(
+        "--prism-canary-direction",
+        choices=("tangent", "dirac"),
+        default="tangent",
+        help="the gradient canary of prism's weights and steps cells (the others: dirac)",
+    )
     parser.add_argument("--mechanisms", nargs="+", choices=list(MECHANISMS), default=list(MECHANISMS))
     parser.add_argument("--threat-models", nargs="+", choices=list(THREAT_MODELS), default=list(THREAT_MODELS))
     parser.add_argument(

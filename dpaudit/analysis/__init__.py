@@ -31,6 +31,7 @@ from dpaudit.mechanisms.bounds import (
     event_bound,
     sketch_claim,
 )
+from dpaudit.mechanisms.prism.update import PrismAdaptiveConfig
 
 OUTPUT_ATTACKS = ("canary-loss", "lira-online", "lira-offline", "reference", "rmia")
 WHITE_BOX = "white-box"  # the score of what a white-box campaign observed (--observe weights | steps)
@@ -56,6 +57,8 @@ def white_box_statistic(config: CampaignConfig) -> str:
         return "weight change along the canary, -⟨θ_T - θ_0, u⟩"
     if config.mechanism in _STEP_LIKELIHOOD_MECHANISMS and not config.denoise and config.noise:
         return "per-step likelihood ratio of the Poisson-sampled canary, summed over steps"
+    if config.mechanism == "prism":
+        return "sum of the adaptive rule's fresh steps (its bias-corrected first moment undone)"
     return "sum of the released updates' projections on the canary"
 
 
@@ -73,6 +76,8 @@ def white_box_scores(config: CampaignConfig, plan: Plan, observations: np.ndarra
         return white_box.step_likelihood_ratio_scores(
             observations, b / int(plan.max_members), min(norm, clip) / b, noise * clip / b
         )
+    if config.mechanism == "prism":
+        return white_box.momentum_step_scores(observations, PrismAdaptiveConfig().beta1)
     return white_box.step_sum_scores(observations)
 
 

@@ -154,7 +154,8 @@ def register(subparsers) -> None:
     campaign.add_argument(
         "--canary-direction",
         choices=config_lib.CANARY_DIRECTIONS,
-        help="gradient canary: one coordinate real gradients barely reach (dirac), or a random unit direction (dirac)",
+        help="gradient canary: one coordinate real gradients barely reach (dirac), a random unit direction, or (prism)"
+        " a unit rank-1 gradient in the tangent space of each model's start factors (tangent) (dirac)",
     )
     campaign.add_argument(
         "--observe",

@@ -19,6 +19,13 @@ Directions (``--canary-direction``):
   weights of the input pixels that are zero in every public image (their gradients are exactly 0, and those
   pixels are 0 in nearly all private images). M canaries take M distinct coordinates, so they are orthogonal.
 * ``random``: one unit direction drawn from the campaign's "canary" stream, over all trained tensors.
+* ``tangent`` (PRISM only, :class:`TangentCanary`): one rank-1 intrinsic gradient ``u vᵀ`` of the module that
+  holds the Dirac rule's quietest coordinate, in the block ``col(A) × col(B)`` of the tangent space at each model's
+  own start (PRISM draws every model's start factors from its own stream), the block where PRISM's adaptive rule
+  gives a canary the largest per-step μ (docs/theory.md §3.9). Within the block, u and v are the directions of
+  col(A) and col(B) where the real examples' weight gradients on the public split at the start have the least
+  output-side (``Σ G Gᵀ``) and input-side (``Σ Gᵀ G``) energy. A Dirac's projection on the tangent space has
+  norm ≈ (r/d)^{1/2}: PRISM never releases the rest.
 
 Norm (``CampaignConfig.canary_norm``, no CLI flag): by default the clip norm C for clipping mechanisms, so
 clipping leaves the canary whole, and 1 otherwise (the norm of a clipped example at the default C).
@@ -28,7 +35,8 @@ dense gradient G of the adapted weight, which a fixed factor-space canary is not
 intrinsic gradients ``norm · u`` of a module's ``Z = lora_B lora_A`` (u a Dirac at a coordinate of the adapted
 weight W, ranked by the real gradients ``∂ℓ/∂W``, or a random direction over the adapted weights), turned at every
 step into the factor gradients a real example with that G has at the current factors
-(:class:`AdaptedWeightCanaries`); they are observed through ``⟨Z, u⟩`` instead of ``⟨θ, u⟩``.
+(:class:`AdaptedWeightCanaries`), or the ``tangent`` direction; they are observed through ``⟨Z, u⟩`` instead of
+``⟨θ, u⟩``.
 
 What the auditor sees (``--observe``): ``weights``, the projection ``⟨θ_T - θ_0, u⟩`` of the total change of the
 trained tensors; ``steps``, every step's projection ``⟨g̃_t, u⟩`` of the released update direction (the
@@ -155,9 +163,10 @@ class AdaptedWeightCanaries:
     """M canaries that are dense gradients of LoRA-adapted weights, for PRISM (module docstring).
 
     ``directions``: lora_A tensor name → (M, d_out, d_in) unit directions u_m in the space of the module's
-    adapted weight (flattened), zero for a canary on another module; the directions of all modules together have
-    norm 1 per canary. Canary m's intrinsic gradient is ``∇_Z ℓ = norm · u_m`` (Z = ``lora_B lora_A``, [P]'s
-    ``Z = A Bᵀ``; :class:`dpaudit.mechanisms.prism.PeftLoraAdapter`), i.e. the weight gradient
+    adapted weight (flattened), zero for a canary on another module, or (K, M, d_out, d_in), one per model
+    (``tangent``: each model's own tangent space); the directions of all modules together have norm 1 per canary.
+    Canary m's intrinsic gradient is ``∇_Z ℓ = norm · u_m`` (Z = ``lora_B lora_A``, [P]'s ``Z = A Bᵀ``;
+    :class:`dpaudit.mechanisms.prism.PeftLoraAdapter`), i.e. the weight gradient
     ``G_m = norm · u_m / s`` of W = W_0 + s Z, s = ``scale``.
     """
 
@@ -178,14 +187,15 @@ class AdaptedWeightCanaries:
         canary's lifted intrinsic norm ``norm · ‖P(u_m)‖``, as for any real example.
         """
         first = next(iter(parameters.values()))
-        k, m = first.shape[0], next(iter(self.directions.values())).shape[0]
+        k, m = first.shape[0], next(iter(self.directions.values())).shape[-3]
         tensors = {name: t.new_zeros(k, m, *t.shape[1:]) for name, t in parameters.items()}
         for a_name, direction in self.directions.items():
             b_name = self._lora_B(a_name)
             intrinsic = (self.norm * direction).to(first.device, first.dtype)  # s G_m
             lora_A, lora_B = parameters[a_name].flatten(2), parameters[b_name].flatten(2)
-            tensors[b_name] = torch.einsum("moi,kri->kmor", intrinsic, lora_A).reshape(tensors[b_name].shape)
-            tensors[a_name] = torch.einsum("kor,moi->kmri", lora_B, intrinsic).reshape(tensors[a_name].shape)
+            g = _direction_subscripts(direction)
+            tensors[b_name] = torch.einsum(f"{g},kri->kmor", intrinsic, lora_A).reshape(tensors[b_name].shape)
+            tensors[a_name] = torch.einsum(f"kor,{g}->kmri", lora_B, intrinsic).reshape(tensors[a_name].shape)
         return example_gradients.DenseExampleGradients(tensors)
 
     def project(self, parameters: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -194,7 +204,7 @@ class AdaptedWeightCanaries:
             operator.add,
             (
                 torch.einsum(
-                    "kor,kri,moi->km",
+                    f"kor,kri,{_direction_subscripts(direction)}->km",
                     parameters[self._lora_B(a_name)].flatten(2).double(),
                     parameters[a_name].flatten(2).double(),
                     direction.to(parameters[a_name].device).double(),
@@ -204,12 +214,52 @@ class AdaptedWeightCanaries:
         )
 
 
+def _direction_subscripts(direction: torch.Tensor) -> str:
+    """The einsum subscripts of adapted-weight directions: shared by K models (M, o, i) or per model (K, M, o, i)."""
+    return "moi" if direction.ndim == 3 else "kmoi"
+
+
+@dataclass(frozen=True)
+class TangentCanary:
+    """The ``tangent`` direction's recipe (module docstring): one module, and its real gradients' energy there.
+
+    ``module``: the module's lora_A tensor name. ``output_gram`` (d_out, d_out) ``Σ_n G_n G_nᵀ`` and
+    ``input_gram`` (d_in, d_in) ``Σ_n G_nᵀ G_n`` over the public examples' weight gradients G_n at the start.
+    """
+
+    module: str
+    output_gram: torch.Tensor
+    input_gram: torch.Tensor
+
+    def directions(self, lora_A: torch.Tensor, lora_B: torch.Tensor) -> torch.Tensor:
+        """(K, 1, d_out, d_in) float64 unit ``u vᵀ`` per model, from its (K, r, d_in) lora_A, (K, d_out, r) lora_B.
+
+        ``Z = lora_B lora_A`` ([P]'s ``A Bᵀ`` with ``A = lora_B``, ``B = lora_Aᵀ``): u is the unit vector of
+        col(A) minimising ``uᵀ Σ G Gᵀ u``, v that of col(B) minimising ``vᵀ Σ Gᵀ G v``; ``u vᵀ = Π_A (u vᵀ) Π_B``
+        lies in the tangent space. PRISM zero-pads a layer narrower than r (:func:`dpaudit.mechanisms.prism.
+        prism_rank`): the bases keep only the factors' nonzero singular directions.
+        """
+        u = self._quietest(lora_B.double(), self.output_gram)
+        v = self._quietest(lora_A.double().mT, self.input_gram)
+        return (u.unsqueeze(-1) * v.unsqueeze(-2)).unsqueeze(1)
+
+    @staticmethod
+    def _quietest(factor: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:
+        """(K, d): per model the unit vector of col(factor) (factor (K, d, r)) with the least energy under ``gram``."""
+        basis, singular, _ = torch.linalg.svd(factor, full_matrices=False)
+        rank = int((singular[0] > singular[0, 0] * 1e-6).sum())
+        basis = basis[..., :rank]
+        _, vectors = torch.linalg.eigh(basis.mT @ gram.to(basis) @ basis)  # ascending eigenvalues
+        return (basis @ vectors[..., :1]).squeeze(-1)
+
+
 @dataclass(frozen=True)
 class GradientCanaries:
     """The campaign's M gradient canaries of norm ``norm``: Dirac coordinates, or one dense unit direction.
 
     ``coordinates``: (tensor name, flat index) per canary (``dirac``), or None; ``direction``: name → tensor of
-    the trained tensor's shape, all together of norm 1 (``random``, M = 1), or None. Exactly one is given.
+    the trained tensor's shape, all together of norm 1 (``random``, M = 1), or None; ``tangent``: the
+    ``tangent`` direction's recipe (M = 1; PRISM), made at each model's start, or None. Exactly one is given.
     ``lora_scale`` s (PRISM; None otherwise): the canaries are gradients of adapted weights (module docstring),
     named by their module's lora_A tensor, a coordinate's flat index and a direction's shape in the module's
     (d_out, d_in) weight.
@@ -219,6 +269,7 @@ class GradientCanaries:
     coordinates: tuple[tuple[str, int], ...] | None = None
     direction: dict[str, torch.Tensor] | None = None
     lora_scale: float | None = None
+    tangent: TangentCanary | None = None
 
     @property
     def count(self) -> int:
@@ -255,7 +306,12 @@ class GradientCanaries:
         return DirectionExampleGradients(rows, self.norm)
 
     def _weight_directions(self, parameters: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """lora_A name → (M, d_out, d_in) float64 unit directions of the canaries in that module's weight."""
+        """lora_A name → (M, d_out, d_in) (or per model (K, M, ...)) float64 unit directions in that module's weight."""
+        if self.tangent is not None:
+            a_name = self.tangent.module
+            lora_A = parameters[a_name].flatten(2)
+            lora_B = parameters[AdaptedWeightCanaries._lora_B(a_name)].flatten(2)
+            return {a_name: self.tangent.directions(lora_A, lora_B)}
         if self.direction is not None:
             return {name: u.double().unsqueeze(0) for name, u in self.direction.items()}
         if self.coordinates is None:
@@ -392,13 +448,19 @@ def choose(
     rng: np.random.Generator,
     lora_scale: float | None = None,
 ) -> GradientCanaries:
-    """A campaign's ``count`` canaries of norm ``norm``: Dirac coordinates or a random direction (module docstring).
+    """A campaign's ``count`` canaries of norm ``norm``: Dirac coordinates, a random or a tangent direction.
 
     ``reference``: the attacker's reference model at its start, ranking the Dirac coordinates on the public (x, y);
     ``rng`` draws a random direction. ``lora_scale`` s (PRISM): the canaries live in the adapted weights of the
     LoRA modules, W = W_0 + s ``lora_B lora_A``; the Dirac rule then ranks the coordinates of ``∂ℓ/∂W`` at the
-    start (peft's ``lora_B = 0``, so the gradients of the base weights W_0).
+    start (peft's ``lora_B = 0``, so the gradients of the base weights W_0). ``tangent`` (module docstring) needs
+    ``lora_scale``: its module is the one of the quietest Dirac coordinate, its grams are those of ``∂ℓ/∂W``.
     """
+    if direction == "tangent" and lora_scale is None:
+        raise UsageError(
+            "--canary-direction tangent lies in the tangent space of LoRA factors that the mechanism updates as"
+            " Z = B A (--mechanism prism); this mechanism has none: use --canary-direction dirac or random"
+        )
     frozen, trainable, names = reference.frozen, reference.trainable, {}
     if lora_scale is not None:
         names = {
@@ -413,6 +475,12 @@ def choose(
             norm, direction={names.get(name, name): u for name, u in unit.items()}, lora_scale=lora_scale
         )
     coordinates = dirac_coordinates(reference.module, frozen, trainable, x, y, count)
+    if direction == "tangent":
+        weight = coordinates[0][0]
+        output_gram, input_gram = _gradient_grams(reference.module, frozen, trainable, weight, x, y)
+        return GradientCanaries(
+            norm, lora_scale=lora_scale, tangent=TangentCanary(names[weight], output_gram, input_gram)
+        )
     return GradientCanaries(
         norm, coordinates=tuple((names.get(name, name), flat) for name, flat in coordinates), lora_scale=lora_scale
     )
@@ -440,15 +508,10 @@ def dirac_coordinates(
     flat index. A tensor whose gradient is zero for every public example at the start (LoRA's A while B = 0) is
     left out: its coordinates only look quiet until training moves B.
     """
-    gradients = example_gradients.example_gradient_function(module, list(trainable))
     moments = {name: torch.zeros(t.shape[1:], dtype=torch.float64) for name, t in trainable.items()}
-    with torch.no_grad():
-        for start in range(0, len(y), _MEASURE_BLOCK):
-            xb = torch.from_numpy(x[start : start + _MEASURE_BLOCK]).unsqueeze(0)
-            yb = torch.from_numpy(y[start : start + _MEASURE_BLOCK]).unsqueeze(0)
-            dense = gradients(trainable, frozen, xb, yb, torch.ones(yb.shape)).materialise()
-            for name, g in dense.items():
-                moments[name] += g[0].double().square().sum(0).cpu()
+    for dense in _public_example_gradients(module, frozen, trainable, x, y):
+        for name, g in dense.items():
+            moments[name] += g.square().sum(0)
     eligible = [name for name, moment in moments.items() if bool((moment > 0).any())]
     available = sum(moments[name].numel() for name in eligible)
     if count > available:
@@ -462,3 +525,40 @@ def dirac_coordinates(
     flat = np.concatenate([np.arange(moments[name].numel()) for name in eligible])
     order = np.lexsort((flat, tensor_of, values))[:count]
     return tuple((eligible[int(tensor_of[i])], int(flat[i])) for i in order)
+
+
+def _public_example_gradients(
+    module: torch.nn.Module,
+    frozen: dict[str, torch.Tensor],
+    trainable: dict[str, torch.Tensor],
+    x: np.ndarray,
+    y: np.ndarray,
+) -> Iterator[dict[str, torch.Tensor]]:
+    """Per block of public examples: name → (b, ...) float64 per-example gradients of one model's ``trainable``."""
+    gradients = example_gradients.example_gradient_function(module, list(trainable))
+    with torch.no_grad():
+        for start in range(0, len(y), _MEASURE_BLOCK):
+            xb = torch.from_numpy(x[start : start + _MEASURE_BLOCK]).unsqueeze(0)
+            yb = torch.from_numpy(y[start : start + _MEASURE_BLOCK]).unsqueeze(0)
+            dense = gradients(trainable, frozen, xb, yb, torch.ones(yb.shape)).materialise()
+            yield {name: g[0].double().cpu() for name, g in dense.items()}
+
+
+def _gradient_grams(
+    module: torch.nn.Module,
+    frozen: dict[str, torch.Tensor],
+    trainable: dict[str, torch.Tensor],
+    name: str,
+    x: np.ndarray,
+    y: np.ndarray,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(Σ_n G_n G_nᵀ, Σ_n G_nᵀ G_n)`` of tensor ``name``'s per-example gradients G_n (flattened to 2-D) on (x, y)."""
+    shape = trainable[name][0].flatten(1).shape
+    output_gram = torch.zeros(shape[0], shape[0], dtype=torch.float64)
+    input_gram = torch.zeros(shape[1], shape[1], dtype=torch.float64)
+    others = {other: t for other, t in trainable.items() if other != name}
+    for dense in _public_example_gradients(module, {**frozen, **others}, {name: trainable[name]}, x, y):
+        g = dense[name].flatten(2)
+        output_gram += torch.einsum("noi,npi->op", g, g)
+        input_gram += torch.einsum("noi,noj->ij", g, g)
+    return output_gram, input_gram
