@@ -15,7 +15,8 @@ On digits' MLP (full fine-tuning, a Dirac canary on the weight of an always-zero
 Each line prints its result and its wall time. Measured (CPU, 2 workers, a shared 2-core machine):
 
     (a) tightness ε_gdp / ε over seeds 0-9: 0.736 0.687 0.792 0.731 0.676 0.792 0.744 0.738 0.908 0.704
-        (min 0.676, mean 0.75; ε_cp 1.17-1.51); 0 of 10 seeds above the analytic ε = 4.377; ~150 s per seed
+        (min 0.676, mean 0.75; ε_cp 1.17-1.51); 0 of 10 seeds above the analytic ε = 4.377; ~150 s per
+        seed under load (40 s for one seed's 1000 + 1000 on quiet cores, 2026-11-25)
     (b) ε_gdp 1.725 of 3.599 (0.48), ε_cp 0.859, AUC 0.646; 115 s
     (c) σ = 2.2 (ε 3.921): pooled Steinke 1.829 (0.47), f-DP 2.273 (0.58); per-run median 1.319, 1.795; 3 s
         σ = 4.0 (ε 1.993): pooled Steinke 0.833 (0.42), f-DP 1.023 (0.51); per-run median 0.611, 0.847; 4 s
