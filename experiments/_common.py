@@ -27,6 +27,7 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+from accountants import dpsgd  # noqa: E402
 from dpaudit import analysis, data, models, seeding  # noqa: E402
 from dpaudit.campaign import resolve, runner  # noqa: E402
 from dpaudit.config import CampaignConfig, Execution  # noqa: E402
@@ -195,6 +196,30 @@ def train_utility(
     engine.train(shadow, mechanism, task.train.x, task.train.y, membership, randomness, training)
     predictions = engine.logits(shadow, task.test.x).argmax(-1).numpy()
     return (predictions == task.test.y).mean(axis=1)
+
+
+def utility_setting(
+    args: argparse.Namespace, schedule: TrainingConfig, sigma: float, q: float, steps: int, delta: float, base: float
+) -> dict:
+    """The columns stating a digits utility run's setting (``args``: its rank, clip and pretrain_epochs).
+
+    σ and its DP-SGD ε at ``delta``, the rank, the clip C, the schedule, the sampling and the pretrained base's
+    accuracy ``base``.
+    """
+    return dict(
+        noise_multiplier=sigma,
+        epsilon=dpsgd.epsilon(sigma, q, steps, delta).epsilon,
+        rank=args.rank,
+        lr=schedule.lr,
+        base_accuracy=base,
+        pretrain_epochs=args.pretrain_epochs,
+        batch_size=schedule.batch_size,
+        epochs=schedule.epochs,
+        clip=args.clip,
+        delta=delta,
+        sample_rate=q,
+        steps=steps,
+    )
 
 
 def write_table(rows: list[dict], out: Path, name: str) -> pd.DataFrame:

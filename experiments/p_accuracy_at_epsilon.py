@@ -77,22 +77,11 @@ def main(argv: list[str] | None = None) -> None:
                 dict(
                     method=method,
                     target_epsilon=target,
-                    noise_multiplier=sigma,
-                    epsilon=dpsgd.epsilon(sigma, q, steps, DELTA).epsilon,
-                    rank=args.rank,
-                    lr=schedule.lr,
                     optimizer="own (Alg. 1)" if method == "prism" else schedule.optimizer,
                     test_accuracy=accuracy.mean(),
                     test_accuracy_std=accuracy.std(),
                     models=models,
-                    base_accuracy=base_accuracy,
-                    pretrain_epochs=args.pretrain_epochs,
-                    batch_size=training.batch_size,
-                    epochs=training.epochs,
-                    clip=args.clip,
-                    delta=DELTA,
-                    sample_rate=q,
-                    steps=steps,
+                    **_common.utility_setting(args, schedule, sigma, q, steps, DELTA, base_accuracy),
                 )
             )
     table = _common.write_table(rows, args.out, NAME)
