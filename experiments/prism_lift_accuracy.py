@@ -20,19 +20,14 @@ import dataclasses
 
 import _common
 import numpy as np
+from prism_leak import VARIANTS  # the three update rules, as prism_leak audits them
 
 from accountants import dpsgd
 from dpaudit.mechanisms.prism import PrismMechanism
-from dpaudit.mechanisms.prism.update import PrismAdaptiveConfig
 from dpaudit.training import sampling
 
 NAME = "prism_lift_accuracy"
 DELTA = 1e-5
-VARIANTS: dict[str, PrismAdaptiveConfig | None] = {
-    "factor-pair": PrismAdaptiveConfig(canonical_lift=False),
-    "canonical-lift": PrismAdaptiveConfig(),
-    "tangent-sgd": None,
-}
 
 
 def main(argv: list[str] | None = None) -> None:
