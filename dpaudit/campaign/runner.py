@@ -233,8 +233,8 @@ def _train_beside_helpers(
     """Train ``chunks`` on the ``executor``'s helper processes (one ``started`` import each) and here, at once.
 
     Each takes the next chunk when it is free; every finished chunk is written as it comes (a kill loses only the
-    chunks in training). An error in either stops the handing out of chunks; the driver's chunk in training finishes
-    (and is written) before the error is raised.
+    chunks in training). An error here stops the handing out of chunks and is raised once the helpers' chunks in
+    training are written; an error in a helper (or Ctrl-C) stops the driver's chunk at its next step and is raised.
     """
     queue, lock, stop = collections.deque(chunks), threading.Lock(), threading.Event()
     failures: list[BaseException] = []
@@ -247,13 +247,20 @@ def _train_beside_helpers(
         with lock:
             store.write_chunk(outputs)
 
+    def step(advance: Callable[[int], None], number: int) -> None:
+        if stop.is_set():
+            raise _Abandoned
+        advance(number)
+
     def train_here() -> None:
         try:
             while (chunk := next_chunk()) is not None:
-                write(train_chunk(setup, chunk, torch.device("cpu"), _on_step(setup, bar, chunk)))
-        except BaseException as error:  # raised in the driver's thread below
-            failures.append(error)
-            stop.set()
+                on_step = functools.partial(step, _on_step(setup, bar, chunk))
+                write(train_chunk(setup, chunk, torch.device("cpu"), on_step))
+        except BaseException as error:  # raised in the driver's thread below, unless that one is failing already
+            if not stop.is_set():
+                failures.append(error)
+                stop.set()
 
     here = threading.Thread(target=train_here, name="dpaudit-driver-chunks")
     here.start()
@@ -271,11 +278,17 @@ def _train_beside_helpers(
                 outputs = future.result()
                 write(outputs)
                 bar.update(len(outputs.indices))
-    finally:
+    except BaseException:
         stop.set()
+        raise
+    finally:
         here.join()
     if failures:
         raise failures[0]
+
+
+class _Abandoned(Exception):
+    """The driver's chunk, stopped at a step because the campaign is failing elsewhere (nothing of it is stored)."""
 
 
 def _on_step(setup: Setup, bar, chunk: np.ndarray) -> Callable[[int], None]:

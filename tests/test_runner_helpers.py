@@ -1,0 +1,100 @@
+"""The driver trains chunks beside its helper processes (``runner._train_beside_helpers``): hand-out and errors.
+
+Training is replaced by a stand-in that steps through a chunk, and the helpers by a one-thread pool, so that the
+scheduling alone is tested: every chunk trained once and written, and what is written and raised when one side
+fails. Which side takes which chunk is left to the threads: every assertion holds for any hand-out order.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from dpaudit.campaign import runner
+
+_SETUP = SimpleNamespace(settings=SimpleNamespace(training=SimpleNamespace(epochs=1)), layout=SimpleNamespace(steps=4))
+_CHUNKS = [np.arange(4 * i, 4 * i + 4) for i in range(6)]
+
+
+class _Store:
+    def __init__(self):
+        self.written: list[tuple[int, ...]] = []
+
+    def write_chunk(self, outputs) -> None:
+        self.written.append(tuple(int(i) for i in outputs.indices))
+
+
+class _Bar:
+    def update(self, amount: float) -> None:
+        pass
+
+
+def _training(where: str, steps: int, fails: bool, trained: list[str]):
+    """A stand-in for ``train_chunk``: ``steps`` steps of 2 ms, raising at step 2 if ``fails``."""
+
+    def train(setup, chunk, device, on_step=None):
+        trained.append(where)
+        for step in range(steps):
+            time.sleep(0.002)
+            if fails and step == 2:
+                raise RuntimeError(f"the {where} failed")
+            if on_step is not None:
+                on_step(step)
+        return SimpleNamespace(indices=np.asarray(chunk))
+
+    return train
+
+
+def _run(monkeypatch, driver, helper) -> _Store:
+    """``_train_beside_helpers`` over six chunks, ``driver`` training in the driver's thread, ``helper`` in a pool."""
+    store = _Store()
+    monkeypatch.setattr(runner, "train_chunk", driver)
+    monkeypatch.setattr(runner, "_chunk_task", lambda setup, chunk, device: helper(setup, chunk, device))
+    with ThreadPoolExecutor(1) as executor:
+        runner._train_beside_helpers(_SETUP, _CHUNKS, store, _Bar(), executor, [executor.submit(lambda: None)])
+    return store
+
+
+def test_every_chunk_is_trained_once_by_the_driver_or_a_helper_and_written(monkeypatch):
+    trained: list[str] = []
+    store = _run(monkeypatch, _training("driver", 8, False, trained), _training("helper", 8, False, trained))
+    assert sorted(store.written) == [tuple(c) for c in _CHUNKS]
+    assert len(trained) == 6 and {"driver", "helper"} <= set(trained)
+
+
+def test_a_helpers_error_stops_the_drivers_chunk_at_its_next_step_and_nothing_unfinished_is_written(monkeypatch):
+    steps: list[int] = []
+
+    def long_driver(setup, chunk, device, on_step):
+        for step in range(2000):  # 4 s: far longer than the helper takes to fail
+            time.sleep(0.002)
+            on_step(step)
+            steps.append(step)
+        return SimpleNamespace(indices=np.asarray(chunk))
+
+    def failing_helper(setup, chunk, device):
+        time.sleep(0.3)  # the driver's thread has long taken its chunk
+        raise RuntimeError("the helper failed")
+
+    with pytest.raises(RuntimeError, match="the helper failed"):
+        _run(monkeypatch, long_driver, failing_helper)
+    assert 0 < len(steps) < 2000, "the driver's chunk was not stopped at a step"
+
+
+def test_the_drivers_error_is_raised_once_the_helpers_chunk_in_training_is_written(monkeypatch):
+    store, trained = _Store(), []
+
+    def slow_helper(setup, chunk, device):
+        time.sleep(0.3)  # still training when the driver fails at its step 2
+        return SimpleNamespace(indices=np.asarray(chunk))
+
+    monkeypatch.setattr(runner, "train_chunk", _training("driver", 8, True, trained))
+    monkeypatch.setattr(runner, "_chunk_task", slow_helper)
+    with pytest.raises(RuntimeError, match="the driver failed"), ThreadPoolExecutor(1) as executor:
+        runner._train_beside_helpers(_SETUP, _CHUNKS, store, _Bar(), executor, [executor.submit(lambda: None)])
+    assert len(store.written) == 1, store.written  # the helper's chunk; none handed out after the failure
+    assert trained == ["driver"]
