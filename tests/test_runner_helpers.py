@@ -9,14 +9,25 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 
 from dpaudit.campaign import runner
 
-_SETUP = SimpleNamespace(settings=SimpleNamespace(training=SimpleNamespace(epochs=1)), layout=SimpleNamespace(steps=4))
+
+@dataclass(frozen=True)
+class _Setup:  # the fields of a Setup that the hand-out reads or copies
+    settings: SimpleNamespace
+    layout: SimpleNamespace
+    base: torch.nn.Module
+    mechanism: int
+
+
+_SETUP = _Setup(SimpleNamespace(training=SimpleNamespace(epochs=1)), SimpleNamespace(steps=4), torch.nn.Linear(2, 2), 0)
 _CHUNKS = [np.arange(4 * i, 4 * i + 4) for i in range(6)]
 
 
@@ -61,7 +72,14 @@ def _run(monkeypatch, driver, helper) -> _Store:
 
 def test_every_chunk_is_trained_once_by_the_driver_or_a_helper_and_written(monkeypatch):
     trained: list[str] = []
-    store = _run(monkeypatch, _training("driver", 8, False, trained), _training("helper", 8, False, trained))
+    bases = []
+
+    def driver(setup, chunk, device, on_step):
+        bases.append(setup.base)
+        return _training("driver", 8, False, trained)(setup, chunk, device, on_step)
+
+    store = _run(monkeypatch, driver, _training("helper", 8, False, trained))
+    assert bases and all(base is not _SETUP.base for base in bases)  # its own copy: helpers pickle the original
     assert sorted(store.written) == [tuple(c) for c in _CHUNKS]
     assert len(trained) == 6 and {"driver", "helper"} <= set(trained)
 

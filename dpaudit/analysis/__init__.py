@@ -31,7 +31,6 @@ from dpaudit.mechanisms.bounds import (
     event_bound,
     sketch_claim,
 )
-from dpaudit.mechanisms.prism.update import PrismAdaptiveConfig
 
 OUTPUT_ATTACKS = ("canary-loss", "lira-online", "lira-offline", "reference", "rmia")
 WHITE_BOX = "white-box"  # the score of what a white-box campaign observed (--observe weights | steps)
@@ -77,7 +76,7 @@ def white_box_scores(config: CampaignConfig, plan: Plan, observations: np.ndarra
             observations, b / int(plan.max_members), min(norm, clip) / b, noise * clip / b
         )
     if config.mechanism == "prism":
-        return white_box.momentum_step_scores(observations, PrismAdaptiveConfig().beta1)
+        return white_box.momentum_step_scores(observations, catalogue.PRISM_BETA1)
     return white_box.step_sum_scores(observations)
 
 

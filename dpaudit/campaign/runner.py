@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import copy
+import dataclasses
 import functools
 import math
 import os
@@ -238,6 +240,9 @@ def _train_beside_helpers(
     """
     queue, lock, stop = collections.deque(chunks), threading.Lock(), threading.Event()
     failures: list[BaseException] = []
+    # The driver's thread trains its own copy of the model and mechanism: training swaps a module's parameters for
+    # batched tensors (functional_call), and the helpers' tasks are pickled from ``setup`` meanwhile.
+    own = dataclasses.replace(setup, base=copy.deepcopy(setup.base), mechanism=copy.deepcopy(setup.mechanism))
 
     def next_chunk() -> np.ndarray | None:
         with lock:
@@ -255,8 +260,8 @@ def _train_beside_helpers(
     def train_here() -> None:
         try:
             while (chunk := next_chunk()) is not None:
-                on_step = functools.partial(step, _on_step(setup, bar, chunk))
-                write(train_chunk(setup, chunk, torch.device("cpu"), on_step))
+                on_step = functools.partial(step, _on_step(own, bar, chunk))
+                write(train_chunk(own, chunk, torch.device("cpu"), on_step))
         except BaseException as error:  # raised in the driver's thread below, unless that one is failing already
             if not stop.is_set():
                 failures.append(error)

@@ -57,6 +57,10 @@ import numpy as np
 from accountants import validation as check
 from dpaudit.errors import UsageError
 
+# The first moment's decay β1 of PRISM's adaptive rule ([P] Eq. 24; PrismAdaptiveConfig's default): here, torch-free,
+# because the white-box score of a PRISM campaign (dpaudit.analysis, numpy only) undoes that moving average.
+PRISM_BETA1 = 0.9
+
 OPTIONS = (
     "noise",
     "clip",

@@ -43,6 +43,7 @@ from torch import Tensor
 
 from accountants import validation as check
 from dpaudit.errors import UsageError
+from dpaudit.mechanisms import catalogue
 from dpaudit.mechanisms.prism.tangent import (
     FactorGradients,
     Generators,
@@ -206,7 +207,7 @@ class PrismAdaptiveConfig:
     (``experiments/prism_leak.py``).
     """
 
-    beta1: float = 0.9
+    beta1: float = catalogue.PRISM_BETA1
     beta2: float = 0.999
     floor_scale: float = 1.0
     eps: float = 1e-8
