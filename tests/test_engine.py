@@ -1,6 +1,8 @@
 """Batched engine: agreement with the per-model loop, LoRA-FA's two realisations, chunk independence."""
 
 import copy
+import ctypes
+import resource
 
 import numpy as np
 import pytest
@@ -176,3 +178,26 @@ def test_a_cnn_model_does_not_depend_on_its_batch_companions(mechanism):
     for name, together in trained[0].trainable.items():
         assert together[1:3].abs().max() > 0
         assert torch.equal(together[1:3], trained[1].trainable[name])
+
+
+def _page_faults_of_allocations(count: int) -> int:
+    """Minor page faults while ``count`` 40 MiB tensors are filled and freed in turn (larger than glibc's mmap cap)."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(count):
+        torch.ones(10 * 2**20).sum()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
+def test_retained_heap_reuses_freed_memory_and_nests():
+    """Outside the block glibc maps a 40 MiB tensor afresh each time (10 Ki page faults); inside it reuses one."""
+    if getattr(ctypes.CDLL(None), "mallopt", None) is None:
+        pytest.skip("malloc is not glibc's: retained_heap does nothing here")
+    outside = _page_faults_of_allocations(8)
+    with engine.retained_heap():
+        with engine.retained_heap():
+            pass  # an inner block's exit leaves the outer block's heap retained
+        _page_faults_of_allocations(2)  # the first allocations grow the heap
+        inside = _page_faults_of_allocations(8)
+    assert outside > 8 * 10 * 2**8 // 2, outside  # the allocations faulted in most of their 10 Ki pages
+    assert inside < outside / 3, (inside, outside)
+    assert _page_faults_of_allocations(8) > outside / 2  # glibc's thresholds again after the outermost block

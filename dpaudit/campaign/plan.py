@@ -552,7 +552,7 @@ def prepare(
     plan = store.saved_plan() if resumed else None
     base = _stored_base(store, architecture, plan) if resumed else None
     if base is None:
-        with _users_code(config, "pretraining on the public split", architecture):
+        with _users_code(config, "pretraining on the public split", architecture), engine.retained_heap():
             base = (
                 models.pretrain(architecture, dataset.public.x, dataset.public.y, seed=config.seed)
                 if config.pretrain

@@ -173,7 +173,9 @@ def train_chunk(
     :class:`dpaudit.errors.UsageError` naming the user's model if it fails (in a worker, so that the error, not a
     traceback of another process, reaches the driver).
     """
-    with blamed_on_model(setup, f"training shadow models {indices[0]}-{indices[-1]}"), one_thread():
+    # One retained heap for the chunk's training and the summaries of its outputs (engine.retained_heap).
+    stage = f"training shadow models {indices[0]}-{indices[-1]}"
+    with blamed_on_model(setup, stage), one_thread(), engine.retained_heap():
         return _trained_chunk(setup, indices, device, on_step)
 
 

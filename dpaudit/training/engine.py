@@ -9,7 +9,9 @@ so a model's result does not depend on which other models it is trained with.
 from __future__ import annotations
 
 import copy
+import ctypes
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -51,6 +53,47 @@ class StepObserver(Protocol):
     def record(self, direction: dict[str, torch.Tensor] | None, params: dict[str, torch.Tensor], lr: float) -> None: ...
 
     def finish(self, params: dict[str, torch.Tensor]) -> torch.Tensor: ...
+
+
+# glibc's mallopt parameters (malloc.h), the default both thresholds are set back to, and the retained size
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_GLIBC_DEFAULT_THRESHOLD = 128 * 1024
+_RETAINED_BYTES = 2**30
+_retaining = 0  # retained_heap blocks open in this process: the outermost one sets and restores the thresholds
+
+
+@contextmanager
+def retained_heap() -> Iterator[None]:
+    """Inside the block, memory freed stays in the process's heap for the next allocation.
+
+    glibc's malloc serves a block above its mmap threshold (which adapts, up to 32 MiB) with fresh pages from the
+    kernel and unmaps them when it is freed, so each of a step's large activations (a chunk of 16 byte-level
+    transformers: (16, 2048, 256) floats, 32 MiB) costs the kernel's page faults and zeroing again at every
+    step: batched, the transformer's elementwise ops ran 2-6x slower per element than the per-model loop's small
+    tensors, and a third of the CPU time was the kernel's (docs/performance.md §5). Thresholds of 1 GiB keep such
+    blocks in the heap. The outermost block sets glibc's default thresholds again on exit and returns the heap's
+    free memory to the system. Changes no number (torch aligns every tensor to 64 bytes either way); does
+    nothing where malloc is not glibc's.
+    """
+    global _retaining
+    libc = ctypes.CDLL(None)
+    if _retaining or not (hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim")):
+        _retaining += 1
+        try:
+            yield
+        finally:
+            _retaining -= 1
+        return
+    libc.mallopt(_M_MMAP_THRESHOLD, _RETAINED_BYTES)
+    libc.mallopt(_M_TRIM_THRESHOLD, _RETAINED_BYTES)
+    _retaining = 1
+    try:
+        yield
+    finally:
+        _retaining = 0
+        libc.mallopt(_M_MMAP_THRESHOLD, _GLIBC_DEFAULT_THRESHOLD)
+        libc.mallopt(_M_TRIM_THRESHOLD, _GLIBC_DEFAULT_THRESHOLD)
+        libc.malloc_trim(0)
 
 
 @dataclass
@@ -164,6 +207,7 @@ def _gathered(
         )
 
 
+@retained_heap()
 def train(
     shadow: ShadowModels,
     mechanism: Mechanism,
@@ -304,6 +348,7 @@ def step_gradient_function(shadow: ShadowModels, mechanism: Mechanism) -> Callab
 
 
 @torch.no_grad()
+@retained_heap()
 def logits(shadow: ShadowModels, x: np.ndarray, batch_size: int = 4096) -> torch.Tensor:
     """(K, n, classes) logits of every model on the same inputs ``x`` (n, ...)."""
     forward = vmap(
