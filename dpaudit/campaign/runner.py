@@ -49,8 +49,12 @@ def resolve_device(name: str) -> torch.device:
 
 
 def _cpu_chunk_size(models: int, workers: int) -> int:
-    """Enough chunks to keep every worker busy (four each), within :data:`_CPU_CHUNK_RANGE`."""
-    return int(np.clip(math.ceil(models / (4 * workers)), *_CPU_CHUNK_RANGE))
+    """Two chunks per worker, within :data:`_CPU_CHUNK_RANGE`.
+
+    Larger chunks batch better (the default audit's 256 MLPs on 2 workers: 9.3-9.4 s at 64 models a chunk, 11.0-11.2 s
+    at 32); two per worker let one that starts late catch up.
+    """
+    return int(np.clip(math.ceil(models / (2 * workers)), *_CPU_CHUNK_RANGE))
 
 
 def _auto_chunk_size(setup: Setup, device: torch.device, workers: int) -> int:
