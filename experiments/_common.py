@@ -198,10 +198,20 @@ def train_utility(
     return (predictions == task.test.y).mean(axis=1)
 
 
+def utility_parser(doc: str) -> argparse.ArgumentParser:
+    """:func:`parser` with a digits utility run's options: the target ε's, rank, clip C and pretraining epochs."""
+    parsed = parser(doc)
+    parsed.add_argument("--epsilons", type=float, nargs="+", default=[3.0, 6.0])
+    parsed.add_argument("--rank", type=int, default=8)
+    parsed.add_argument("--clip", type=float, default=1.0)
+    parsed.add_argument("--pretrain-epochs", type=int, default=1)
+    return parsed
+
+
 def utility_setting(
     args: argparse.Namespace, schedule: TrainingConfig, sigma: float, q: float, steps: int, delta: float, base: float
 ) -> dict:
-    """The columns stating a digits utility run's setting (``args``: its rank, clip and pretrain_epochs).
+    """The columns stating a digits utility run's setting (``args``: :func:`utility_parser`'s).
 
     σ and its DP-SGD ε at ``delta``, the rank, the clip C, the schedule, the sampling and the pretrained base's
     accuracy ``base``.

@@ -35,10 +35,7 @@ def mechanism_for(method: str, sigma: float, clip: float):
 
 
 def main(argv: list[str] | None = None) -> None:
-    parsed = _common.parser(__doc__)
-    parsed.add_argument("--epsilons", type=float, nargs="+", default=[3.0, 6.0])
-    parsed.add_argument("--rank", type=int, default=8)
-    parsed.add_argument("--clip", type=float, default=1.0)
+    parsed = _common.utility_parser(__doc__)
     parsed.add_argument(
         "--optimizer",
         choices=sampling.OPTIMIZERS,
@@ -54,7 +51,6 @@ def main(argv: list[str] | None = None) -> None:
         default=0.01,
         help="PRISM's learning rate (its adaptive direction is Adam-like: ~0.01, not SGD's 0.1)",
     )
-    parsed.add_argument("--pretrain-epochs", type=int, default=1)
     args = parsed.parse_args(argv)
     models, epochs = _common.scale(args, cpu=(3, 4), paper=(16, 30))
     lr = args.lr if args.lr is not None else {"adamw": 0.01, "sgd": 0.1}[args.optimizer]

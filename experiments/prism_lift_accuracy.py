@@ -31,15 +31,11 @@ DELTA = 1e-5
 
 
 def main(argv: list[str] | None = None) -> None:
-    parsed = _common.parser(__doc__)
-    parsed.add_argument("--epsilons", type=float, nargs="+", default=[3.0, 6.0])
-    parsed.add_argument("--rank", type=int, default=8)
-    parsed.add_argument("--clip", type=float, default=1.0)
+    parsed = _common.utility_parser(__doc__)
     parsed.add_argument(
         "--lr", type=float, default=0.01, help="the adaptive rules' lr (Adam-sized steps; p_accuracy_at_epsilon's)"
     )
     parsed.add_argument("--tangent-lr", type=float, default=0.1, help="tangent SGD's lr (SGD-sized steps)")
-    parsed.add_argument("--pretrain-epochs", type=int, default=1)
     args = parsed.parse_args(argv)
     models, epochs = _common.scale(args, cpu=(32, 4), paper=(64, 30))
     # PRISM owns its update: the engine's optimiser only steps the cosine schedule of η.
