@@ -91,6 +91,12 @@ def _import_training_code(lora: bool) -> None:
         import peft  # noqa: F401
 
 
+def _worker_count(execution: Execution, device: torch.device) -> int:
+    """``--workers``, else one per GPU on CUDA, one per core on the CPU."""
+    gpus = torch.cuda.device_count() if device.type == "cuda" else 0
+    return execution.workers or gpus or os.cpu_count() or 1
+
+
 def _helpers(config: CampaignConfig, execution: Execution, device: torch.device) -> int:
     """Worker processes that train chunks beside the driver: ``workers − 1``, or 0 where the driver does not.
 
@@ -99,7 +105,7 @@ def _helpers(config: CampaignConfig, execution: Execution, device: torch.device)
     it has the training code imported already, while each new process spends seconds importing torch and peft (more
     than a small campaign's training on a core).
     """
-    workers = execution.workers or os.cpu_count() or 1
+    workers = _worker_count(execution, device)
     chunk_size = execution.chunk_size or _cpu_chunk_size(config.models, workers)
     if device.type != "cpu" or execution.backend == "dask" or workers == 1 or config.models <= chunk_size:
         return 0
@@ -195,31 +201,35 @@ def _run_locked(
     setup = plan.prepare(config, store, device, inputs)
     store.make_chunks_directory()
     gpus = torch.cuda.device_count() if device.type == "cuda" else 0
-    workers = execution.workers or gpus or os.cpu_count() or 1
+    workers = _worker_count(execution, device)
     todo = np.flatnonzero(~store.finished())
     chunk_size = execution.chunk_size or _auto_chunk_size(setup, device, workers)
     chunks = [todo[i : i + chunk_size] for i in range(0, len(todo), chunk_size)]
     devices = [f"cuda:{i % gpus}" if gpus else str(device) for i in range(len(chunks))]
+    # The bar counts model-steps, whole numbers, and shows them as models: a model's fractions of a step summed
+    # as floats could pass the total.
+    steps = _steps_per_model(setup)
     bar = tqdm(
-        total=config.models,
-        initial=config.models - len(todo),
+        total=config.models * steps,
+        initial=(config.models - len(todo)) * steps,
         unit="model",
+        unit_scale=1 / steps,
         disable=not execution.progress,
         desc=config.mechanism if config.rank is None else f"{config.mechanism} r={config.rank}",
-        bar_format="{l_bar}{bar}| {n:.0f}/{total} [{elapsed}<{remaining}, {rate_fmt}]",
+        bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} [{elapsed}<{remaining}, {rate_fmt}]",
     )
     with bar:
         if executor is not None and len(chunks) > 1:
             _train_beside_helpers(setup, chunks, store, bar, executor, started)
         elif workers == 1 or len(chunks) <= 1:
             for chunk, device_name in zip(chunks, devices):
-                store.write_chunk(train_chunk(setup, chunk, torch.device(device_name), _on_step(setup, bar, chunk)))
+                store.write_chunk(train_chunk(setup, chunk, torch.device(device_name), _on_step(bar, chunk)))
         else:
             with parallel.joblib_backend(execution, workers):
                 jobs = (joblib.delayed(_chunk_task)(setup, chunk, d) for chunk, d in zip(chunks, devices))
                 for outputs in joblib.Parallel(n_jobs=workers, return_as="generator_unordered")(jobs):
                     store.write_chunk(outputs)
-                    bar.update(len(outputs.indices))
+                    bar.update(len(outputs.indices) * steps)
     # [S] Lemma 7.2's inputs are measured on LoRA-FA retrained as full-weight training of every layer: where LoRA
     # leaves layers out (the transformer's head, --target-modules), adapts a tied weight (GPT-2's lm_head, whose
     # full-weight update would move its embedding too) or a transposed one (a Conv1D, which the full-weight
@@ -259,12 +269,13 @@ def _train_beside_helpers(
     def step(advance: Callable[[int], None], number: int) -> None:
         if stop.is_set():
             raise _Abandoned
-        advance(number)
+        with lock:
+            advance(number)
 
     def train_here() -> None:
         try:
             while (chunk := next_chunk()) is not None:
-                on_step = functools.partial(step, _on_step(own, bar, chunk))
+                on_step = functools.partial(step, _on_step(bar, chunk))
                 write(train_chunk(own, chunk, torch.device("cpu"), on_step))
         except BaseException as error:  # raised in the driver's thread below, unless that one is failing already
             if not stop.is_set():
@@ -285,8 +296,9 @@ def _train_beside_helpers(
             done, pending = concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
             for future in done:
                 outputs = future.result()
-                write(outputs)
-                bar.update(len(outputs.indices))
+                with lock:  # the driver's thread advances the bar too
+                    store.write_chunk(outputs)
+                    bar.update(len(outputs.indices) * _steps_per_model(setup))
     except BaseException:
         stop.set()
         raise
@@ -300,11 +312,15 @@ class _Abandoned(Exception):
     """The driver's chunk, stopped at a step because the campaign is failing elsewhere (nothing of it is stored)."""
 
 
-def _on_step(setup: Setup, bar, chunk: np.ndarray) -> Callable[[int], None]:
-    """A chunk trained in this process advances the progress bar by its share of models at every step."""
-    return functools.partial(_advance, bar, len(chunk) / (setup.settings.training.epochs * setup.layout.steps))
+def _steps_per_model(setup: Setup) -> int:
+    return setup.settings.training.epochs * setup.layout.steps
 
 
-def _advance(bar, amount: float, _step: int) -> None:
-    """A chunk's ``on_step``: one step of ``amount`` models' training on the progress bar."""
-    bar.update(amount)
+def _on_step(bar, chunk: np.ndarray) -> Callable[[int], None]:
+    """A chunk trained in this process advances the progress bar (in model-steps) at every step."""
+    return functools.partial(_advance, bar, len(chunk))
+
+
+def _advance(bar, models: int, _step: int) -> None:
+    """A chunk's ``on_step``: one step of its ``models`` on the progress bar."""
+    bar.update(models)
