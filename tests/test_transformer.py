@@ -184,3 +184,53 @@ def test_per_example_gradients_of_the_transformer_equal_an_autograd_loop(setting
     right = torch.randn(2, d_in, 2, generator=generator, dtype=torch.float64)
     transformed = (left.unsqueeze(1) @ reference[name] @ right.unsqueeze(1)).square().sum((-2, -1))
     torch.testing.assert_close(examples.transformed_squared_norms(name, left, right), transformed, rtol=1e-10, atol=0)
+
+
+def test_a_merged_adapter_computes_peft_s_layer_and_only_inside_its_context(setting):
+    """``models.merged_adapters``: x (W + B A)ᵀ + b instead of W x + b + B (A x): same outputs and gradients."""
+    base, x, *_ = setting
+    module = models.attach_lora(base, models.LoraSpec(4))
+    for name, p in module.named_parameters():
+        if ".lora_B." in name:
+            nn.init.normal_(p, generator=torch.Generator().manual_seed(len(name)))
+    inputs = torch.from_numpy(x[:8])
+    calls = []
+    factors = [m for n, m in module.named_modules() if n.endswith("lora_A.default")]
+    hooks = [m.register_forward_hook(lambda *_: calls.append(1)) for m in factors]
+
+    def outputs_and_gradients():
+        logits = models.forward(module, inputs)
+        b = [p for n, p in module.named_parameters() if ".lora_B." in n]
+        return logits, torch.autograd.grad(logits.square().sum(), b)
+
+    with models.merged_adapters():
+        merged, merged_gradients = outputs_and_gradients()
+    assert not calls  # A is never applied to the inputs: the adapters were merged into the weights
+    factored, factored_gradients = outputs_and_gradients()
+    assert len(calls) == len(factors) == 12  # outside the context, peft's own layers again
+    for hook in hooks:
+        hook.remove()
+    torch.testing.assert_close(merged, factored, rtol=1e-12, atol=1e-12)
+    for ours, peft in zip(merged_gradients, factored_gradients, strict=True):
+        assert peft.abs().max() > 0
+        torch.testing.assert_close(ours, peft, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("parameterization", ["lora-fa", "lora"])
+def test_a_float32_transformer_does_not_depend_on_its_batch_companions(setting, parameterization):
+    """Merged adapters train batches of sequences: a model alone equals it trained with two others, bit for bit."""
+    base, x, y, membership = setting
+    base = copy.deepcopy(base).float()
+    mechanism = NonPrivate(parameterization=parameterization)
+    config = sampling.TrainingConfig(epochs=1, batch_size=8, lr=0.1, momentum=0.9)
+    layout = sampling.BatchLayout.for_members(int(membership.sum(1).max()), config.batch_size)
+    randomness = seeding.shadow_randomness(5, range(len(membership)))
+
+    def trained(models_at: slice) -> engine.ShadowModels:
+        shadow = engine.build(base, parameterization, models.LoraSpec(4), randomness[models_at], torch.device("cpu"))
+        return engine.train(shadow, mechanism, x, y, membership[models_at], randomness[models_at], config, layout)
+
+    together, alone = trained(slice(0, 3)), trained(slice(1, 2))
+    for name, value in alone.trainable.items():
+        assert value.dtype == torch.float32
+        assert torch.equal(together.trainable[name][1:2], value), name

@@ -56,7 +56,10 @@ def gradient_function(module: nn.Module, per_example: bool) -> Callable:
         def batch_gradients(trainable, frozen, x, y, w):
             frozen, frozen_dims = _shared_convolutions(convolutions, frozen)
             losses = vmap(batch_loss, in_dims=(0, frozen_dims, 0, 0, 0))
-            with torch.enable_grad():
+            # (K, b, T) token ids: every position is a row of every adapted layer, thousands a model, where a
+            # merged adapter pays (models.merged_adapters); an MLP's or CNN's b rows are too few.
+            sequences = not torch.is_floating_point(x) and x.ndim >= 3
+            with torch.enable_grad(), model_lib.merged_adapters(sequences):
                 recorded = {name: t.detach().requires_grad_() for name, t in trainable.items()}
                 total = losses(recorded, frozen, x, y, w).sum()
                 # A trained tensor the loss does not use gets zeros, as vmap(grad) gives them.
