@@ -234,3 +234,26 @@ def test_a_float32_transformer_does_not_depend_on_its_batch_companions(setting, 
     for name, value in alone.trainable.items():
         assert value.dtype == torch.float32
         assert torch.equal(together.trainable[name][1:2], value), name
+
+
+def test_attention_adds_minus_infinity_above_the_diagonal_as_masking_would_bit_for_bit():
+    """The causal mask is added in place (x + 0 = x); masking the scores gives the same outputs and gradients."""
+    from dpaudit.models.transformer import CausalSelfAttention
+
+    torch.manual_seed(0)
+    attention = CausalSelfAttention(16, heads=2)
+    h = torch.randn(3, 7, 16, requires_grad=True)
+
+    def masked(layer, h):  # the textbook form: scores of future positions set to -inf
+        n, t, d = h.shape
+        q, k, v = (p(h).reshape(n, t, 2, d // 2).transpose(1, 2) for p in (layer.q, layer.k, layer.v))
+        scores = (q / (d // 2) ** 0.5) @ k.transpose(-2, -1)
+        weights = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
+        return layer.out((weights @ v).transpose(1, 2).reshape(n, t, d))
+
+    ours, reference = attention(h), masked(attention, h)
+    assert torch.equal(ours, reference)
+    weight = torch.randn_like(ours)
+    grads = [torch.autograd.grad((out * weight).sum(), (h, attention.q.weight)) for out in (ours, reference)]
+    for a, b in zip(*grads, strict=True):
+        assert a.abs().max() > 0 and torch.equal(a, b)
