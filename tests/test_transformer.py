@@ -163,9 +163,11 @@ def test_per_example_gradients_of_the_transformer_equal_an_autograd_loop(setting
         t.add_(0.05 * torch.randn(t.shape, generator=generator, dtype=t.dtype))
     xb, yb = torch.from_numpy(x[:10].reshape(2, 5, LENGTH)), torch.from_numpy(y[:10].reshape(2, 5, LENGTH))
     weights = torch.tensor([[1.0, 1.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0, 0.0]], dtype=torch.float64)
-    examples = example_gradients.example_gradient_function(shadow.module, list(shadow.trainable))(
-        shadow.trainable, shadow.frozen, xb, yb, weights
-    )
+    # Called where adapters are merged (scoring's context), it still records the factors' own inputs and outputs.
+    with models.merged_adapters():
+        examples = example_gradients.example_gradient_function(shadow.module, list(shadow.trainable))(
+            shadow.trainable, shadow.frozen, xb, yb, weights
+        )
     assert isinstance(examples, example_gradients.LinearExampleGradients)  # factored, summed over the 12 positions
     reference = _per_example_loop(shadow, xb, yb)
     materialised = examples.materialise()

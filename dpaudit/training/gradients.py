@@ -333,8 +333,11 @@ def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callab
             return hook
 
         handles = [layer.register_forward_hook(recorder(name)) for name, layer in layers.items()]
+        # Adapters unmerged: the hooks record lora_A's and lora_B's own inputs and outputs, which a merged layer
+        # never computes (its factors would look unused, with zero gradients).
         try:
-            return model_lib.functional_forward(module, {**frozen, **trainable}, x), inputs, outputs
+            with model_lib.merged_adapters(False):
+                return model_lib.functional_forward(module, {**frozen, **trainable}, x), inputs, outputs
         finally:
             for handle in handles:
                 handle.remove()
