@@ -218,12 +218,15 @@ def test_a_merged_adapter_computes_peft_s_layer_and_only_inside_its_context(sett
         torch.testing.assert_close(ours, peft, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("parameterization", ["lora-fa", "lora"])
-def test_a_float32_transformer_does_not_depend_on_its_batch_companions(setting, parameterization):
+@pytest.mark.parametrize(
+    "mechanism",
+    [NonPrivate(parameterization="lora-fa"), NonPrivate(parameterization="lora"), dp_sgd("dp-lora", 1.0, 1.0)],
+)
+def test_a_float32_transformer_does_not_depend_on_its_batch_companions(setting, mechanism):
     """Merged adapters train batches of sequences: a model alone equals it trained with two others, bit for bit."""
     base, x, y, membership = setting
     base = copy.deepcopy(base).float()
-    mechanism = NonPrivate(parameterization=parameterization)
+    parameterization = mechanism.parameterization
     config = sampling.TrainingConfig(epochs=1, batch_size=8, lr=0.1, momentum=0.9)
     layout = sampling.BatchLayout.for_members(int(membership.sum(1).max()), config.batch_size)
     randomness = seeding.shadow_randomness(5, range(len(membership)))

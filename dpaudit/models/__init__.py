@@ -497,6 +497,15 @@ def merged_adapters(merged: bool = True) -> Iterator[None]:
         _MERGED_ADAPTERS.reset(token)
 
 
+def merges(layer: nn.Module) -> bool:
+    """Whether ``layer`` (an adapted layer of :func:`attach_lora`) is merged inside :func:`merged_adapters`.
+
+    An ``nn.Linear`` base at scaling 1; a layer called with more than its input is not merged either.
+    """
+    forward = vars(layer).get("forward")
+    return getattr(forward, "__func__", None) is _unscaled_lora_forward and type(layer.base_layer) is nn.Linear
+
+
 def _unscaled_lora_forward(layer: Any, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
     """The LoRA forward of peft, ``base(x) + B(A(x)) · scaling``, for scaling 1 (default ``--alpha``): same numbers.
 
@@ -506,7 +515,7 @@ def _unscaled_lora_forward(layer: Any, x: torch.Tensor, *args, **kwargs) -> torc
     """
     lora_a = layer.lora_A["default"]
     base = layer.base_layer
-    if _MERGED_ADAPTERS.get() and type(base) is nn.Linear and not args and not kwargs:
+    if _MERGED_ADAPTERS.get() and merges(layer) and not args and not kwargs:
         return nn.functional.linear(x, base.weight + layer.lora_B["default"].weight @ lora_a.weight, base.bias)
     result = base(x, *args, **kwargs)
     update = layer.lora_B["default"](lora_a(layer._cast_input_dtype(x, lora_a.weight.dtype)))

@@ -56,10 +56,7 @@ def gradient_function(module: nn.Module, per_example: bool) -> Callable:
         def batch_gradients(trainable, frozen, x, y, w):
             frozen, frozen_dims = _shared_convolutions(convolutions, frozen)
             losses = vmap(batch_loss, in_dims=(0, frozen_dims, 0, 0, 0))
-            # (K, b, T) token ids: every position is a row of every adapted layer, thousands a model, where a
-            # merged adapter pays (models.merged_adapters); an MLP's or CNN's b rows are too few.
-            sequences = not torch.is_floating_point(x) and x.ndim >= 3
-            with torch.enable_grad(), model_lib.merged_adapters(sequences):
+            with torch.enable_grad(), model_lib.merged_adapters(_merges_adapters(x)):
                 recorded = {name: t.detach().requires_grad_() for name, t in trainable.items()}
                 total = losses(recorded, frozen, x, y, w).sum()
                 # A trained tensor the loss does not use gets zeros, as vmap(grad) gives them.
@@ -76,6 +73,15 @@ def gradient_function(module: nn.Module, per_example: bool) -> Callable:
         return vmap(per_model, in_dims=(0, frozen_dims, 0, 0))(trainable, frozen, x, y)
 
     return example_gradients
+
+
+def _merges_adapters(x: torch.Tensor) -> bool:
+    """Whether a step on inputs ``x`` (K, b, ...) trains with merged adapters (:func:`models.merged_adapters`).
+
+    (K, b, T) token ids: every position is a row of every adapted layer, thousands a model, where a merged adapter
+    pays; an MLP's or a CNN's b rows are too few (docs/performance.md §8).
+    """
+    return not torch.is_floating_point(x) and x.ndim >= 3
 
 
 def _shared_convolutions(convolutions: set[str], frozen: dict[str, torch.Tensor]) -> tuple[dict, dict]:
@@ -123,7 +129,7 @@ class DenseExampleGradients:
         return self.tensors
 
 
-_POSITION_SAFE_ROWS = 8  # row counts whose batched GEMMs do not depend on a model's position (see _per_model_products)
+_POSITION_SAFE_ROWS = 8  # row counts whose batched GEMMs do not depend on a model's position (see per_model_products)
 
 
 @dataclass(frozen=True)
@@ -186,15 +192,15 @@ class LinearExampleGradients:
         """``‖L δ_i x_iᵀ R‖² = ‖L δ_i‖² ‖Rᵀ x_i‖²``: O(b (d_out p + d_in q)) per model."""
         output_gradients, inputs = self.output_gradients[name], self.inputs[name]
         if left is not None:
-            output_gradients = self._per_model_products(left, output_gradients)
+            output_gradients = self.per_model_products(left, output_gradients)
         if right is not None:
-            inputs = self._per_model_products(right.mT, inputs)
+            inputs = self.per_model_products(right.mT, inputs)
         if inputs.ndim == 4:  # L (Σ_t δ_t x_tᵀ) R = Σ_t (L δ_t)(Rᵀ x_t)ᵀ
             return _summed_outer_squared_norms(output_gradients, inputs)
         return _squared_row_norms(output_gradients) * _squared_row_norms(inputs)
 
     @staticmethod
-    def _per_model_products(matrices: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
+    def per_model_products(matrices: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
         """``M_k v`` for each vector v (K, b, [T,] d) of model k and its matrix M_k (K, p, d): (K, b, [T,] p).
 
         One batched GEMM in its wide orientation, ``M_k Vᵀ`` (p × vectors): 3-10x faster than ``V M_kᵀ`` and than
@@ -222,7 +228,7 @@ def _squared_row_norms(vectors: torch.Tensor) -> torch.Tensor:
     """``‖v‖²`` of every vector along the last dim, by the faster reduction for the layout.
 
     Row-major vectors (the engine's activations and output gradients): ``vector_norm``, one pass (2x faster than
-    ``square().sum()``); transposed ones (:meth:`LinearExampleGradients._per_model_products`): ``square().sum()``,
+    ``square().sum()``); transposed ones (:meth:`LinearExampleGradients.per_model_products`): ``square().sum()``,
     whose reduction then runs along memory.
     """
     if vectors.stride(-1) == 1:
@@ -290,6 +296,51 @@ def _trained_linear_layers(module: nn.Module, names: Sequence[str]) -> dict[str,
     return layers
 
 
+def _adapted_layer(name: str) -> str:
+    """The adapted layer a LoRA factor's weight belongs to: ``….q.lora_B.default.weight`` → ``….q``."""
+    return name.split(".lora_")[0]
+
+
+def _merged_adapter_factors(module: nn.Module, names: Sequence[str]) -> dict[str, dict[str, str]]:
+    """Adapted layer → {"A": …, "B": …}, its factors' weight names, for layers of trained factors that merge.
+
+    (:func:`models.merges`.) Both factors are named, trained or not: one's per-example gradient needs the other.
+    """
+    adapters: dict[str, dict[str, str]] = {}
+    for name in names:
+        if (".lora_A." in name or ".lora_B." in name) and model_lib.merges(module.get_submodule(_adapted_layer(name))):
+            b = name.replace(".lora_A.", ".lora_B.")
+            adapters[_adapted_layer(name)] = {"A": b.replace(".lora_B.", ".lora_A."), "B": b}
+    return adapters
+
+
+def _factor_records(
+    adapters: dict[str, dict[str, str]],
+    trained: Sequence[str],
+    tensors: dict[str, torch.Tensor],
+    inputs: dict[str, torch.Tensor],
+    output_gradients: dict[str, torch.Tensor],
+    dtype: torch.dtype,
+) -> None:
+    """Replace each merged layer's input x and output gradient δ by those of its ``trained`` factors (in place).
+
+    ``z = W x + b + B (A x)``, so B's input is ``A x`` and its output gradient δ; A's input is x and its output
+    gradient ``Bᵀ δ``: the factored per-example gradients of :class:`LinearExampleGradients`, exact. A layer the
+    forward never called is left out (its factors get zeros).
+    """
+    for layer, names in adapters.items():
+        if layer not in inputs:
+            continue
+        x, delta = inputs.pop(layer).detach().to(dtype), output_gradients.pop(layer).to(dtype)
+        a, b = (tensors[names[factor]].detach().to(dtype) for factor in ("A", "B"))
+        if names["B"] in trained:
+            inputs[names["B"]] = LinearExampleGradients.per_model_products(a, x)
+            output_gradients[names["B"]] = delta
+        if names["A"] in trained:
+            inputs[names["A"]] = x
+            output_gradients[names["A"]] = LinearExampleGradients.per_model_products(b.mT, delta)
+
+
 def _summed_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """``Σ_k Σ_i ℓ(logits[k, i], labels[k, i])`` for (K, b, C) logits: cross-entropy summed over all examples.
 
@@ -317,8 +368,9 @@ def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callab
     if layers is None:
         dense = gradient_function(module, per_example=True)
         return lambda *args: DenseExampleGradients(dense(*args))
+    adapters = _merged_adapter_factors(module, names)
 
-    def forward(trainable, frozen, x):
+    def forward(trainable, frozen, x, merged):
         inputs, outputs = {}, {}
 
         def recorder(name):
@@ -332,26 +384,28 @@ def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callab
 
             return hook
 
-        handles = [layer.register_forward_hook(recorder(name)) for name, layer in layers.items()]
-        # Adapters unmerged: the hooks record lora_A's and lora_B's own inputs and outputs, which a merged layer
-        # never computes (its factors would look unused, with zero gradients).
+        # Merged, an adapted layer's input x and output z are recorded, not its factors', which it never calls.
+        recorded = {name: module.get_submodule(name) for name in adapters} if merged else {}
+        recorded |= {n: layer for n, layer in layers.items() if not (merged and _adapted_layer(n) in adapters)}
+        handles = [layer.register_forward_hook(recorder(name)) for name, layer in recorded.items()]
         try:
-            with model_lib.merged_adapters(False):
+            with model_lib.merged_adapters(merged):
                 return model_lib.functional_forward(module, {**frozen, **trainable}, x), inputs, outputs
         finally:
             for handle in handles:
                 handle.remove()
-
-    per_model = vmap(forward, in_dims=(0, 0, 0))
 
     def gradients(trainable, frozen, x, y, w):
         # vmap runs the K forward passes on (K, ...) tensors that plain autograd records, so one backward pass
         # through all of them gives each layer's output gradient δ (∂(Σ_i ℓ_i)/∂output_i; the models do not
         # interact). Weights only need to require grad for the pass to be recorded: their gradients are not asked
         # for, so none is computed.
+        merged = _merges_adapters(x)
         with torch.enable_grad():
             recorded = {name: t.detach().requires_grad_() for name, t in trainable.items()}
-            logits, inputs, outputs = per_model(recorded, frozen, x)
+            logits, inputs, outputs = vmap(functools.partial(forward, merged=merged), in_dims=(0, 0, 0))(
+                recorded, frozen, x
+            )
             versions = {name: output._version for name, output in outputs.items()}
             loss = (
                 _summed_cross_entropy(logits, y)
@@ -371,6 +425,8 @@ def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callab
         # dtype: under bf16 autocast the recorded activations and output gradients are bf16, and the mechanism's
         # clipping and sums run in the weights' precision.
         dtype = next(iter(trainable.values())).dtype
+        if merged:
+            _factor_records(adapters, names, {**frozen, **trainable}, inputs, output_gradients, dtype)
         # A trained layer the forward never calls (e.g. a head the model defines but does not use) has zero
         # per-example gradients, as vmap(grad) gives them: zero inputs and output gradients keep every operation
         # exact and leave its weights as they are.
