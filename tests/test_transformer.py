@@ -163,7 +163,7 @@ def test_per_example_gradients_of_the_transformer_equal_an_autograd_loop(setting
         t.add_(0.05 * torch.randn(t.shape, generator=generator, dtype=t.dtype))
     xb, yb = torch.from_numpy(x[:10].reshape(2, 5, LENGTH)), torch.from_numpy(y[:10].reshape(2, 5, LENGTH))
     weights = torch.tensor([[1.0, 1.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0, 0.0]], dtype=torch.float64)
-    # Called where adapters are merged (scoring's context), it still records the factors' own inputs and outputs.
+    # On sequences it merges the adapters and derives the factors' records from the layers' (any caller's context).
     with models.merged_adapters():
         examples = example_gradients.example_gradient_function(shadow.module, list(shadow.trainable))(
             shadow.trainable, shadow.frozen, xb, yb, weights

@@ -361,7 +361,9 @@ def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callab
     and output gradients (:class:`LinearExampleGradients`). A layer that sees several vectors per example (a
     sequence's T positions; any further axes are flattened into them) has ``g_i = Σ_t δ_{i,t} x_{i,t}ᵀ``, still
     exact. Otherwise nested ``vmap(grad)`` materialises them (:class:`DenseExampleGradients`). The loss is the
-    module's task's (:func:`dpaudit.models.task_of`).
+    module's task's (:func:`dpaudit.models.task_of`). On sequences adapters are merged (:func:`_merges_adapters`):
+    a merged layer's input and output gradient are recorded, and its factors' derived from them
+    (:func:`_factor_records`).
     """
     task = model_lib.task_of(module)
     layers = _trained_linear_layers(module, names)
