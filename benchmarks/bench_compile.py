@@ -11,14 +11,14 @@ only, by a compiled one, in two ways:
   ``torch.autograd.grad`` runs as the eager step does;
 - ``compiled grad``: ``torch.compile`` of ``torch.func.grad`` of that loss, forward and backward in one graph.
 
-Settings: the byte-level transformer of ``bench_transformer.py`` (d_model 64, 2 layers, T = 64, lora-fa r = 8,
-batch 32) or the seed CNN of ``bench_engine.py`` (CIFAR-shaped images, lora-fa r = 16, batch 64). Each timed run
-is one epoch of ``engine.train`` (a fresh copy of the same models, same batches) after one untimed run per step
-function (the compiled ones compile there: their warm-up is that run's time less their best run's); ms/step is
-the best of ``--repeats`` runs, taking turns. Printed per compiled step: ms/step, the ratio eager / compiled, the
-warm-up seconds, graphs compiled, the largest weight difference to eager after the epoch, whether repeated runs
-gave identical bits, a digest of the weights (compare it across processes), and chunk invariance: whether model
-0 trained alone (K = 1) gets the same bits as with 3 companions (K = 4), each K a separate compilation under
+Settings: the byte-level transformer of ``bench_transformer.py`` (d_model 64, 2 layers, T = 64, lora-fa r = 8)
+or the seed CNN of ``bench_engine.py`` (CIFAR-shaped images, lora-fa r = 16), batch 32. Each timed run is one
+epoch of ``engine.train`` (a fresh copy of the same models, same batches) after one untimed run per step function
+(the compiled ones compile there: their warm-up is that run's time less their best run's); ms/step is the best
+of ``--repeats`` runs, taking turns. Printed per compiled step: ms/step, the ratio eager / compiled, the warm-up
+seconds, graphs compiled, the largest weight difference to eager after the epoch, whether repeated runs gave
+identical bits, a digest of the weights (compare it across processes), and chunk invariance: whether model 0
+trained alone (K = 1) gets the same bits as with 3 companions (K = 4), each K a separate compilation under
 ``dynamic=False`` (the default; ``--dynamic`` compiles with dynamic shapes). Results: docs/performance.md §7.
 """
 
@@ -81,14 +81,14 @@ def compiled_gradient_function(
     return step
 
 
-def setting(model: str, examples: int) -> tuple[torch.nn.Module, np.ndarray, np.ndarray, int, int]:
-    """(frozen base, x, y, LoRA rank, batch size) of ``bench_transformer.py`` or ``bench_engine.py``'s CNN."""
+def setting(model: str, examples: int) -> tuple[torch.nn.Module, np.ndarray, np.ndarray, int]:
+    """(frozen base, x, y, LoRA rank) of ``bench_transformer.py`` or ``bench_engine.py``'s CNN."""
     if model == "transformer":
         dataset = text.load(length=64)
         torch.manual_seed(0)
         base = CausalTransformer(64, d_model=64, layers=2).eval().requires_grad_(False)
-        return base, dataset.private.x[:examples], dataset.private.y[:examples], 8, 32
-    return frozen_seed_cnn(), *cifar_shaped(examples), 16, 64
+        return base, dataset.private.x[:examples], dataset.private.y[:examples], 8
+    return frozen_seed_cnn(), *cifar_shaped(examples), 16
 
 
 def digest(trainable: dict[str, torch.Tensor]) -> str:
@@ -122,12 +122,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per step function; the fastest counts")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--dynamic", action="store_true", help="compile with dynamic shapes (default: static)")
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=VARIANTS, help="compiled steps timed")
     parser.add_argument("--mode", choices=("default", "max-autotune"), default="default", help="torch.compile's mode")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch._dynamo.config.cache_size_limit = 64  # each K is its own graph under static shapes: none may fall back
 
-    base, x, y, rank, batch_size = setting(args.model, args.examples)
+    base, x, y, rank = setting(args.model, args.examples)
+    batch_size = 32
     mechanism = NonPrivate(parameterization="lora-fa")
     config = sampling.TrainingConfig(epochs=1, batch_size=batch_size, lr=0.05)
     layout = sampling.BatchLayout.for_members(len(y), batch_size)
@@ -141,7 +143,7 @@ def main() -> None:
         membership = np.ones((count, len(y)), dtype=bool)
         step_functions = {
             variant: compiled_gradient_function(shadow.module, shadow.frozen, variant, args.dynamic, args.mode)
-            for variant in VARIANTS
+            for variant in args.variants
         }
 
         def train(variant: str) -> dict[str, torch.Tensor]:
@@ -157,7 +159,7 @@ def main() -> None:
         return train
 
     train = trainer(args.models)
-    names = ("eager", *VARIANTS)
+    names = ("eager", *args.variants)
     first, seconds, results, graphs = {}, {name: [] for name in names}, {name: [] for name in names}, {}
     for name in names:
         before = graphs_compiled()
@@ -181,7 +183,7 @@ def main() -> None:
         f"  {'eager':>16}: {eager_ms:8.1f} ms/step  (runs {', '.join(f'{s:.2f}' for s in seconds['eager'])} s)  "
         f"weights {digest(results['eager'][0])}"
     )
-    for variant in VARIANTS:
+    for variant in args.variants:
         ms = 1000 * min(seconds[variant]) / steps
         gap = max((results[variant][0][n] - results["eager"][0][n]).abs().max().item() for n in results["eager"][0])
         repeatable = all(
@@ -195,6 +197,7 @@ def main() -> None:
             f"K=1 vs K=4 bit-identical {yes_no(chunk_invariant(chunked, variant))}"
         )
     print(f"  {'eager':>16}: K=1 vs K=4 bit-identical {yes_no(chunk_invariant(chunked, 'eager'))}")
+    print(f"  graphs compiled in all (K = {args.models}, 1 and 4, every compiled step): {graphs_compiled()}")
 
 
 if __name__ == "__main__":
