@@ -1,7 +1,8 @@
 """torch.compile (inductor, CPU) of the batched engine's step: ms/step eager vs compiled, warm-up, exactness.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_compile.py [--model transformer|cnn] [--models 16]
-        [--examples 128] [--repeats 3] [--threads 1] [--dynamic]
+        [--examples 128] [--repeats 3] [--threads 1] [--dynamic] [--mode default|max-autotune]
+        [--variants "compiled forward" "compiled grad"]
 
 The noise-free step of :func:`dpaudit.training.engine.train` (``vmap`` of the batch loss over the K models, one
 backward pass of their sum: :func:`dpaudit.training.gradients.gradient_function`) is replaced, in this process
