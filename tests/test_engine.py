@@ -131,7 +131,7 @@ def test_models_do_not_depend_on_their_batch_companions(setting):
 
 @pytest.mark.parametrize("alpha", [None, 16.0])
 def test_lora_forward_gives_peft_numbers_bit_for_bit_and_a_deep_copy_uses_its_own_layers(setting, alpha):
-    """The unscaled forward at the default alpha (scaling 1) is peft's; another alpha keeps peft's own forward."""
+    """Our forward gives peft's numbers at the default alpha (scaling 1, not multiplied) and at another."""
     base, x, *_ = setting
     module = models.attach_lora(base, models.LoraSpec(4, alpha))
     inputs = torch.from_numpy(x[:8])
@@ -139,7 +139,7 @@ def test_lora_forward_gives_peft_numbers_bit_for_bit_and_a_deep_copy_uses_its_ow
         if ".lora_B." in name:
             torch.nn.init.normal_(p, generator=torch.Generator().manual_seed(len(name)))
     adapters = [layer for layer in module.modules() if hasattr(layer, "lora_A")]
-    assert adapters and all(("forward" in vars(layer)) == (alpha is None) for layer in adapters)
+    assert adapters and all("forward" in vars(layer) for layer in adapters)
     ours = models.forward(module, inputs)
     copied = copy.deepcopy(module)
     for layer in adapters:
@@ -150,17 +150,60 @@ def test_lora_forward_gives_peft_numbers_bit_for_bit_and_a_deep_copy_uses_its_ow
     assert not torch.equal(models.forward(copied, inputs), ours)  # the copy's forward reads the copy's weights
 
 
-@pytest.mark.parametrize("mechanism", [lora_fa(), dp_sgd("dp-lora-fa", 1.0, 1.0)])
-def test_a_cnn_model_does_not_depend_on_its_batch_companions(mechanism):
-    """Seed CNN (its base convolutions run once over all models' images): alone equals together, bit for bit."""
+@pytest.mark.parametrize("rank,alpha", [(4, None), (16, 8.0)])
+def test_a_convolution_adapter_with_padded_channels_computes_peft_s_numbers(rank, alpha):
+    """A Conv2d adapter's channels padded to multiples of 8 and B as matrix products: peft's function, to rounding."""
+    base = models.seed_cnn(3, 10, image_size=8, hidden=16)
+    models.initialise(base, 0)
+    module = models.attach_lora(base, models.LoraSpec(rank, alpha))
+    for name, p in module.named_parameters():
+        if ".lora_" in name:
+            torch.nn.init.normal_(p, std=0.3, generator=torch.Generator().manual_seed(len(name)))
+    inputs = torch.from_numpy(np.random.default_rng(0).normal(size=(5, 3, 8, 8)).astype(np.float32)).double()
+    module.double()
+    trained = [p for n, p in module.named_parameters() if ".lora_" in n]
+
+    def outputs_and_gradients():
+        logits = models.forward(module, inputs)
+        return logits, torch.autograd.grad(logits.square().sum(), trained)
+
+    ours, our_gradients = outputs_and_gradients()
+    for layer in module.modules():
+        vars(layer).pop("forward", None)
+    peft, peft_gradients = outputs_and_gradients()
+    assert (ours - models.forward(base.double(), inputs)).abs().max() > 1e-2  # the adapters change the outputs
+    torch.testing.assert_close(ours, peft, rtol=1e-12, atol=1e-12)
+    for a, b in zip(our_gradients, peft_gradients, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+_DP_SGD = dp_sgd("dp-lora-fa", 1.0, 1.0)
+_PER_EXAMPLE_CONVOLUTION_ROUNDING = pytest.mark.xfail(
+    strict=True,
+    reason="known: DP-SGD's per-example gradients of a CNN (nested vmap(grad), materialised) round otherwise for a"
+    " model trained alone than with others, in the last bits (docs/performance.md §8)",
+)
+
+
+@pytest.mark.parametrize(
+    "mechanism,alone",
+    [
+        (lora_fa(), slice(1, 3)),
+        (lora_fa(), slice(1, 2)),
+        (_DP_SGD, slice(1, 3)),
+        pytest.param(_DP_SGD, slice(1, 2), marks=_PER_EXAMPLE_CONVOLUTION_ROUNDING),
+    ],
+)
+def test_a_cnn_model_does_not_depend_on_its_batch_companions(mechanism, alone):
+    """Seed CNN (its base convolutions run once over all models' images): with 3 others equals alone or with 1."""
     base = models.seed_cnn(3, 10, image_size=8, hidden=16)
     models.initialise(base, 0)
     base.eval().requires_grad_(False)
     rng = np.random.default_rng(0)
-    x, y = rng.normal(size=(24, 3, 8, 8)).astype(np.float32), rng.integers(10, size=24)
+    x, y = rng.normal(size=(48, 3, 8, 8)).astype(np.float32), rng.integers(10, size=48)
     membership = rng.random((4, len(y))) < 0.6
     randomness = seeding.shadow_randomness(5, range(4))
-    config = sampling.TrainingConfig(epochs=1, batch_size=8)
+    config = sampling.TrainingConfig(epochs=1, batch_size=32)
     layout = sampling.BatchLayout.for_members(int(membership.sum(1).max()), config.batch_size)
     trained = [
         engine.train(
@@ -173,11 +216,11 @@ def test_a_cnn_model_does_not_depend_on_its_batch_companions(mechanism):
             config,
             layout,
         )
-        for chunk in (slice(0, 4), slice(1, 3))
+        for chunk in (slice(0, 4), alone)
     ]
     for name, together in trained[0].trainable.items():
-        assert together[1:3].abs().max() > 0
-        assert torch.equal(together[1:3], trained[1].trainable[name])
+        assert together[alone].abs().max() > 0
+        assert torch.equal(together[alone], trained[1].trainable[name])
 
 
 def _page_faults_of_allocations(count: int) -> int:

@@ -467,12 +467,8 @@ def attach_lora(model: nn.Module, spec: LoraSpec) -> nn.Module:
         wrapped = peft.get_peft_model(model, config)
     wrapped.eval()
     for layer in wrapped.modules():
-        if (
-            isinstance(layer, peft.tuners.lora.LoraLayer)
-            and layer.scaling == {"default": 1.0}
-            and not layer.lora_variant
-        ):
-            layer.forward = types.MethodType(_unscaled_lora_forward, layer)  # a deep copy binds it to the copy
+        if isinstance(layer, peft.tuners.lora.LoraLayer) and not layer.lora_variant:
+            layer.forward = types.MethodType(_lora_forward, layer)  # a deep copy binds it to the copy
     return wrapped
 
 
@@ -503,23 +499,58 @@ def merges(layer: nn.Module) -> bool:
     An ``nn.Linear`` base at scaling 1; a layer called with more than its input is not merged either.
     """
     forward = vars(layer).get("forward")
-    return getattr(forward, "__func__", None) is _unscaled_lora_forward and type(layer.base_layer) is nn.Linear
+    return (
+        getattr(forward, "__func__", None) is _lora_forward
+        and type(layer.base_layer) is nn.Linear
+        and layer.scaling == {"default": 1.0}
+    )
 
 
-def _unscaled_lora_forward(layer: Any, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-    """The LoRA forward of peft, ``base(x) + B(A(x)) · scaling``, for scaling 1 (default ``--alpha``): same numbers.
+def _lora_forward(layer: Any, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+    """The LoRA forward of peft, ``base(x) + B(A(x)) · scaling``, with peft's numbers for Linear layers.
 
     peft multiplies by the scaling even when it is 1: an elementwise pass over every adapted layer's output, and its
-    backward, per step (docs/performance.md). Dropout is 0 (:func:`attach_lora`), so peft's is the identity. Inside
-    :func:`merged_adapters`, a Linear layer's adapter is merged into its weight.
+    backward, per step (docs/performance.md); here only a scaling other than 1 is multiplied. Dropout is 0
+    (:func:`attach_lora`), so peft's is the identity. Inside :func:`merged_adapters`, a Linear layer's adapter is
+    merged into its weight. A Conv2d layer's factors run with padded channels (:func:`_channel_padded_update`).
     """
-    lora_a = layer.lora_A["default"]
+    lora_a, lora_b = layer.lora_A["default"], layer.lora_B["default"]
     base = layer.base_layer
     if _MERGED_ADAPTERS.get() and merges(layer) and not args and not kwargs:
-        return nn.functional.linear(x, base.weight + layer.lora_B["default"].weight @ lora_a.weight, base.bias)
+        return nn.functional.linear(x, base.weight + lora_b.weight @ lora_a.weight, base.bias)
     result = base(x, *args, **kwargs)
-    update = layer.lora_B["default"](lora_a(layer._cast_input_dtype(x, lora_a.weight.dtype)))
-    return (result + update).to(result.dtype)
+    x = layer._cast_input_dtype(x, lora_a.weight.dtype)
+    update = _channel_padded_update(lora_a, lora_b, x) if type(lora_a) is nn.Conv2d else lora_b(lora_a(x))
+    scaling = layer.scaling["default"]
+    return (result + (update if scaling == 1 else update * scaling)).to(result.dtype)
+
+
+_CHANNEL_BLOCK = 8  # channels per group from which oneDNN's grouped convolutions round as single ones
+
+
+def _channel_padded_update(lora_a: nn.Conv2d, lora_b: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
+    """``B(A(x))`` of a Conv2d adapter: A with its input and rank channels zero-padded to multiples of 8, B a GEMM.
+
+    The same numbers with zeros added. Under ``vmap`` each factor is a grouped convolution over the K models, and
+    oneDNN rounds a group's output otherwise from 2-3 groups on where a group has fewer than 8 input or output
+    channels (an image's 3 channels, a rank below 8; never at multiples of 8, tested to 8 groups), and a 1×1
+    convolution's backward otherwise with one group than with several (at 32 images of 32×32): a model's numbers
+    depended on how many models it was trained with (docs/performance.md §8). B, a 1×1 convolution, is one matrix
+    product per image over its pixels instead.
+    """
+    one_by_one = lora_b.kernel_size == (1, 1) and lora_b.stride == (1, 1) and lora_b.padding in ((0, 0), "valid")
+    if lora_a.groups != 1 or lora_a.padding_mode != "zeros" or lora_b.groups != 1 or not one_by_one:
+        return lora_b(lora_a(x))
+    c_in, rank = lora_a.in_channels, lora_a.out_channels
+    pad_in, pad_rank = -c_in % _CHANNEL_BLOCK, -rank % _CHANNEL_BLOCK
+    a = nn.functional.pad(lora_a.weight, (0, 0, 0, 0, 0, pad_in, 0, pad_rank))
+    if pad_in:
+        x = nn.functional.pad(x, (0, 0, 0, 0, 0, pad_in))
+    hidden = nn.functional.conv2d(x, a, None, lora_a.stride, lora_a.padding, lora_a.dilation).narrow(-3, 0, rank)
+    # One (d_out, r) @ (r, pixels) product per image, batched over the images: the per-model loop and the engine
+    # (which batches the models' images too) run the same products and sum B's gradient over images alike.
+    weight, pixels = lora_b.weight.flatten(1), hidden.flatten(-2)
+    return (weight.expand(*pixels.shape[:-2], *weight.shape) @ pixels).unflatten(-1, hidden.shape[-2:])
 
 
 def draw_lora_a(shape: tuple[int, ...], rank: int, generator: torch.Generator) -> torch.Tensor:

@@ -173,9 +173,11 @@ def _per_model_view(tensor: torch.Tensor, k: int) -> torch.Tensor:
     Passing it per model (in_dims=0) rather than once (in_dims=None) costs ~4% speed and keeps each model's
     arithmetic independent of K: with in_dims=None, vmap fuses the K models' rows into one large GEMM whose
     blocking, and so rounding, changes with K (seen: a model's canary logits changed in the last bits with the
-    chunk size).
+    chunk size). Stride 0 at K = 1 too, where ``expand`` would keep a stride: the engine tells the shared base
+    by it (:func:`gradients._shared_convolutions`), and a seed-CNN model trained alone otherwise ran its base
+    convolutions per model and differed in its last bits from it trained with others.
     """
-    return tensor.expand(k, *tensor.shape)
+    return tensor.as_strided((k, *tensor.shape), (0, *tensor.stride()), tensor.storage_offset())
 
 
 def _gathered(
