@@ -124,7 +124,7 @@ def run(
     Finished chunks are never retrained; a chunk killed half-way is retrained from its start. Per-model
     randomness depends on (seed, model index) only, so chunk size, worker count and order change nothing (bit for bit
     at LoRA ranks that are multiples of 4; at other ranks, MKL's GEMMs can round in the last bits with a model's
-    memory offset in its chunk).
+    memory offset in its chunk; DP-SGD on a CNN, a chunk of one model rounds otherwise, docs/performance.md §8).
     One process trains a run directory at a time (:meth:`RunStore.lock`).
 
     Args:
