@@ -40,6 +40,10 @@ def _opacus_grad_samples(shadow: engine.ShadowModels, x: torch.Tensor, y: torch.
     from opacus import GradSampleModule
 
     module = copy.deepcopy(shadow.module).train()  # opacus records activations in training mode only
+    # peft's own layers: opacus records per-sample gradients through module calls, and our forward runs a
+    # convolution adapter's B as matrix products (models._channel_padded_update), the same function.
+    for layer in module.modules():
+        vars(layer).pop("forward", None)
     params = dict(module.named_parameters())
     with torch.no_grad():
         for name, value in {n: t[0] for n, t in {**shadow.frozen, **shadow.trainable}.items()}.items():
