@@ -7,6 +7,7 @@ fails. Which side takes which chunk is left to the threads: every assertion hold
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -64,26 +65,29 @@ def _training(where: str, steps: int, fails: bool, trained: list[str]):
 
 
 def _run(monkeypatch, driver, helper, bar=None) -> _Store:
-    """``_train_beside_helpers`` over six chunks, ``driver`` training in the driver's thread, ``helper`` in a pool."""
+    """``_train_beside_helpers`` over six chunks, ``driver`` training in the driver, ``helper`` in a pool."""
     store = _Store()
     monkeypatch.setattr(runner, "train_chunk", driver)
     monkeypatch.setattr(runner, "_chunk_task", lambda setup, chunk, device: helper(setup, chunk, device))
     with ThreadPoolExecutor(1) as executor:
-        runner._train_beside_helpers(_SETUP, _CHUNKS, store, bar or _Bar(), executor, [executor.submit(lambda: None)])
+        started = [executor.submit(lambda: None)]
+        runner._train_beside_helpers(_SETUP, _CHUNKS, store, bar or _Bar(), executor, started, steps=3)
     return store
 
 
 def test_every_chunk_is_trained_once_by_the_driver_or_a_helper_and_written(monkeypatch):
     trained: list[str] = []
-    bases = []
+    bases, threads = [], []
 
     def driver(setup, chunk, device, on_step):
         bases.append(setup.base)
+        threads.append(threading.current_thread())
         return _training("driver", 3, False, trained)(setup, chunk, device, on_step)
 
     bar = _Bar()
     store = _run(monkeypatch, driver, _training("helper", 3, False, trained), bar)
     assert bases and all(base is not _SETUP.base for base in bases)  # its own copy: helpers pickle the original
+    assert set(threads) == {threading.main_thread()}  # whose heap glibc retains (engine.retained_heap)
     assert sorted(store.written) == [tuple(c) for c in _CHUNKS]
     assert len(trained) == 6 and {"driver", "helper"} <= set(trained)
     # The bar counts model-steps in whole numbers and ends at the total exactly: 7/3 of a model a step, summed as
@@ -103,7 +107,7 @@ def test_a_helpers_error_stops_the_drivers_chunk_at_its_next_step_and_nothing_un
         return SimpleNamespace(indices=np.asarray(chunk))
 
     def failing_helper(setup, chunk, device):
-        time.sleep(0.3)  # the driver's thread has long taken its chunk
+        time.sleep(0.3)  # the driver has long taken its chunk
         raise RuntimeError("the helper failed")
 
     with pytest.raises(RuntimeError, match="the helper failed"):
@@ -121,6 +125,24 @@ def test_the_drivers_error_is_raised_once_the_helpers_chunk_in_training_is_writt
     monkeypatch.setattr(runner, "train_chunk", _training("driver", 8, True, trained))
     monkeypatch.setattr(runner, "_chunk_task", slow_helper)
     with pytest.raises(RuntimeError, match="the driver failed"), ThreadPoolExecutor(1) as executor:
-        runner._train_beside_helpers(_SETUP, _CHUNKS, store, _Bar(), executor, [executor.submit(lambda: None)])
+        runner._train_beside_helpers(_SETUP, _CHUNKS, store, _Bar(), executor, [executor.submit(lambda: None)], 3)
     assert len(store.written) == 1, store.written  # the helper's chunk; none handed out after the failure
     assert trained == ["driver"]
+
+
+def test_ctrl_c_in_the_drivers_chunk_is_raised_without_waiting_for_the_helpers(monkeypatch):
+    store = _Store()
+
+    def interrupted_driver(setup, chunk, device, on_step):
+        time.sleep(0.01)  # the helper has its chunk
+        raise KeyboardInterrupt
+
+    def slow_helper(setup, chunk, device):
+        time.sleep(0.5)
+        return SimpleNamespace(indices=np.asarray(chunk))
+
+    monkeypatch.setattr(runner, "train_chunk", interrupted_driver)
+    monkeypatch.setattr(runner, "_chunk_task", slow_helper)
+    with pytest.raises(KeyboardInterrupt), ThreadPoolExecutor(1) as executor:
+        runner._train_beside_helpers(_SETUP, _CHUNKS, store, _Bar(), executor, [executor.submit(lambda: None)], 3)
+    assert store.written == []  # the helper's chunk finished after the driver had given up on it

@@ -220,7 +220,7 @@ def _run_locked(
     )
     with bar:
         if executor is not None and len(chunks) > 1:
-            _train_beside_helpers(setup, chunks, store, bar, executor, started)
+            _train_beside_helpers(setup, chunks, store, bar, executor, started, steps)
         elif workers == 1 or len(chunks) <= 1:
             for chunk, device_name in zip(chunks, devices):
                 store.write_chunk(train_chunk(setup, chunk, torch.device(device_name), _on_step(bar, chunk)))
@@ -244,27 +244,45 @@ def _run_locked(
 
 
 def _train_beside_helpers(
-    setup: Setup, chunks: list[np.ndarray], store: RunStore, bar, executor: Executor, started: list[Future]
+    setup: Setup,
+    chunks: list[np.ndarray],
+    store: RunStore,
+    bar,
+    executor: Executor,
+    started: list[Future],
+    steps: int,
 ) -> None:
-    """Train ``chunks`` on the ``executor``'s helper processes (one ``started`` import each) and here, at once.
+    """Train ``chunks`` here and on the ``executor``'s helper processes (one ``started`` import each), at once.
 
-    Each takes the next chunk when it is free; every finished chunk is written as it comes (a kill loses only the
-    chunks in training). An error here stops the handing out of chunks and is raised once the helpers' chunks in
-    training are written; an error in a helper (or Ctrl-C) stops the driver's chunk at its next step and is raised.
+    The driver trains its chunks in the main thread: glibc keeps freed memory for reuse in the main thread's heap
+    only (engine.retained_heap); a thread's own arena maps a step's large activations afresh now and then, page
+    faults and all. Another thread hands chunks to the helpers and writes what they return. Each side takes the
+    next chunk when it is free; every finished chunk is written as it comes (a kill loses only the chunks in
+    training). An error here stops the handing out of chunks and is raised once the helpers' chunks in training
+    are written; an error in a helper stops the driver's chunk at its next step and is raised; Ctrl-C is raised
+    without waiting for the helpers.
     """
-    queue, lock, stop = collections.deque(chunks), threading.Lock(), threading.Event()
+    queue, lock = collections.deque(chunks), threading.Lock()
+    stop, interrupted = threading.Event(), threading.Event()
     failures: list[BaseException] = []
-    # The driver's thread trains its own copy of the model and mechanism: training swaps a module's parameters for
-    # batched tensors (functional_call), and the helpers' tasks are pickled from ``setup`` meanwhile.
+    # The driver trains its own copy of the model and mechanism: training swaps a module's parameters for batched
+    # tensors (functional_call), and the helpers' tasks are pickled from ``setup`` meanwhile.
     own = dataclasses.replace(setup, base=copy.deepcopy(setup.base), mechanism=copy.deepcopy(setup.mechanism))
 
     def next_chunk() -> np.ndarray | None:
         with lock:
             return None if stop.is_set() or not queue else queue.popleft()
 
-    def write(outputs: ChunkOutputs) -> None:
-        with lock:
+    def write(outputs: ChunkOutputs, model_steps: int) -> None:
+        with lock:  # both threads write chunks and advance the bar
             store.write_chunk(outputs)
+            bar.update(model_steps)
+
+    def fail(error: BaseException) -> None:
+        with lock:
+            if not stop.is_set():  # the first error is raised; the other side's is a consequence of stopping
+                failures.append(error)
+                stop.set()
 
     def step(advance: Callable[[int], None], number: int) -> None:
         if stop.is_set():
@@ -272,38 +290,39 @@ def _train_beside_helpers(
         with lock:
             advance(number)
 
-    def train_here() -> None:
+    def hand_out() -> None:  # one chunk per helper at a time
         try:
-            while (chunk := next_chunk()) is not None:
-                on_step = functools.partial(step, _on_step(bar, chunk))
-                write(train_chunk(own, chunk, torch.device("cpu"), on_step))
-        except BaseException as error:  # raised in the driver's thread below, unless that one is failing already
-            if not stop.is_set():
-                failures.append(error)
-                stop.set()
+            for future in started:  # the helpers have imported the training code
+                future.result()
+            pending: set[Future] = set()
+            while not interrupted.is_set():
+                while len(pending) < len(started) and (chunk := next_chunk()) is not None:
+                    pending.add(executor.submit(_chunk_task, setup, chunk, "cpu"))
+                if not pending:
+                    return
+                done, pending = concurrent.futures.wait(pending, 0.1, concurrent.futures.FIRST_COMPLETED)
+                for future in done:
+                    outputs = future.result()
+                    write(outputs, len(outputs.indices) * steps)
+        except BaseException as error:  # raised in the main thread below
+            fail(error)
 
-    here = threading.Thread(target=train_here, name="dpaudit-driver-chunks")
-    here.start()
+    helpers = threading.Thread(target=hand_out, name="dpaudit-helper-chunks")
+    helpers.start()
     try:
-        for future in started:  # the helpers have imported the training code
-            future.result()
-        pending: set[Future] = set()
-        while True:  # one chunk per helper at a time: the driver's thread takes the others as it frees up
-            while len(pending) < len(started) and (chunk := next_chunk()) is not None:
-                pending.add(executor.submit(_chunk_task, setup, chunk, "cpu"))
-            if not pending:
-                break
-            done, pending = concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
-            for future in done:
-                outputs = future.result()
-                with lock:  # the driver's thread advances the bar too
-                    store.write_chunk(outputs)
-                    bar.update(len(outputs.indices) * _steps_per_model(setup))
+        while (chunk := next_chunk()) is not None:
+            on_step = functools.partial(step, _on_step(bar, chunk))
+            write(train_chunk(own, chunk, torch.device("cpu"), on_step), 0)
+    except _Abandoned:
+        pass  # a helper failed: its error is raised below
+    except Exception as error:
+        fail(error)
     except BaseException:
         stop.set()
+        interrupted.set()
         raise
     finally:
-        here.join()
+        helpers.join()
     if failures:
         raise failures[0]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -60,6 +61,9 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _GLIBC_DEFAULT_THRESHOLD = 128 * 1024
 _RETAINED_BYTES = 2**30
 _retaining = 0  # retained_heap blocks open in this process: the outermost one sets and restores the thresholds
+# Threads can open blocks at once: the count and glibc's thresholds (the process's) change together under this
+# lock, so that the last block to close, in whichever thread, restores them.
+_retaining_lock = threading.Lock()
 
 
 @contextmanager
@@ -71,29 +75,29 @@ def retained_heap() -> Iterator[None]:
     transformers: (16, 2048, 256) floats, 32 MiB) costs the kernel's page faults and zeroing again at every
     step: batched, the transformer's elementwise ops ran 2-6x slower per element than the per-model loop's small
     tensors, and a third of the CPU time was the kernel's (docs/performance.md §5). Thresholds of 1 GiB keep such
-    blocks in the heap. The outermost block sets glibc's default thresholds again on exit and returns the heap's
-    free memory to the system. Changes no number (torch aligns every tensor to 64 bytes either way); does
-    nothing where malloc is not glibc's.
+    blocks in the heap. The last block to close sets glibc's default thresholds again and returns the heap's
+    free memory to the system. Only the main thread's heap is kept so: another thread's arena, 64 MiB at most,
+    maps blocks of tens of MiB afresh now and then (measured: every one, in some runs), which is why the
+    campaign's driver trains in its main thread. Changes no number (torch aligns every tensor to 64 bytes either
+    way); does nothing where malloc is not glibc's.
     """
     global _retaining
     libc = ctypes.CDLL(None)
-    if _retaining or not (hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim")):
+    glibc = hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim")
+    with _retaining_lock:
+        if glibc and not _retaining:
+            libc.mallopt(_M_MMAP_THRESHOLD, _RETAINED_BYTES)
+            libc.mallopt(_M_TRIM_THRESHOLD, _RETAINED_BYTES)
         _retaining += 1
-        try:
-            yield
-        finally:
-            _retaining -= 1
-        return
-    libc.mallopt(_M_MMAP_THRESHOLD, _RETAINED_BYTES)
-    libc.mallopt(_M_TRIM_THRESHOLD, _RETAINED_BYTES)
-    _retaining = 1
     try:
         yield
     finally:
-        _retaining = 0
-        libc.mallopt(_M_MMAP_THRESHOLD, _GLIBC_DEFAULT_THRESHOLD)
-        libc.mallopt(_M_TRIM_THRESHOLD, _GLIBC_DEFAULT_THRESHOLD)
-        libc.malloc_trim(0)
+        with _retaining_lock:
+            _retaining -= 1
+            if glibc and not _retaining:
+                libc.mallopt(_M_MMAP_THRESHOLD, _GLIBC_DEFAULT_THRESHOLD)
+                libc.mallopt(_M_TRIM_THRESHOLD, _GLIBC_DEFAULT_THRESHOLD)
+                libc.malloc_trim(0)
 
 
 @dataclass
