@@ -496,7 +496,8 @@ def merged_adapters(merged: bool = True) -> Iterator[None]:
 def merges(layer: nn.Module) -> bool:
     """Whether ``layer`` (an adapted layer of :func:`attach_lora`) is merged inside :func:`merged_adapters`.
 
-    An ``nn.Linear`` base at scaling 1; a layer called with more than its input is not merged either.
+    An ``nn.Linear`` base at scaling 1 whose forward is :func:`_lora_forward`, which also leaves a call with more
+    than the input unmerged.
     """
     forward = vars(layer).get("forward")
     return (
