@@ -50,11 +50,11 @@ def compiled_gradient_function(
 ) -> Callable:
     """:func:`gradients.gradient_function`'s batch gradients (trainable, frozen, x, y, w) → (K, ...), compiled.
 
-    ``frozen`` fixes the ``vmap`` in_dims (a convolution's shared base once), which the compiled graph bakes in.
+    ``frozen`` fixes the ``vmap`` in_dims (a shared layer's base once), which the compiled graph bakes in.
     """
     batch_loss, _ = gradients._loss_functions(module)
-    convolutions = {name for name, layer in module.named_modules() if isinstance(layer, torch.nn.Conv2d)}
-    _, frozen_dims = gradients._shared_convolutions(convolutions, frozen)
+    shared_layers = gradients.shared_layers_of(module)
+    _, frozen_dims = gradients.shared_base(shared_layers, frozen)
     losses = vmap(batch_loss, in_dims=(0, frozen_dims, 0, 0, 0))
 
     def total(trainable, frozen, x, y, w):
@@ -64,14 +64,14 @@ def compiled_gradient_function(
         summed_gradients = torch.compile(torch.func.grad(total), dynamic=dynamic, mode=mode)
 
         def step(trainable, frozen, x, y, w):
-            shared, _ = gradients._shared_convolutions(convolutions, frozen)
+            shared, _ = gradients.shared_base(shared_layers, frozen)
             return {name: g.contiguous() for name, g in summed_gradients(trainable, shared, x, y, w).items()}
 
         return step
     compiled_total = torch.compile(total, dynamic=dynamic, mode=mode)
 
     def step(trainable, frozen, x, y, w):
-        shared, _ = gradients._shared_convolutions(convolutions, frozen)
+        shared, _ = gradients.shared_base(shared_layers, frozen)
         with torch.enable_grad():
             recorded = {name: t.detach().requires_grad_() for name, t in trainable.items()}
             sums = torch.autograd.grad(

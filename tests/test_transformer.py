@@ -223,7 +223,7 @@ def test_a_merged_adapter_computes_peft_s_layer_and_only_inside_its_context(sett
     [NonPrivate(parameterization="lora-fa"), NonPrivate(parameterization="lora"), dp_sgd("dp-lora", 1.0, 1.0)],
 )
 def test_a_float32_transformer_does_not_depend_on_its_batch_companions(setting, mechanism):
-    """Merged adapters train batches of sequences: a model alone equals it trained with two others, bit for bit."""
+    """A model alone equals it trained and scored with two others, bit for bit (merged adapters, shared base)."""
     base, x, y, membership = setting
     base = copy.deepcopy(base).float()
     parameterization = mechanism.parameterization
@@ -239,6 +239,7 @@ def test_a_float32_transformer_does_not_depend_on_its_batch_companions(setting, 
     for name, value in alone.trainable.items():
         assert value.dtype == torch.float32
         assert torch.equal(together.trainable[name][1:2], value), name
+    assert torch.equal(engine.logits(together, x)[1:2], engine.logits(alone, x))  # scoring too
 
 
 def test_attention_adds_minus_infinity_above_the_diagonal_as_masking_would_bit_for_bit():

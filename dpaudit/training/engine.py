@@ -27,7 +27,13 @@ from dpaudit import models as model_lib
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms.base import Mechanism, Step
 from dpaudit.seeding import ModelRandomness
-from dpaudit.training.gradients import BlockedExampleGradients, example_gradient_function, gradient_function
+from dpaudit.training.gradients import (
+    BlockedExampleGradients,
+    example_gradient_function,
+    gradient_function,
+    shared_base,
+    shared_layers_of,
+)
 from dpaudit.training.sampling import BatchLayout, PoissonLayout, TrainingConfig, poisson_batches, shuffled_batches
 
 # The step's phases as torch.profiler sees them (benchmarks' --profile; docs/performance.md).
@@ -178,7 +184,7 @@ def _per_model_view(tensor: torch.Tensor, k: int) -> torch.Tensor:
     arithmetic independent of K: with in_dims=None, vmap fuses the K models' rows into one large GEMM whose
     blocking, and so rounding, changes with K (seen: a model's canary logits changed in the last bits with the
     chunk size). Stride 0 at K = 1 too, where ``expand`` would keep a stride: the engine tells the shared base
-    by it (:func:`gradients._shared_convolutions`), and a seed-CNN model trained alone otherwise ran its base
+    by it (:func:`gradients.shared_base`), and a seed-CNN model trained alone otherwise ran its base
     convolutions per model and differed in its last bits from it trained with others.
     """
     return tensor.as_strided((k, *tensor.shape), (0, *tensor.stride()), tensor.storage_offset())
@@ -357,9 +363,10 @@ def step_gradient_function(shadow: ShadowModels, mechanism: Mechanism) -> Callab
 @retained_heap()
 def logits(shadow: ShadowModels, x: np.ndarray, batch_size: int = 4096) -> torch.Tensor:
     """(K, n, classes) logits of every model on the same inputs ``x`` (n, ...)."""
+    frozen, frozen_dims = shared_base(shared_layers_of(shadow.module), shadow.frozen)
     forward = vmap(
         lambda trainable, frozen, inputs: model_lib.functional_forward(shadow.module, {**frozen, **trainable}, inputs),
-        in_dims=(0, 0, 0),
+        in_dims=(0, frozen_dims, 0),
     )
     device = next(iter(shadow.trainable.values())).device
     inputs = torch.from_numpy(x).to(device)
@@ -368,7 +375,7 @@ def logits(shadow: ShadowModels, x: np.ndarray, batch_size: int = 4096) -> torch
     # one GEMM per layer instead of three, and no backward pass to pay for it.
     with model_lib.merged_adapters():
         parts = [
-            forward(shadow.trainable, shadow.frozen, _per_model_view(inputs[i : i + batch_size], shadow.n_models))
+            forward(shadow.trainable, frozen, _per_model_view(inputs[i : i + batch_size], shadow.n_models))
             for i in range(0, max(len(inputs), 1), batch_size)
         ]
     return torch.cat(parts, dim=1)

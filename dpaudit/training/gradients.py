@@ -50,11 +50,11 @@ def gradient_function(module: nn.Module, per_example: bool) -> Callable:
     byte-level transformer (docs/performance.md).
     """
     batch_loss, example_loss = _loss_functions(module)
-    convolutions = {name for name, layer in module.named_modules() if isinstance(layer, nn.Conv2d)}
+    shared_layers = shared_layers_of(module)
     if not per_example:
 
         def batch_gradients(trainable, frozen, x, y, w):
-            frozen, frozen_dims = _shared_convolutions(convolutions, frozen)
+            frozen, frozen_dims = shared_base(shared_layers, frozen)
             losses = vmap(batch_loss, in_dims=(0, frozen_dims, 0, 0, 0))
             with torch.enable_grad(), model_lib.merged_adapters(_merges_adapters(x)):
                 recorded = {name: t.detach().requires_grad_() for name, t in trainable.items()}
@@ -69,7 +69,7 @@ def gradient_function(module: nn.Module, per_example: bool) -> Callable:
     per_model = vmap(grad(example_loss), in_dims=(None, None, 0, 0))
 
     def example_gradients(trainable, frozen, x, y, w):
-        frozen, frozen_dims = _shared_convolutions(convolutions, frozen)
+        frozen, frozen_dims = shared_base(shared_layers, frozen)
         return vmap(per_model, in_dims=(0, frozen_dims, 0, 0))(trainable, frozen, x, y)
 
     return example_gradients
@@ -84,19 +84,30 @@ def _merges_adapters(x: torch.Tensor) -> bool:
     return not torch.is_floating_point(x) and x.ndim >= 3
 
 
-def _shared_convolutions(convolutions: set[str], frozen: dict[str, torch.Tensor]) -> tuple[dict, dict]:
-    """The frozen tensors as ``vmap`` takes them, and their in_dims: a convolution's shared base once (None).
+# Layers whose frozen tensors vmap takes once, for the K models' rows together, where the op computes each image or
+# row alone, so that the K models' numbers stay those of each model alone (shared_base).
+SHARED_LAYER_TYPES = (nn.Conv2d, nn.LayerNorm, nn.Embedding)
+
+
+def shared_layers_of(module: nn.Module) -> set[str]:
+    """The names of ``module``'s layers whose frozen base :func:`shared_base` passes once."""
+    return {name for name, layer in module.named_modules() if isinstance(layer, SHARED_LAYER_TYPES)}
+
+
+def shared_base(shared_layers: set[str], frozen: dict[str, torch.Tensor]) -> tuple[dict, dict]:
+    """The frozen tensors as ``vmap`` takes them, and their in_dims: a shared layer's base once (None).
 
     Every model's frozen base is one tensor seen through a stride-0 (K, ...) view (:func:`engine._per_model_view`).
     Passed per model, a convolution's becomes a grouped convolution over the K models, which oneDNN runs 1.2-1.7x
-    slower than one convolution over the K·B images (docs/performance.md §2); each image's output and input
-    gradient are the same bit for bit at every batch size. GEMMs stay per model: their rounding can change with
-    the number of rows.
+    slower than one convolution over the K·B images (docs/performance.md §2); a LayerNorm's affine weights, vmap
+    applies in two further elementwise passes, not in the fused kernel; an Embedding is looked up per model. Each
+    image's or row's output and input gradient are the same bit for bit at every batch size (tested). GEMMs stay
+    per model: their rounding can change with the number of rows.
     """
     tensors: dict[str, torch.Tensor] = {}
     dims: dict[str, int | None] = {}
     for name, tensor in frozen.items():
-        shared = tensor.stride(0) == 0 and name.rpartition(".")[0] in convolutions
+        shared = tensor.stride(0) == 0 and name.rpartition(".")[0] in shared_layers
         tensors[name], dims[name] = (tensor[0], None) if shared else (tensor, 0)
     return tensors, dims
 
@@ -371,6 +382,7 @@ def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callab
         dense = gradient_function(module, per_example=True)
         return lambda *args: DenseExampleGradients(dense(*args))
     adapters = _merged_adapter_factors(module, names)
+    shared_layers = shared_layers_of(module)
 
     def forward(trainable, frozen, x, merged):
         inputs, outputs = {}, {}
@@ -405,8 +417,9 @@ def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callab
         merged = _merges_adapters(x)
         with torch.enable_grad():
             recorded = {name: t.detach().requires_grad_() for name, t in trainable.items()}
-            logits, inputs, outputs = vmap(functools.partial(forward, merged=merged), in_dims=(0, 0, 0))(
-                recorded, frozen, x
+            shared, frozen_dims = shared_base(shared_layers, frozen)
+            logits, inputs, outputs = vmap(functools.partial(forward, merged=merged), in_dims=(0, frozen_dims, 0))(
+                recorded, shared, x
             )
             versions = {name: output._version for name, output in outputs.items()}
             loss = (
