@@ -20,6 +20,7 @@ from dpaudit.config import CampaignConfig
 from dpaudit.data import text
 from dpaudit.models import hugging_face
 from dpaudit.reporting import audit_report, run_report
+from dpaudit.training import gradients
 from tests.one_line import one_line_error
 from tests.test_hf_models import _token_arrays
 
@@ -36,6 +37,20 @@ def test_a_causal_lm_is_built_small_with_the_datas_sizes():
     assert config._attn_implementation == "eager"
     assert config.bos_token_id is None and config.eos_token_id is None  # GPT-2's 50256 is no row of 256
     assert model.transformer.wte.weight.shape == (256, 64)
+
+
+def test_gpt2s_tied_embedding_is_passed_per_model_and_its_other_layer_norms_and_embeddings_once():
+    """LayerNorms' and Embeddings' frozen bases go to vmap once, but not GPT-2's token embedding (its head's too).
+
+    The head is a GEMM, which must stay per model: its rounding can depend on the number of rows.
+    """
+    model = hugging_face.build("transformers:GPT2LMHeadModel", (16,), 256, seed=0)
+    assert model.lm_head.weight is model.transformer.wte.weight
+    assert gradients.shared_layers_of(model) == {
+        "transformer.wpe",
+        "transformer.ln_f",
+        *(f"transformer.h.{block}.{norm}" for block in range(2) for norm in ("ln_1", "ln_2")),
+    }
 
 
 def test_a_classifier_takes_the_datas_vocabulary_and_classes_and_the_users_config_over_the_defaults(tmp_path):

@@ -90,8 +90,17 @@ SHARED_LAYER_TYPES = (nn.Conv2d, nn.LayerNorm, nn.Embedding)
 
 
 def shared_layers_of(module: nn.Module) -> set[str]:
-    """The names of ``module``'s layers whose frozen base :func:`shared_base` passes once."""
-    return {name for name, layer in module.named_modules() if isinstance(layer, SHARED_LAYER_TYPES)}
+    """The names of ``module``'s layers whose frozen base :func:`shared_base` passes once.
+
+    Not a layer holding a tied weight (GPT-2's embedding is its output head's): the head, a GEMM, would get it once
+    too.
+    """
+    tied = model_lib.tied_parameters(module)
+    return {
+        name
+        for name, layer in module.named_modules()
+        if isinstance(layer, SHARED_LAYER_TYPES) and not any(id(p) in tied for p in layer.parameters(recurse=False))
+    }
 
 
 def shared_base(shared_layers: set[str], frozen: dict[str, torch.Tensor]) -> tuple[dict, dict]:
