@@ -93,8 +93,12 @@ def _import_training_code(lora: bool) -> None:
 
 def _worker_count(execution: Execution, device: torch.device) -> int:
     """``--workers``, else one per GPU on CUDA, one per core on the CPU."""
-    gpus = torch.cuda.device_count() if device.type == "cuda" else 0
-    return execution.workers or gpus or os.cpu_count() or 1
+    return execution.workers or _gpus(device) or os.cpu_count() or 1
+
+
+def _gpus(device: torch.device) -> int:
+    """CUDA devices a campaign on ``device`` spreads its chunks over: 0 on the CPU."""
+    return torch.cuda.device_count() if device.type == "cuda" else 0
 
 
 def _helpers(config: CampaignConfig, execution: Execution, device: torch.device) -> int:
@@ -200,7 +204,7 @@ def _run_locked(
     start = time.perf_counter()
     setup = plan.prepare(config, store, device, inputs)
     store.make_chunks_directory()
-    gpus = torch.cuda.device_count() if device.type == "cuda" else 0
+    gpus = _gpus(device)
     workers = _worker_count(execution, device)
     todo = np.flatnonzero(~store.finished())
     chunk_size = execution.chunk_size or _auto_chunk_size(setup, device, workers)

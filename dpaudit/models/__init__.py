@@ -500,11 +500,12 @@ def merges(layer: nn.Module) -> bool:
     than the input unmerged.
     """
     forward = vars(layer).get("forward")
-    return (
-        getattr(forward, "__func__", None) is _lora_forward
-        and type(layer.base_layer) is nn.Linear
-        and layer.scaling == {"default": 1.0}
-    )
+    return getattr(forward, "__func__", None) is _lora_forward and _mergeable(layer)
+
+
+def _mergeable(layer: Any) -> bool:
+    """An adapted layer whose adapter :func:`_lora_forward` merges into its weight: a Linear base at scaling 1."""
+    return type(layer.base_layer) is nn.Linear and layer.scaling == {"default": 1.0}
 
 
 def _lora_forward(layer: Any, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
@@ -517,7 +518,7 @@ def _lora_forward(layer: Any, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
     """
     lora_a, lora_b = layer.lora_A["default"], layer.lora_B["default"]
     base = layer.base_layer
-    if _MERGED_ADAPTERS.get() and merges(layer) and not args and not kwargs:
+    if _MERGED_ADAPTERS.get() and _mergeable(layer) and not args and not kwargs:
         return nn.functional.linear(x, base.weight + lora_b.weight @ lora_a.weight, base.bias)
     result = base(x, *args, **kwargs)
     x = layer._cast_input_dtype(x, lora_a.weight.dtype)
