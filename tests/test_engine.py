@@ -154,7 +154,7 @@ def test_lora_forward_gives_peft_numbers_bit_for_bit_and_a_deep_copy_uses_its_ow
 
 @pytest.mark.parametrize("rank,alpha", [(4, None), (16, 8.0)])
 def test_a_convolution_adapter_with_padded_channels_computes_peft_s_numbers(rank, alpha):
-    """A Conv2d adapter's channels padded to multiples of 8 and B as matrix products: peft's function, to rounding."""
+    """A Conv2d adapter's channels padded to multiples of 16 and B as matrix products: peft's function, to rounding."""
     base = models.seed_cnn(3, 10, image_size=8, hidden=16)
     models.initialise(base, 0)
     module = models.attach_lora(base, models.LoraSpec(rank, alpha))

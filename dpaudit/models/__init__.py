@@ -527,16 +527,18 @@ def _lora_forward(layer: Any, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
     return (result + (update if scaling == 1 else update * scaling)).to(result.dtype)
 
 
-_CHANNEL_BLOCK = 8  # channels per group from which oneDNN's grouped convolutions round as single ones
+# Channels per group from which oneDNN's grouped convolutions round as single ones: 8 where it runs AVX2 kernels, 16
+# where AVX-512 ones (a seed CNN alone and with 3 others differed at 8 on an AVX-512 machine); 16 serves both.
+_CHANNEL_BLOCK = 16
 
 
 def _channel_padded_update(lora_a: nn.Conv2d, lora_b: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
-    """``B(A(x))`` of a Conv2d adapter: A with its input and rank channels zero-padded to multiples of 8, B a GEMM.
+    """``B(A(x))`` of a Conv2d adapter: A with its input and rank channels zero-padded to multiples of 16, B a GEMM.
 
     The same numbers with zeros added. Under ``vmap`` each factor is a grouped convolution over the K models, and
-    oneDNN rounds a group's output otherwise from 2-3 groups on where a group has fewer than 8 input or output
-    channels (an image's 3 channels, a rank below 8; never at multiples of 8, tested to 8 groups), and a 1×1
-    convolution's backward otherwise with one group than with several (at 32 images of 32×32): a model's numbers
+    oneDNN rounds a group's output otherwise from 2-3 groups on where a group's input or output channels are not a
+    multiple of its kernels' block (an image's 3 channels, a rank of 4; 8 channels with AVX2, 16 with AVX-512), and
+    a 1×1 convolution's backward otherwise with one group than with several (at 32 images of 32×32): a model's numbers
     depended on how many models it was trained with (docs/performance.md §8). B, a 1×1 convolution, is one matrix
     product per image over its pixels instead.
     """
