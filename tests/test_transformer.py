@@ -188,11 +188,16 @@ def test_per_example_gradients_of_the_transformer_equal_an_autograd_loop(setting
     torch.testing.assert_close(examples.transformed_squared_norms(name, left, right), transformed, rtol=1e-10, atol=0)
 
 
-def test_a_merged_adapter_computes_peft_s_layer_and_only_inside_its_context(setting):
-    """``models.merged_adapters``: x (W + B A)ᵀ + b instead of W x + b + B (A x): same outputs and gradients."""
+@pytest.mark.parametrize("trained", [(".lora_B.",), (".lora_A.", ".lora_B.")])
+def test_a_merged_adapter_computes_peft_s_layer_and_only_inside_its_context(setting, trained):
+    """``models.merged_adapters``: x (W + B A)ᵀ + b instead of W x + b + B (A x): same outputs and gradients.
+
+    B alone trained (LoRA-FA: B's gradient formed at rank r) and both factors (from the gradient of W + B A).
+    """
     base, x, *_ = setting
     module = models.attach_lora(base, models.LoraSpec(4))
     for name, p in module.named_parameters():
+        p.requires_grad_(any(factor in name for factor in trained))
         if ".lora_B." in name:
             nn.init.normal_(p, generator=torch.Generator().manual_seed(len(name)))
     inputs = torch.from_numpy(x[:8])
@@ -202,8 +207,8 @@ def test_a_merged_adapter_computes_peft_s_layer_and_only_inside_its_context(sett
 
     def outputs_and_gradients():
         logits = models.forward(module, inputs)
-        b = [p for n, p in module.named_parameters() if ".lora_B." in n]
-        return logits, torch.autograd.grad(logits.square().sum(), b)
+        trained_factors = [p for p in module.parameters() if p.requires_grad]
+        return logits, torch.autograd.grad(logits.square().sum(), trained_factors)
 
     with models.merged_adapters():
         merged, merged_gradients = outputs_and_gradients()
