@@ -412,7 +412,7 @@ def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callab
         recorded |= {n: layer for n, layer in layers.items() if not (merged and _adapted_layer(n) in adapters)}
         handles = [layer.register_forward_hook(recorder(name)) for name, layer in recorded.items()]
         try:
-            with model_lib.merged_adapters(merged):
+            with model_lib.merged_adapters(merged, factor_gradients=False):
                 return model_lib.functional_forward(module, {**frozen, **trainable}, x), inputs, outputs
         finally:
             for handle in handles:
