@@ -218,3 +218,27 @@ def test_lora_on_a_model_with_batch_norm_says_that_its_statistics_stay(user_file
     rc, err = _audit("--dataset", user_files, "--model", "byo_factories:batch_norm", "--rank", "2", "--out", out)
     assert rc == 0, err
     assert "dpaudit: BatchNorm layer(s) 1 keep the base's statistics and affine: fine-tuning runs in eval mode" in err
+
+
+def test_pretraining_gives_the_same_base_on_one_thread_and_on_two():
+    """pretrain() runs on one torch thread, and restores the caller's count.
+
+    On two, the default MLP's base differed (a GEMM split over threads sums in another order), so a campaign's
+    numbers depended on the machine's cores.
+    """
+    from dpaudit.data import digits
+
+    public = digits().public
+    bases = []
+    for threads in (2, 1):
+        previous = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            base = models.pretrain(models.mlp(64, 10), public.x, public.y, seed=0)
+            assert torch.get_num_threads() == threads
+        finally:
+            torch.set_num_threads(previous)
+        bases.append(base.state_dict())
+    assert bases[0].keys() == bases[1].keys()
+    for name in bases[0]:
+        assert torch.equal(bases[0][name], bases[1][name]), name

@@ -35,9 +35,13 @@ _CHUNKS = [np.arange(7 * i, 7 * i + 7) for i in range(6)]  # 7 models of 3 steps
 class _Store:
     def __init__(self):
         self.written: list[tuple[int, ...]] = []
+        self.measured: list[dict] = []
 
     def write_chunk(self, outputs) -> None:
         self.written.append(tuple(int(i) for i in outputs.indices))
+
+    def write_measurements(self, values: dict) -> None:
+        self.measured.append(values)
 
 
 class _Bar:
@@ -64,14 +68,14 @@ def _training(where: str, steps: int, fails: bool, trained: list[str]):
     return train
 
 
-def _run(monkeypatch, driver, helper, bar=None) -> _Store:
+def _run(monkeypatch, driver, helper, bar=None, store=None, measure=False) -> _Store:
     """``_train_beside_helpers`` over six chunks, ``driver`` training in the driver, ``helper`` in a pool."""
-    store = _Store()
+    store = store or _Store()
     monkeypatch.setattr(runner, "train_chunk", driver)
     monkeypatch.setattr(runner, "_chunk_task", lambda setup, chunk, device: helper(setup, chunk, device))
     with ThreadPoolExecutor(1) as executor:
         started = [executor.submit(lambda: None)]
-        runner._train_beside_helpers(_SETUP, _CHUNKS, store, bar or _Bar(), executor, started, steps=3)
+        runner._train_beside_helpers(_SETUP, _CHUNKS, store, bar or _Bar(), executor, started, 3, measure)
     return store
 
 
@@ -94,6 +98,37 @@ def test_every_chunk_is_trained_once_by_the_driver_or_a_helper_and_written(monke
     # floats, passed it (42.00000000000001 models, and tqdm's warning).
     assert all(isinstance(amount, int) for amount in bar.amounts)
     assert sum(bar.amounts) == 42 * 3
+
+
+def test_the_driver_measures_once_it_has_no_chunk_left_while_a_helper_still_trains(monkeypatch):
+    """[S] Lemma 7.2's inputs, measured in the main thread on the driver's own copy, before the helper's last chunk."""
+    store, measured_by = _Store(), []
+
+    def slow_helper(setup, chunk, device):
+        time.sleep(0.5)  # the driver trains the other five chunks meanwhile
+        return SimpleNamespace(indices=np.asarray(chunk))
+
+    def measure(setup):
+        measured_by.append((setup.base is not _SETUP.base, threading.current_thread(), len(store.written)))
+        return {"grad_bound": 1.0}
+
+    monkeypatch.setattr(runner.sketch_inputs, "measure_sketch_inputs", measure)
+    _run(monkeypatch, _training("driver", 3, False, []), slow_helper, store=store, measure=True)
+    assert store.measured == [{"grad_bound": 1.0}]
+    assert measured_by == [(True, threading.main_thread(), 5)]  # the helper's chunk was written after
+    assert len(store.written) == 6
+
+
+def test_nothing_is_measured_where_a_helper_failed(monkeypatch):
+    store = _Store()
+
+    def failing_helper(setup, chunk, device):
+        raise RuntimeError("the helper failed")
+
+    monkeypatch.setattr(runner.sketch_inputs, "measure_sketch_inputs", lambda setup: pytest.fail("measured"))
+    with pytest.raises(RuntimeError, match="the helper failed"):  # the driver's chunk: 100 ms, stopped at a step
+        _run(monkeypatch, _training("driver", 50, False, []), failing_helper, store=store, measure=True)
+    assert store.measured == []
 
 
 def test_a_helpers_error_stops_the_drivers_chunk_at_its_next_step_and_nothing_unfinished_is_written(monkeypatch):
@@ -125,7 +160,9 @@ def test_the_drivers_error_is_raised_once_the_helpers_chunk_in_training_is_writt
     monkeypatch.setattr(runner, "train_chunk", _training("driver", 8, True, trained))
     monkeypatch.setattr(runner, "_chunk_task", slow_helper)
     with pytest.raises(RuntimeError, match="the driver failed"), ThreadPoolExecutor(1) as executor:
-        runner._train_beside_helpers(_SETUP, _CHUNKS, store, _Bar(), executor, [executor.submit(lambda: None)], 3)
+        runner._train_beside_helpers(
+            _SETUP, _CHUNKS, store, _Bar(), executor, [executor.submit(lambda: None)], 3, False
+        )
     assert len(store.written) == 1, store.written  # the helper's chunk; none handed out after the failure
     assert trained == ["driver"]
 
@@ -144,5 +181,7 @@ def test_ctrl_c_in_the_drivers_chunk_is_raised_without_waiting_for_the_helpers(m
     monkeypatch.setattr(runner, "train_chunk", interrupted_driver)
     monkeypatch.setattr(runner, "_chunk_task", slow_helper)
     with pytest.raises(KeyboardInterrupt), ThreadPoolExecutor(1) as executor:
-        runner._train_beside_helpers(_SETUP, _CHUNKS, store, _Bar(), executor, [executor.submit(lambda: None)], 3)
+        runner._train_beside_helpers(
+            _SETUP, _CHUNKS, store, _Bar(), executor, [executor.submit(lambda: None)], 3, False
+        )
     assert store.written == []  # the helper's chunk finished after the driver had given up on it

@@ -222,9 +222,12 @@ def _run_locked(
         desc=config.mechanism if config.rank is None else f"{config.mechanism} r={config.rank}",
         bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} [{elapsed}<{remaining}, {rate_fmt}]",
     )
+    measure = _measures_sketch_inputs(config, setup, store)
     with bar:
         if executor is not None and len(chunks) > 1:
-            _train_beside_helpers(setup, chunks, store, bar, executor, started, steps)
+            # The driver measures once it has no chunk left, while the helpers finish their last ones.
+            _train_beside_helpers(setup, chunks, store, bar, executor, started, steps, measure)
+            measure = False
         elif workers == 1 or len(chunks) <= 1:
             for chunk, device_name in zip(chunks, devices):
                 store.write_chunk(train_chunk(setup, chunk, torch.device(device_name), _on_step(bar, chunk)))
@@ -234,17 +237,25 @@ def _run_locked(
                 for outputs in joblib.Parallel(n_jobs=workers, return_as="generator_unordered")(jobs):
                     store.write_chunk(outputs)
                     bar.update(len(outputs.indices) * steps)
-    # [S] Lemma 7.2's inputs are measured on LoRA-FA retrained as full-weight training of every layer: where LoRA
-    # leaves layers out (the transformer's head, --target-modules), adapts a tied weight (GPT-2's lm_head, whose
-    # full-weight update would move its embedding too) or a transposed one (a Conv1D, which the full-weight
-    # realisation would project on its output dimension), that is another training, so nothing is measured.
+    if measure:
+        store.write_measurements(sketch_inputs.measure_sketch_inputs(setup))
+    store.record_seconds(time.perf_counter() - start)
+
+
+def _measures_sketch_inputs(config: CampaignConfig, setup: Setup, store: RunStore) -> bool:
+    """Whether the campaign measures [S] Lemma 7.2's inputs after training: sketch claims, not measured yet.
+
+    They are measured on LoRA-FA retrained as full-weight training of every layer: where LoRA leaves layers out (the
+    transformer's head, --target-modules), adapts a tied weight (GPT-2's lm_head, whose full-weight update would move
+    its embedding too) or a transposed one (a Conv1D, which the full-weight realisation would project on its output
+    dimension), that is another training, so nothing is measured.
+    """
     adapted = models.adapted_layers(setup.base)
     every_layer = set(models.lora_layers(setup.base, config.target_modules)) == set(adapted)
     tied = models.tied_parameters(setup.base)
     plain = not any(id(layer.weight) in tied or models.transposed(layer) for layer in adapted.values())
-    if config.mechanism in catalogue.applying("sketch-claim") and every_layer and plain and store.needs_measurements():
-        store.write_measurements(sketch_inputs.measure_sketch_inputs(setup))
-    store.record_seconds(time.perf_counter() - start)
+    applies = config.mechanism in catalogue.applying("sketch-claim") and every_layer and plain
+    return applies and store.needs_measurements()
 
 
 def _train_beside_helpers(
@@ -255,6 +266,7 @@ def _train_beside_helpers(
     executor: Executor,
     started: list[Future],
     steps: int,
+    measure: bool,
 ) -> None:
     """Train ``chunks`` here and on the ``executor``'s helper processes (one ``started`` import each), at once.
 
@@ -262,9 +274,10 @@ def _train_beside_helpers(
     only (engine.retained_heap); a thread's own arena maps a step's large activations afresh now and then, page
     faults and all. Another thread hands chunks to the helpers and writes what they return. Each side takes the
     next chunk when it is free; every finished chunk is written as it comes (a kill loses only the chunks in
-    training). An error here stops the handing out of chunks and is raised once the helpers' chunks in training
-    are written; an error in a helper stops the driver's chunk at its next step and is raised; Ctrl-C is raised
-    without waiting for the helpers.
+    training). Where ``measure``, the driver measures [S] Lemma 7.2's inputs once it has no chunk left, while the
+    helpers finish theirs (after them, it took 1 s of the default audit's 14). An error here stops the handing out
+    of chunks and is raised once the helpers' chunks in training are written; an error in a helper stops the
+    driver's chunk at its next step and is raised; Ctrl-C is raised without waiting for the helpers.
     """
     queue, lock = collections.deque(chunks), threading.Lock()
     stop, interrupted = threading.Event(), threading.Event()
@@ -317,6 +330,10 @@ def _train_beside_helpers(
         while (chunk := next_chunk()) is not None:
             on_step = functools.partial(step, _on_step(bar, chunk))
             write(train_chunk(own, chunk, torch.device("cpu"), on_step), 0)
+        if measure and not stop.is_set():
+            measured = sketch_inputs.measure_sketch_inputs(own)
+            with lock:  # beside the other thread's writes
+                store.write_measurements(measured)
     except _Abandoned:
         pass  # a helper failed: its error is raised below
     except Exception as error:

@@ -112,24 +112,9 @@ def settings_of(config: CampaignConfig) -> ShadowSettings:
 
 
 @contextmanager
-def one_thread() -> Iterator[None]:
-    """One torch thread (this process's count restored on exit).
-
-    The thread count changes float results: bit-identity across worker counts and across the driver and its
-    workers (:mod:`dpaudit.campaign.runner` trains chunks in both) needs a fixed one.
-    """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
-@contextmanager
 def one_thread_precision(precision: str, device: torch.device) -> Iterator[None]:
-    """One torch thread (:func:`one_thread`) and the campaign's precision."""
-    with one_thread(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+    """One torch thread (:func:`dpaudit.models.one_thread`) and the campaign's precision."""
+    with models.one_thread(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
         yield
 
 
@@ -168,14 +153,14 @@ def train_chunk(
 ) -> ChunkOutputs:
     """Train shadow models ``indices`` and return their outputs on the targets and the population (test split).
 
-    Training and scoring run on one torch thread (:func:`one_thread`), in a worker or in the driver alike.
-    Raises :class:`Diverged` rather than return non-finite outputs (which would be stored as finished), and a
+    Training and scoring run on one torch thread (:func:`dpaudit.models.one_thread`), in a worker or in the driver
+    alike. Raises :class:`Diverged` rather than return non-finite outputs (which would be stored as finished), and a
     :class:`dpaudit.errors.UsageError` naming the user's model if it fails (in a worker, so that the error, not a
     traceback of another process, reaches the driver).
     """
     # One retained heap for the chunk's training and the summaries of its outputs (engine.retained_heap).
     stage = f"training shadow models {indices[0]}-{indices[-1]}"
-    with blamed_on_model(setup, stage), one_thread(), engine.retained_heap():
+    with blamed_on_model(setup, stage), models.one_thread(), engine.retained_heap():
         return _trained_chunk(setup, indices, device, on_step)
 
 

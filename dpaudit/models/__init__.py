@@ -180,23 +180,42 @@ def pretrain(
 ) -> nn.Module:
     """Train ``model`` on public data in place (plain SGD with momentum) and return it, frozen and in eval mode.
 
-    Deterministic given ``seed`` (initialisation, :func:`initialise`, and data order both come from it).
+    Deterministic given ``seed`` (initialisation, :func:`initialise`, and data order both come from it), and the
+    same bits on every machine of a kind: it runs on one torch thread (:func:`one_thread`), as shadow models train.
     """
-    initialise(model, seed)
-    order_rng = np.random.default_rng(seed)
-    task = task_of(model)
-    inputs, labels = torch.from_numpy(x), torch.from_numpy(y)
-    optimiser = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
-    model.train()
-    for _ in range(epochs):
-        for batch in np.array_split(order_rng.permutation(len(y)), max(1, len(y) // batch_size)):
-            optimiser.zero_grad()
-            mean_loss(task, forward(model, inputs[batch]), labels[batch]).backward()
-            optimiser.step()
-    model.eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
-    return model
+    with one_thread():
+        initialise(model, seed)
+        order_rng = np.random.default_rng(seed)
+        task = task_of(model)
+        inputs, labels = torch.from_numpy(x), torch.from_numpy(y)
+        optimiser = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+        model.train()
+        for _ in range(epochs):
+            for batch in np.array_split(order_rng.permutation(len(y)), max(1, len(y) // batch_size)):
+                optimiser.zero_grad()
+                mean_loss(task, forward(model, inputs[batch]), labels[batch]).backward()
+                optimiser.step()
+        model.eval()
+        for p in model.parameters():
+            p.requires_grad_(False)
+        return model
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """One torch thread (this process's count restored on exit).
+
+    The thread count changes float results (a GEMM split over threads sums in another order): a model computed on
+    one thread is the same bits whatever the machine's cores, in a worker or in the driver. One thread is also what
+    a process beside busy workers should use: a 2-thread pretraining of the default MLP took 0.6-1.2 s beside one
+    busy core, against 0.2 s on one thread (docs/performance.md §11).
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 # pretrain()'s settings where its caller gives none: a campaign's base, a training audit's starting model (whose

@@ -74,8 +74,11 @@ def load(root: Path) -> RunEntry:
 
 
 def roc_figure(entry: RunEntry, loglog: bool) -> bytes:
-    """The run's ROC (:func:`draw_roc`), linear or log-log."""
-    return figure_png(lambda ax: draw_campaign_roc(ax, entry.analysis, entry.summary, entry.label, loglog))
+    """The run's ROC (:func:`draw_roc`), linear or log-log, titled with what was audited and the AUC."""
+    s = entry.summary
+    rank = "" if s["rank"] is None else f" r={s['rank']}"
+    title = f"{s['mechanism']}{rank} on {s['dataset']}, {s['attack']}: AUC {s['auc']:.3f}"
+    return figure_png(lambda ax: draw_campaign_roc(ax, entry.analysis, s, title, loglog))
 
 
 def epsilon_figure(entries: list[RunEntry]) -> bytes:
@@ -272,7 +275,7 @@ def _planted_bugs(entries: list[RunEntry]) -> list[str]:
     return [f"{entry.label}: {entry.summary['planted_bug']}" for entry in entries if entry.summary.get("planted_bug")]
 
 
-def _figures(entries: list[RunEntry]) -> list[tuple[str, str, bytes]]:
+def figures(entries: list[RunEntry]) -> list[tuple[str, str, bytes]]:
     """(file name, caption, png) of every figure, in report order."""
     figures = []
     for i, entry in enumerate(entries):
@@ -380,7 +383,9 @@ def _markdown(entries: list[RunEntry], rows: list[dict[str, str]], figures) -> s
     return "\n".join(lines)
 
 
-def write_entries(entries: list[RunEntry], out: Path) -> tuple[Path, Path]:
+def write_entries(
+    entries: list[RunEntry], out: Path, drawn: list[tuple[str, str, bytes]] | None = None
+) -> tuple[Path, Path]:
     """Write report.html and report.md (+ the figures as PNG for the markdown) of ``entries`` into ``out``.
 
     Each file is replaced atomically, and a link at any of their names is replaced, never followed.
@@ -389,17 +394,18 @@ def write_entries(entries: list[RunEntry], out: Path) -> tuple[Path, Path]:
         entries: the runs to report, in report order, each with its summary and analysis (:func:`load`, or
             :func:`dpaudit.reporting.run_report.write_run` for the run it just analysed).
         out: the directory to write into; created if missing.
+        drawn: the report's :func:`figures`, where the caller drew them already; None: drawn here.
 
     Returns:
         The paths of report.html and report.md, in that order.
     """
     make_directory(out)
     rows = theory_vs_audit_rows(entries)
-    figures = _figures(entries)
-    for name, _, png in figures:
+    drawn = figures(entries) if drawn is None else drawn
+    for name, _, png in drawn:
         write_file(out, name, png)
-    write_file(out, "report.html", _html(entries, rows, figures).encode())
-    write_file(out, "report.md", _markdown(entries, rows, figures).encode())
+    write_file(out, "report.html", _html(entries, rows, drawn).encode())
+    write_file(out, "report.md", _markdown(entries, rows, drawn).encode())
     return out / "report.html", out / "report.md"
 
 

@@ -197,18 +197,14 @@ def _trial(
 
     ``members``: the design's canaries of this call, recorded; a null audit trains on none of them.
     """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one thread per worker: workers in parallel, not threads fighting
     x, y = data.training_set(members & (not null))
     steps = observer.steps() if trainer_lib.reports_steps(trainer) else None
-    try:
+    with models.one_thread():  # one thread per worker: workers in parallel, not threads fighting
         trained = trainer_lib.call(trainer, start, x, y, seed, f"trial {trial}", steps)
         try:
             observations = observer.observe(trained, steps)
         except UsageError as error:
             raise UsageError(f"trial {trial}: {error}") from None
-    finally:
-        torch.set_num_threads(threads)
     return trial, {"trial": trial, "members": members.tolist(), "seed": seed, "observations": observations}
 
 
