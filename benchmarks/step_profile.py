@@ -1,10 +1,13 @@
-"""Where a batched training step's time goes: torch.profiler over a training run, ops grouped by what they do.
+"""Where a batched training step's time goes: each ATen op of a training run timed, ops grouped by what they do.
 
 Used by ``bench_engine.py --profile`` and ``bench_transformer.py --profile`` (docs/performance.md has the measured
-tables). The engine marks its phases (:data:`dpaudit.training.engine.PHASES`: forward and backward, the
-mechanism's arithmetic, the optimiser's update); each op's own CPU time (``self``, children excluded) is put in
-one kind by its name; the step's wall time not spent inside any op is Python and dispatch overhead (the engine's
-own Python, torch.func's vmap and functional_call, peft's wrappers).
+tables). A ``TorchDispatchMode`` times every ATen op the run dispatches, forward and backward (an op's own time: the
+ops it calls internally are not dispatched again), and puts it in one kind by its name. ``torch.profiler`` is not
+used: in torch 2.13 it inflated the ops themselves about 4x on an AVX-512 machine (docs/performance.md §10). The
+engine marks its phases (:data:`dpaudit.training.engine.PHASES`: forward and backward, the mechanism's arithmetic,
+the optimiser's update) with ``record_function``, whose markers are ops too: each op's time also goes to the phase
+open around it. What no op accounts for of the unprofiled run's wall time is Python and dispatch overhead (the
+engine's own Python, torch.func's vmap and functional_call, peft's wrappers).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 
-from torch.profiler import ProfilerActivity, profile
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from dpaudit.training.engine import PHASES
 
@@ -21,8 +24,6 @@ from dpaudit.training.engine import PHASES
 KINDS = (
     ("GEMM (mm/bmm/addmm)", ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::addbmm", "aten::dot")),
     ("convolution", ("convolution", "conv2d", "mkldnn_conv")),
-    # Composite ops (their own time is deciding which kernel to call, then calling it): dispatch, not arithmetic.
-    ("composite-op dispatch (matmul/linear/einsum)", ("aten::matmul", "aten::linear", "aten::einsum")),
     ("max-pool", ("max_pool",)),
     ("per-example norms", ("aten::linalg_vector_norm",)),
     ("noise draws", ("aten::normal", "aten::randn")),
@@ -154,40 +155,61 @@ def kind_of(op: str) -> str:
     return "other"
 
 
-def profiled(run: Callable[[], None]) -> tuple[float, dict[str, float], dict[str, float], dict[str, int]]:
-    """Profile ``run()``: its wall seconds, seconds per op kind (incl. overhead), per engine phase, op counts."""
-    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+class _OpTimer(TorchDispatchMode):
+    """Seconds and calls per op kind, and op seconds per engine phase (the phase marker open around the op)."""
+
+    def __init__(self):
+        super().__init__()
+        self.by_kind: dict[str, float] = defaultdict(float)
+        self.counts: dict[str, int] = defaultdict(int)
+        self.phases: dict[str, float] = defaultdict(float)
+        self._open: list[str] = []  # the phase markers entered and not yet exited, innermost last
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._schema.name
+        if name == "profiler::_record_function_enter_new":
+            self._open.append(args[0])
+        elif name == "profiler::_record_function_exit" and self._open:
+            self._open.pop()
         start = time.perf_counter()
+        result = func(*args, **(kwargs or {}))
+        seconds = time.perf_counter() - start
+        if not name.startswith("profiler::"):
+            kind = kind_of(name)
+            self.by_kind[kind] += seconds
+            self.counts[kind] += 1
+            phase = next((marker for marker in self._open if marker in PHASES), OUTSIDE)
+            self.phases[phase] += seconds
+        return result
+
+
+OUTSIDE = "outside the phases (batches, loop, hooks)"
+
+
+def profiled(run: Callable[[], None], wall: float) -> tuple[dict[str, float], dict[str, float], dict[str, int]]:
+    """Time ``run()``'s ops: seconds per op kind, op seconds per engine phase, op counts.
+
+    The overhead row is what the ops leave of ``wall``, the unprofiled run's seconds.
+    """
+    with _OpTimer() as timer:
         run()
-        wall = time.perf_counter() - start
-    by_kind: dict[str, float] = defaultdict(float)
-    counts: dict[str, int] = defaultdict(int)
-    phases: dict[str, float] = defaultdict(float)
-    for event in profiler.events():
-        if event.name in PHASES:
-            phases[event.name] += event.cpu_time_total / 1e6
-        elif event.name.startswith("aten::") or event.name.startswith("mkldnn"):
-            by_kind[kind_of(event.name)] += event.self_cpu_time_total / 1e6
-            counts[kind_of(event.name)] += 1
+    by_kind = dict(timer.by_kind)
     by_kind[OVERHEAD] = wall - sum(by_kind.values())
-    phases["outside the phases (batches, loop, hooks)"] = wall - sum(phases.values())
-    return wall, dict(by_kind), dict(phases), dict(counts)
+    return by_kind, dict(timer.phases), dict(timer.counts)
 
 
 def print_profile(label: str, run: Callable[[], None], steps: int) -> None:
-    """Print where ``run()``'s time goes, per step: by op kind (share, ms, ops) and by engine phase."""
+    """Print where ``run()``'s time goes, per step: by op kind (share, ms, ops) and the ops' time by engine phase."""
     run()  # warm-up: the first run pays one-time costs (vmap's and peft's first calls, allocations)
     start = time.perf_counter()
     run()
-    plain = time.perf_counter() - start
-    wall, by_kind, phases, counts = profiled(run)
-    print(
-        f"profile: {label}: {steps} steps, {1e3 * plain / steps:.2f} ms/step unprofiled, "
-        f"{1e3 * wall / steps:.2f} ms/step under the profiler (its own cost per op lands in the overhead row)"
-    )
+    wall = time.perf_counter() - start
+    by_kind, phases, counts = profiled(run, wall)
+    print(f"profile: {label}: {steps} steps, {1e3 * wall / steps:.2f} ms/step unprofiled; each op timed in another run")
+    print("  (the overhead row is what the timed ops leave of the unprofiled time; below 0, the ops ran slower timed)")
     for kind, seconds in sorted(by_kind.items(), key=lambda item: -item[1]):
         ops = f"{counts[kind] / steps:6.0f} ops/step" if kind in counts else " " * 15
         print(f"    {kind:<44} {100 * seconds / wall:5.1f}%  {1e3 * seconds / steps:8.3f} ms/step  {ops}")
-    print("  by phase:")
+    print("  the ops' time by phase:")
     for phase, seconds in phases.items():
         print(f"    {phase:<44} {100 * seconds / wall:5.1f}%  {1e3 * seconds / steps:8.3f} ms/step")

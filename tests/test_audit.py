@@ -24,6 +24,9 @@ def test_default_audit_finds_noise_free_lora_fa_not_private(tmp_path, capsys):
     assert len(numbers["auc_ci95"]) == 2 and numbers["auc_ci95"][0] <= numbers["auc"] <= numbers["auc_ci95"][1]
     for name in ("summary.json", "scores.csv", "roc.png", "roc_loglog.png", "report.md"):
         assert (tmp_path / name).stat().st_size > 0
+    # The run's ROCs are the report's, drawn once.
+    assert (tmp_path / "roc.png").read_bytes() == (tmp_path / "report_roc_linear_0.png").read_bytes()
+    assert (tmp_path / "roc_loglog.png").read_bytes() == (tmp_path / "report_roc_0.png").read_bytes()
     rows = (tmp_path / "scores.csv").read_text().splitlines()
     assert rows[0] == "model_id,membership,score,test_accuracy" and len(rows) == 257
 

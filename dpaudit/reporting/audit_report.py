@@ -277,17 +277,17 @@ def _planted_bugs(entries: list[RunEntry]) -> list[str]:
 
 def figures(entries: list[RunEntry]) -> list[tuple[str, str, bytes]]:
     """(file name, caption, png) of every figure, in report order."""
-    figures = []
+    drawn = []
     for i, entry in enumerate(entries):
-        figures.append((f"report_roc_linear_{i}.png", f"ROC, {entry.label}", roc_figure(entry, loglog=False)))
-        figures.append((f"report_roc_{i}.png", f"ROC (log-log), {entry.label}", roc_figure(entry, loglog=True)))
-        figures.append((f"report_scores_{i}.png", f"IN vs OUT scores, {entry.label}", histogram_figure(entry)))
+        drawn.append((f"report_roc_linear_{i}.png", f"ROC, {entry.label}", roc_figure(entry, loglog=False)))
+        drawn.append((f"report_roc_{i}.png", f"ROC (log-log), {entry.label}", roc_figure(entry, loglog=True)))
+        drawn.append((f"report_scores_{i}.png", f"IN vs OUT scores, {entry.label}", histogram_figure(entry)))
     if len(entries) > 1:
-        figures.append(("report_epsilon.png", "empirical against analytic ε", epsilon_figure(entries)))
+        drawn.append(("report_epsilon.png", "empirical against analytic ε", epsilon_figure(entries)))
     parameter = _varying_parameter(entries)
     if parameter is not None:
-        figures.append(("report_sweep.png", f"ε and AUC against {parameter}", sweep_figure(entries, parameter)))
-    return figures
+        drawn.append(("report_sweep.png", f"ε and AUC against {parameter}", sweep_figure(entries, parameter)))
+    return drawn
 
 
 def _html(entries: list[RunEntry], rows: list[dict[str, str]], figures) -> str:

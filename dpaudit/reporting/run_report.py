@@ -45,7 +45,7 @@ def write_run(analysis: CampaignAnalysis, out: Path) -> dict:
     entry = audit_report.RunEntry(out, numbers, analysis)
     drawn = audit_report.figures([entry])
     png = {name: image for name, _, image in drawn}
-    # The report's ROCs, drawn once: rendering is a tenth of the default audit's wall time.
+    # The report's ROCs, drawn once: a figure takes 0.15-0.6 s to render (docs/performance.md §11).
     write_file(out, "roc.png", png["report_roc_linear_0.png"])
     write_file(out, "roc_loglog.png", png["report_roc_0.png"])
     audit_report.write_entries([entry], out, drawn)
