@@ -155,6 +155,9 @@ def kind_of(op: str) -> str:
     return "other"
 
 
+OUTSIDE = "outside the phases (batches, loop, hooks)"
+
+
 class _OpTimer(TorchDispatchMode):
     """Seconds and calls per op kind, and op seconds per engine phase (the phase marker open around the op)."""
 
@@ -181,9 +184,6 @@ class _OpTimer(TorchDispatchMode):
             phase = next((marker for marker in self._open if marker in PHASES), OUTSIDE)
             self.phases[phase] += seconds
         return result
-
-
-OUTSIDE = "outside the phases (batches, loop, hooks)"
 
 
 def profiled(run: Callable[[], None], wall: float) -> tuple[dict[str, float], dict[str, float], dict[str, int]]:

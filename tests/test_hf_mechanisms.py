@@ -23,7 +23,7 @@ from dpaudit.campaign.store import RunStore
 from dpaudit.cli import main
 from dpaudit.config import CampaignConfig
 from dpaudit.data import text
-from dpaudit.reporting import audit_report, run_report
+from dpaudit.reporting import audit_report
 from dpaudit.seeding import shadow_randomness
 from dpaudit.training import engine
 from tests.test_hf_models import _token_arrays, bert, llama
@@ -108,9 +108,9 @@ def test_every_lora_mechanism_trains_each_layer_peft_adapts(
     layer's trained LoRA factors (lora-fa: B, A frozen; dp-lora, prism: A and B; dp-lora-fa: B) differ from their
     start in every model.
     """
-    # The report's plots are tests/test_report.py's; drawing them costs about a second each.
-    for module in (run_report, audit_report):
-        monkeypatch.setattr(module, "figure_png", lambda draw, **options: b"")
+    # The report's plots are tests/test_report.py's; drawing them costs about a second each (run_report draws
+    # through audit_report).
+    monkeypatch.setattr(audit_report, "figure_png", lambda draw, **options: b"")
     class_name, config_values, layers, head = _MODELS[model]
     dataset_spec = f"npz:{data_files / 'tokens.npz'}" if model == "bert" else f"text:{data_files / 'corpus.txt'}"
     out = tmp_path / "run"
