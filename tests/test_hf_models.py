@@ -318,6 +318,35 @@ def test_conv1d_layers_are_adapted_and_the_batched_engine_equals_a_per_model_loo
         torch.testing.assert_close(tensor, looped.trainable[name], atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("mechanism", [lora_fa(), dp_sgd("dp-lora", 1.0, 1.0)], ids=lambda m: m.name)
+def test_a_gpt2_with_fused_attention_trains_as_its_eager_twin_without_vmaps_per_model_fallback(mechanism):
+    """sdpa, transformers' default attention, has no vmap rule: the engine's copies attend eagerly, the same bits."""
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(16, size=(12, 8)), rng.integers(16, size=(12, 8))
+    membership = rng.random((2, 12)) < 0.7
+    randomness = shadow_randomness(0, np.arange(2))
+    settings = sampling.TrainingConfig(epochs=1, batch_size=4, lr=0.5)
+    spec = models.LoraSpec(2, targets=tuple(_GPT2_BLOCK))
+    trained = {}
+    for implementation in ("sdpa", "eager"):
+        base = gpt2((8,), 16).eval().requires_grad_(False)
+        base.set_attn_implementation(implementation)
+        shadow = engine.build(base, mechanism.parameterization, spec, randomness, _CPU)
+        assert base.config._attn_implementation == implementation  # the caller's model is left as it is
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message=".*performance drop because we have not yet implemented")
+            trained[implementation] = engine.train(shadow, mechanism, x, y, membership, randomness, settings)
+    for name, tensor in trained["eager"].trainable.items():
+        assert torch.equal(trained["sdpa"].trainable[name], tensor), name
+
+
+def test_a_model_without_transformers_attention_is_used_as_it_is():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 2))
+    assert models.hugging_face.eager_attention(model) is model
+    eager = gpt2((8,), 16)
+    assert models.hugging_face.eager_attention(eager) is eager
+
+
 def test_factored_per_example_gradients_of_conv1d_adapters_are_exact():
     """DP-LoRA's factored per-example gradients on GPT-2's Conv1D adapters equal vmap(grad)'s, in float64."""
     shadow = _gpt2_lora("lora", models_count=2)

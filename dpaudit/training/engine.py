@@ -135,13 +135,15 @@ def build(
     """K = len(randomness) copies of the pretrained ``base`` ready to fine-tune with ``parameterization``.
 
     LoRA factors start as in [W] App. E: ``lora_A`` i.i.d. N(0, 1/r) from each model's "init" stream (frozen
-    under ``lora-fa``, trained under ``lora``), ``lora_B = 0`` so every model starts at the base function.
+    under ``lora-fa``, trained under ``lora``), ``lora_B = 0`` so every model starts at the base function. A
+    transformers model attends eagerly in the copies (:func:`dpaudit.models.hugging_face.eager_attention`).
     """
     if parameterization not in model_lib.PARAMETERIZATIONS:
         raise UsageError(
             f"unknown parameterization {parameterization!r}: use one of {', '.join(model_lib.PARAMETERIZATIONS)}"
         )
     k = len(randomness)
+    base = model_lib.hugging_face.eager_attention(base)  # vmap has no batching rule for torch's fused attention
     if parameterization == "full":
         module = base
         # A tied weight (GPT-2's lm_head is its token embedding) is trained under the one name named_parameters
