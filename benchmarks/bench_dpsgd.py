@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import time
 import warnings
 
@@ -41,7 +42,7 @@ OPACUS_MODES = ("hooks", "ew", "ghost")
 
 
 def opacus_loop(
-    base: nn.Module,
+    shadow: engine.ShadowModels,
     x: np.ndarray,
     y: np.ndarray,
     membership: np.ndarray,
@@ -52,11 +53,13 @@ def opacus_loop(
     clip: float,
     mode: str,
 ) -> None:
-    """DP-SGD of each model in turn with opacus, on the engine's Poisson batches (adapted weights trained).
+    """DP-SGD of each of ``shadow``'s models in turn with opacus, on the engine's Poisson batches.
 
-    ``mode`` is opacus's per-sample gradient method: ``hooks`` (GradSampleModule, opacus's default), ``ew``
-    (torch's expanded weights) or ``ghost`` (ghost clipping: per-sample norms without per-sample gradients, and a
-    second backward pass, as the engine's factored clipping). All three give the same update (checked: 3e-8).
+    Model k is ``shadow.module`` with its tensors ``frozen[k]`` and ``trainable[k]``, the latter trained (an MLP's
+    adapted weights, a transformer's LoRA factors), on the task's mean loss. ``mode`` is opacus's per-sample gradient
+    method: ``hooks`` (GradSampleModule, opacus's default), ``ew`` (torch's expanded weights) or ``ghost`` (ghost
+    clipping: per-sample norms without per-sample gradients, and a second backward pass, as the engine's factored
+    clipping; classifiers only, through its cross-entropy criterion). All three give the same update (checked: 3e-8).
     """
     from opacus import GradSampleModule
     from opacus.grad_sample import GradSampleModuleExpandedWeights, GradSampleModuleFastGradientClipping
@@ -64,31 +67,38 @@ def opacus_loop(
     from opacus.utils.fast_gradient_clipping_utils import DPLossFastGradientClipping
 
     inputs, labels = torch.from_numpy(x), torch.from_numpy(y)
-    weights = {f"{name}.weight" for name in models.adapted_layers(base)}
-    for k in range(len(randomness)):
-        module = copy.deepcopy(base).train()
-        for name, p in module.named_parameters():
-            p.requires_grad_(name in weights)
-        if mode == "ghost":
-            sampled = GradSampleModuleFastGradientClipping(module, max_grad_norm=clip, use_ghost_clipping=True)
-        else:
-            sampled = GradSampleModule(module) if mode == "hooks" else GradSampleModuleExpandedWeights(module)
-        sgd = torch.optim.SGD(
-            [p for p in sampled.parameters() if p.requires_grad], lr=config.lr, momentum=config.momentum
-        )
-        optimiser = (DPOptimizerFastGradientClipping if mode == "ghost" else DPOptimizer)(
-            sgd, noise_multiplier=noise, max_grad_norm=clip, expected_batch_size=layout.expected_batch_size
-        )
-        criterion = nn.CrossEntropyLoss()
-        if mode == "ghost":
-            criterion = DPLossFastGradientClipping(sampled, optimiser, criterion, "mean")
-        for index, weight in sampling.poisson_batches(
-            membership[k : k + 1], randomness[k : k + 1], layout, config.epochs
-        ):
-            batch = torch.from_numpy(index[0][weight[0] > 0])
-            optimiser.zero_grad()
-            criterion(sampled(inputs[batch]), labels[batch]).backward()
-            optimiser.step()
+    task = models.task_of(shadow.module)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", module="opacus")  # secure-RNG advice, irrelevant to timing
+        warnings.filterwarnings("ignore", message="Full backward hook")  # opacus's hooks on a model without input grads
+        for k in range(len(randomness)):
+            module = copy.deepcopy(shadow.module).train()  # opacus records activations in training mode only
+            parameters = dict(module.named_parameters())
+            with torch.no_grad():
+                for name, tensor in {**shadow.frozen, **shadow.trainable}.items():
+                    parameters[name].copy_(tensor[k])
+            for name, p in parameters.items():
+                p.requires_grad_(name in shadow.trainable)
+            if mode == "ghost":
+                sampled = GradSampleModuleFastGradientClipping(module, max_grad_norm=clip, use_ghost_clipping=True)
+            else:
+                sampled = GradSampleModule(module) if mode == "hooks" else GradSampleModuleExpandedWeights(module)
+            sgd = torch.optim.SGD(
+                [p for p in sampled.parameters() if p.requires_grad], lr=config.lr, momentum=config.momentum
+            )
+            optimiser = (DPOptimizerFastGradientClipping if mode == "ghost" else DPOptimizer)(
+                sgd, noise_multiplier=noise, max_grad_norm=clip, expected_batch_size=layout.expected_batch_size
+            )
+            loss = functools.partial(models.mean_loss, task)
+            if mode == "ghost":
+                loss = DPLossFastGradientClipping(sampled, optimiser, nn.CrossEntropyLoss(), "mean")
+            for index, weight in sampling.poisson_batches(
+                membership[k : k + 1], randomness[k : k + 1], layout, config.epochs
+            ):
+                batch = torch.from_numpy(index[0][weight[0] > 0])
+                optimiser.zero_grad()
+                loss(models.forward(sampled, inputs[batch]), labels[batch]).backward()
+                optimiser.step()
 
 
 def best_seconds(trainers: dict, count: int, repeats: int) -> dict[str, float]:
@@ -121,8 +131,6 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, nargs="+", default=[128, 128], help="MLP hidden widths")
     parser.add_argument("--parts", type=int, nargs="+", choices=(1, 2), default=[1, 2], help="which parts to run")
     args = parser.parse_args()
-    warnings.filterwarnings("ignore", module="opacus")  # secure-RNG advice, irrelevant to timing
-    warnings.filterwarnings("ignore", message="Full backward hook")  # opacus hooks on a model without input grads
 
     dataset = data.digits()
     base = models.pretrain(models.mlp(64, 10, tuple(args.hidden)), dataset.public.x, dataset.public.y)
@@ -144,7 +152,9 @@ def main() -> None:
 
     def per_model(mode: str):
         def train(count: int) -> None:
-            opacus_loop(base, x, y, membership[:count], randomness[:count], layout, config, args.noise, args.clip, mode)
+            shadow = engine.build(base, "full", None, randomness[:count], torch.device("cpu"))
+            rows = membership[:count], randomness[:count]
+            opacus_loop(shadow, x, y, *rows, layout, config, args.noise, args.clip, mode)
 
         return train
 

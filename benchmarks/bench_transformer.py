@@ -1,10 +1,12 @@
 """Batched engine vs a plain per-model loop on the byte-level transformer: models/s and the ratio.
 
 Both train the same models (same seeds, batches, SGD) on sequences of the embedded corpus (``--dataset text``),
-non-private, with the next-token loss. Each side's time is the fastest of ``--repeats`` runs, taking turns, after
+non-private, with the next-token loss. Then the DP-SGD baseline on the same factors (dp-lora for lora, dp-lora-fa
+for lora-fa; σ = 1, C = 1, Poisson batches from each model's stream): the batched engine against opacus's default
+per-model loop (:func:`bench_dpsgd.opacus_loop`, hooks), which trains each model on its own batch where the engine
+pads every model's to the same width. Each side's time is the fastest of ``--repeats`` runs, taking turns, after
 an untimed run of two models (:func:`bench_dpsgd.best_seconds`: the side timed first no longer pays the process's
-first-call costs). The base is a randomly initialised transformer: pretraining it would
-change no timing.
+first-call costs). The base is a randomly initialised transformer: pretraining it would change no timing.
 
 .venv/bin/python benchmarks/bench_transformer.py [--models 16] [--epochs 1] [--parameterization lora] [--repeats 3]
     [--profile]
@@ -21,7 +23,7 @@ import functools
 
 import numpy as np
 import torch
-from bench_dpsgd import best_seconds  # the benchmarks folder is on sys.path when run as a script
+from bench_dpsgd import best_seconds, opacus_loop  # the benchmarks folder is on sys.path when run as a script
 from step_profile import print_profile
 
 from dpaudit import models, seeding
@@ -87,8 +89,26 @@ def main() -> None:
         f"ratio batched / per-model loop: {rates['batched'] / rates['per-model loop']:.2f}x  "
         f"(max weight difference {gap:.1e})"
     )
+    dp_name = next(name for name, p in DP_SGD_PARAMETERIZATIONS.items() if p == args.parameterization)
+    poisson = sampling.PoissonLayout.for_members(len(y), config.batch_size)
+
+    def dp_batched(count: int) -> None:
+        shadow = engine.build(base, args.parameterization, spec, randomness[:count], torch.device("cpu"))
+        engine.train(shadow, dp_sgd(dp_name, 1.0, 1.0), x, y, membership[:count], randomness[:count], config)
+
+    def dp_opacus(count: int) -> None:
+        shadow = engine.build(base, args.parameterization, spec, randomness[:count], torch.device("cpu"))
+        opacus_loop(shadow, x, y, membership[:count], randomness[:count], poisson, config, 1.0, 1.0, "hooks")
+
+    seconds = best_seconds({"batched": dp_batched, "opacus loop": dp_opacus}, args.models, args.repeats)
+    dp_rates = {name: args.models / value for name, value in seconds.items()}
+    for name, rate in dp_rates.items():
+        print(f"{name:>15}: {rate:8.2f} models/s  ({dp_name}, σ = 1, C = 1, {setting})")
+    print(
+        f"ratio batched / opacus per-model loop ({dp_name}): {dp_rates['batched'] / dp_rates['opacus loop']:.2f}x  "
+        f"(Poisson batches of {poisson.expected_batch_size} expected, the engine's padded to {poisson.width})"
+    )
     if args.profile:
-        dp_name = next(name for name, p in DP_SGD_PARAMETERIZATIONS.items() if p == args.parameterization)
         for name, profiled_mechanism in ((args.parameterization, mechanism), (dp_name, dp_sgd(dp_name, 1.0, 1.0))):
             shadow = engine.build(base, args.parameterization, spec, randomness, torch.device("cpu"))
             print_profile(
