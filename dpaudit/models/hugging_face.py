@@ -13,7 +13,7 @@ import functools
 import inspect
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -178,7 +178,7 @@ def eager_attention(model: nn.Module) -> nn.Module:
     model = copy.deepcopy(model)
     for module in model.modules():
         if _attention(module) not in (None, "eager"):  # after an outer model's switch its submodels attend eagerly
-            module.set_attn_implementation("eager")
+            cast(Any, module).set_attn_implementation("eager")  # a transformers PreTrainedModel
     return model
 
 
