@@ -180,23 +180,21 @@ def test_a_convolution_adapter_with_padded_channels_computes_peft_s_numbers(rank
 
 
 _DP_SGD = dp_sgd("dp-lora-fa", 1.0, 1.0)
-_PER_EXAMPLE_CONVOLUTION_ROUNDING = pytest.mark.xfail(
-    strict=True,
-    reason="known: DP-SGD's per-example gradients of a CNN (nested vmap(grad), materialised) round otherwise for a"
-    " model trained alone than with others, in the last bits (docs/performance.md §8)",
-)
 
 
 @pytest.mark.parametrize(
-    "mechanism,alone",
+    "mechanism,alone,exact",
     [
-        (lora_fa(), slice(1, 3)),
-        (lora_fa(), slice(1, 2)),
-        (_DP_SGD, slice(1, 3)),
-        pytest.param(_DP_SGD, slice(1, 2), marks=_PER_EXAMPLE_CONVOLUTION_ROUNDING),
+        (lora_fa(), slice(1, 3), True),
+        (lora_fa(), slice(1, 2), True),
+        (_DP_SGD, slice(1, 3), True),
+        # DP-SGD's per-example gradients of a CNN (nested vmap(grad), materialised) round otherwise for a model
+        # trained alone than with others on some machines, in the last bits (docs/performance.md §8, §12); on
+        # others they give the same bits. Either way no more than rounding.
+        (_DP_SGD, slice(1, 2), False),
     ],
 )
-def test_a_cnn_model_does_not_depend_on_its_batch_companions(mechanism, alone):
+def test_a_cnn_model_does_not_depend_on_its_batch_companions(mechanism, alone, exact):
     """Seed CNN (its base convolutions run once over all models' images): with 3 others equals alone or with 1."""
     base = models.seed_cnn(3, 10, image_size=8, hidden=16)
     models.initialise(base, 0)
@@ -222,7 +220,10 @@ def test_a_cnn_model_does_not_depend_on_its_batch_companions(mechanism, alone):
     ]
     for name, together in trained[0].trainable.items():
         assert together[alone].abs().max() > 0
-        assert torch.equal(together[alone], trained[1].trainable[name])
+        if exact:
+            assert torch.equal(together[alone], trained[1].trainable[name])
+        else:
+            torch.testing.assert_close(trained[1].trainable[name], together[alone], rtol=1e-5, atol=1e-7)
 
 
 # Run in a fresh interpreter: in the suite's worker an earlier test can leave a free 40 MiB hole inside the heap,
