@@ -176,10 +176,15 @@ def eager_attention(model: nn.Module) -> nn.Module:
     if all(_attention(module) in (None, "eager") for module in model.modules()):
         return model
     model = copy.deepcopy(model)
+    attend_eagerly(model)
+    return model
+
+
+def attend_eagerly(model: nn.Module) -> None:
+    """:func:`eager_attention` in place, on a model dpaudit owns (a copy): nothing where no module attends otherwise."""
     for module in model.modules():
         if _attention(module) not in (None, "eager"):  # after an outer model's switch its submodels attend eagerly
             cast(Any, module).set_attn_implementation("eager")  # a transformers PreTrainedModel
-    return model
 
 
 def _attention(module: nn.Module) -> str | None:

@@ -143,9 +143,9 @@ def build(
             f"unknown parameterization {parameterization!r}: use one of {', '.join(model_lib.PARAMETERIZATIONS)}"
         )
     k = len(randomness)
-    base = model_lib.hugging_face.eager_attention(base)  # vmap has no batching rule for torch's fused attention
     if parameterization == "full":
-        module = base
+        # vmap has no batching rule for torch's fused attention; a copy only where the attention is switched
+        module = base = model_lib.hugging_face.eager_attention(base)
         # A tied weight (GPT-2's lm_head is its token embedding) is trained under the one name named_parameters
         # gives it; functional_call ties its other names to it.
         names = {id(p): name for name, p in base.named_parameters()}
@@ -156,7 +156,8 @@ def build(
         return ShadowModels(module, base_views, trainable)
     if lora is None:
         raise UsageError(f"parameterization {parameterization!r} needs a LoRA rank")
-    module = model_lib.attach_lora(base, lora)
+    module = model_lib.attach_lora(base, lora)  # a copy
+    model_lib.hugging_face.attend_eagerly(module)
     tensors = {name: p.detach() for name, p in module.named_parameters()}
     a_names = [name for name in tensors if ".lora_A." in name]
     generators = [model.torch("init") for model in randomness]
