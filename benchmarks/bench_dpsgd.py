@@ -24,7 +24,6 @@ intra-op thread that thread has the second core to itself; with two, OpenMP's sp
 from __future__ import annotations
 
 import argparse
-import copy
 import functools
 import time
 import warnings
@@ -72,13 +71,7 @@ def opacus_loop(
         warnings.filterwarnings("ignore", module="opacus")  # secure-RNG advice, irrelevant to timing
         warnings.filterwarnings("ignore", message="Full backward hook")  # opacus's hooks on a model without input grads
         for k in range(len(randomness)):
-            module = copy.deepcopy(shadow.module).train()  # opacus records activations in training mode only
-            parameters = dict(module.named_parameters())
-            with torch.no_grad():
-                for name, tensor in {**shadow.frozen, **shadow.trainable}.items():
-                    parameters[name].copy_(tensor[k])
-            for name, p in parameters.items():
-                p.requires_grad_(name in shadow.trainable)
+            module = shadow.model(k).train()  # opacus records activations in training mode only
             if mode == "ghost":
                 sampled = GradSampleModuleFastGradientClipping(module, max_grad_norm=clip, use_ghost_clipping=True)
             else:

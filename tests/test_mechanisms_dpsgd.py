@@ -39,17 +39,11 @@ def _opacus_grad_samples(shadow: engine.ShadowModels, x: torch.Tensor, y: torch.
     """Opacus's per-sample gradients of model 0 of ``shadow``; summed loss, so no 1/b scaling to undo."""
     from opacus import GradSampleModule
 
-    module = copy.deepcopy(shadow.module).train()  # opacus records activations in training mode only
+    module = shadow.model(0).train()  # opacus records activations in training mode only
     # peft's own layers: opacus records per-sample gradients through module calls, and our forward runs a
     # convolution adapter's B as matrix products (models._channel_padded_update), the same function.
     for layer in module.modules():
         vars(layer).pop("forward", None)
-    params = dict(module.named_parameters())
-    with torch.no_grad():
-        for name, value in {n: t[0] for n, t in {**shadow.frozen, **shadow.trainable}.items()}.items():
-            params[name].copy_(value)
-    for name, p in params.items():
-        p.requires_grad_(name in shadow.trainable)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # opacus warns about the secure RNG it is not asked to use here
         sampled = GradSampleModule(module, loss_reduction="sum")

@@ -136,16 +136,9 @@ def _per_example_loop(shadow, x, y):
         name: torch.zeros(len(x), x.shape[1], *t.shape[1:], dtype=t.dtype) for name, t in shadow.trainable.items()
     }
     for k in range(len(x)):
-        module = copy.deepcopy(shadow.module)
+        module = shadow.model(k)
         params = dict(module.named_parameters())
-        with torch.no_grad():
-            for name, value in {**shadow.frozen, **shadow.trainable}.items():
-                params[name].copy_(value[k])
         trained = [params[name] for name in shadow.trainable]
-        for p in params.values():
-            p.requires_grad_(False)
-        for p in trained:
-            p.requires_grad_(True)
         for i in range(x.shape[1]):
             loss = models.mean_loss("next-token", module(x[k, i : i + 1]), y[k, i : i + 1])
             for name, g in zip(shadow.trainable, torch.autograd.grad(loss, trained)):

@@ -124,6 +124,17 @@ class ShadowModels:
     def n_models(self) -> int:
         return next(iter(self.trainable.values())).shape[0]
 
+    def model(self, k: int) -> nn.Module:
+        """Model k as a plain module: a deep copy of ``module`` holding its tensors, only the trained ones trainable."""
+        module = copy.deepcopy(self.module)
+        parameters = dict(module.named_parameters())
+        with torch.no_grad():
+            for name, tensor in {**self.frozen, **self.trainable}.items():
+                parameters[name].copy_(tensor[k])
+        for name, parameter in parameters.items():
+            parameter.requires_grad_(name in self.trainable)
+        return module
+
 
 def build(
     base: nn.Module,
@@ -406,14 +417,8 @@ def train_sequentially(
     task = model_lib.task_of(shadow.module)
     trained: dict[str, list[torch.Tensor]] = {name: [] for name in shadow.trainable}
     for k in range(shadow.n_models):
-        module = copy.deepcopy(shadow.module)
-        values = {n: t[k] for n, t in {**shadow.frozen, **shadow.trainable}.items()}
+        module = shadow.model(k)
         params = dict(module.named_parameters())
-        with torch.no_grad():
-            for name, value in values.items():
-                params[name].copy_(value)
-        for name, p in params.items():
-            p.requires_grad_(name in shadow.trainable)
         optimiser = optimiser_of([params[n] for n in shadow.trainable], config, fused=False)
         schedule = (
             torch.optim.lr_scheduler.CosineAnnealingLR(
