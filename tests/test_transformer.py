@@ -16,6 +16,7 @@ from dpaudit.data import text
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms.dpsgd import dp_sgd
 from dpaudit.mechanisms.nonprivate import NonPrivate
+from dpaudit.mechanisms.prism import PrismMechanism
 from dpaudit.models.transformer import CausalTransformer
 from dpaudit.training import engine, sampling
 from dpaudit.training import gradients as example_gradients
@@ -238,6 +239,56 @@ def test_a_float32_transformer_does_not_depend_on_its_batch_companions(setting, 
         assert value.dtype == torch.float32
         assert torch.equal(together.trainable[name][1:2], value), name
     assert torch.equal(engine.logits(together, x)[1:2], engine.logits(alone, x))  # scoring too
+
+
+@pytest.mark.parametrize(
+    "mechanism",
+    [
+        NonPrivate(parameterization="lora-fa"),
+        # A clip norm that clips every example, so that each one's norm counts
+        dp_sgd("dp-lora", 1.0, 1e-3),
+        dp_sgd("dp-lora-fa", 1.0, 1e-3),
+        PrismMechanism(1.0, 1e-3),  # transformed norms of the grouped per-example gradients
+    ],
+    ids=["lora-fa", "dp-lora", "dp-lora-fa", "prism"],
+)
+def test_training_a_group_of_models_at_a_time_changes_no_bit(setting, mechanism, monkeypatch):
+    """Each step's passes over groups of 1 or 2 of 3 models give the models of one pass over all 3, bit for bit.
+
+    Poisson steps of two blocks too (a narrow first block), so groups and blocks nest; None is the automatic
+    choice, with a pass's positions lowered so that it groups these short sequences by 2.
+    """
+    base, x, y, membership = setting
+    base = copy.deepcopy(base).float()
+    monkeypatch.setattr(sampling, "_FIRST_BLOCK_OVERFLOW", 0.5)
+    config = sampling.TrainingConfig(epochs=1, batch_size=8, lr=0.1, momentum=0.9)
+    randomness = seeding.shadow_randomness(5, range(len(membership)))
+
+    def trained(models_per_group: int | None) -> engine.ShadowModels:
+        shadow = engine.build(base, mechanism.parameterization, models.LoraSpec(4), randomness, torch.device("cpu"))
+        return engine.train(shadow, mechanism, x, y, membership, randomness, config, models_per_group=models_per_group)
+
+    together = trained(3)
+    monkeypatch.setattr(engine, "_POSITIONS_PER_PASS", 2 * 8 * LENGTH)  # two models' batches of 8 sequences
+    assert engine._models_per_pass(torch.zeros(3, 8, LENGTH, dtype=torch.long)) == 2
+    assert engine._models_per_pass(torch.zeros(3, 8, LENGTH)) is None  # not token ids: one pass
+    for models_per_group in (1, 2, None):
+        grouped = trained(models_per_group)
+        for name, value in together.trainable.items():
+            assert torch.equal(grouped.trainable[name], value), (models_per_group, name)
+    moved = engine.build(base, mechanism.parameterization, models.LoraSpec(4), randomness, torch.device("cpu"))
+    assert any(not torch.equal(moved.trainable[name], value) for name, value in together.trainable.items())
+
+
+@pytest.mark.parametrize(
+    "n_models,models_per_group,sizes",
+    [(16, None, [16]), (16, 4, [4, 4, 4, 4]), (16, 5, [4, 4, 4, 4]), (7, 5, [4, 3]), (3, 8, [3]), (5, 1, [1] * 5)],
+)
+def test_model_groups_are_as_few_and_as_equal_as_the_cap_allows(n_models, models_per_group, sizes):
+    groups = engine.model_groups(n_models, models_per_group)
+    assert [group.stop - group.start for group in groups] == sizes
+    assert groups[0].start == 0 and groups[-1].stop == n_models
+    assert all(a.stop == b.start for a, b in zip(groups, groups[1:]))
 
 
 def test_attention_adds_minus_infinity_above_the_diagonal_as_masking_would_bit_for_bit():

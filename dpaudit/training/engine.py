@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import math
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -29,10 +30,12 @@ from dpaudit.mechanisms.base import Mechanism, Step
 from dpaudit.seeding import ModelRandomness
 from dpaudit.training.gradients import (
     BlockedExampleGradients,
+    GroupedExampleGradients,
     example_gradient_function,
     gradient_function,
     shared_base,
     shared_layers_of,
+    token_sequences,
 )
 from dpaudit.training.sampling import BatchLayout, PoissonLayout, TrainingConfig, poisson_batches, shuffled_batches
 
@@ -245,6 +248,7 @@ def train(
     layout: BatchLayout | None = None,
     on_step: Callable[[int], None] | None = None,
     canaries: StepObserver | None = None,
+    models_per_group: int | None = None,
 ) -> ShadowModels:
     """Fine-tune the K models of ``shadow`` in place on their members of the pool (x, y) with ``mechanism``.
 
@@ -267,6 +271,9 @@ def train(
             campaign passes its own so that chunking does not matter).
         on_step: called with the step index (0, 1, … over all epochs) after each step, e.g. for a progress bar.
         canaries: gradient canaries appended to the steps' examples and observed (a :class:`StepObserver`).
+        models_per_group: at most how many of the K models a forward and backward pass computes, the others
+            following in further passes of the same step; None: chosen by the inputs (:func:`_models_per_pass`).
+            Changes no model's numbers, only the step's speed.
 
     Returns:
         ``shadow`` itself, its ``trainable`` tensors replaced by the trained ones (detached), and with the
@@ -308,15 +315,8 @@ def train(
     gradients = step_gradient_function(shadow, mechanism)
     for step, (weight_t, examples) in enumerate(background.ahead(_gathered(batches, x, y, blocks, device))):
         with record_function(FORWARD_BACKWARD):
-            parts = tuple(
-                gradients(params, shadow.frozen, block_x, block_y, weight_t[:, block])
-                for block, block_x, block_y in examples
-            )
-        grads = (
-            parts[0]
-            if len(parts) == 1
-            else BlockedExampleGradients(parts, tuple(block.stop - block.start for block, _, _ in examples))
-        )
+            groups = model_groups(shadow.n_models, models_per_group or _models_per_pass(examples[0][1]))
+            grads = _step_gradients(gradients, params, shadow.frozen, weight_t, examples, groups)
         # The mechanism's arithmetic (clipping, sums, noise, PRISM's algebra) in the weights' precision: bf16
         # autocast (--precision bf16) is for the model's forward and backward passes only.
         with torch.autocast(device.type, enabled=False):
@@ -348,6 +348,64 @@ def train(
         shadow.canary_observations = canaries.finish(params)
     shadow.trainable = {name: p.detach() for name, p in params.items()}
     return shadow
+
+
+def model_groups(n_models: int, models_per_group: int | None) -> list[slice]:
+    """The consecutive groups of models a step's passes take in turn, as equal in size as can be.
+
+    As few groups as hold at most ``models_per_group`` models each (None: one group). Equal sizes because a
+    batched GEMM splits its K products between threads: a lone model in the last group leaves a thread idle
+    (measured: groups of 5 or 3 of 16 transformers, at 2 threads, were slower than of 4 or 8).
+    """
+    groups = 1 if models_per_group is None else math.ceil(n_models / max(1, models_per_group))
+    size = math.ceil(n_models / groups)
+    return [slice(start, min(start + size, n_models)) for start in range(0, n_models, size)]
+
+
+# Token positions that one forward and backward pass over a group of sequence models computes at most
+# (docs/performance.md §13).
+_POSITIONS_PER_PASS = 2**14
+
+
+def _models_per_pass(inputs: torch.Tensor) -> int | None:
+    """How many models one pass of a step on ``inputs`` (K, width, ...) computes: None for all K.
+
+    Token sequences ((K, b, T) ids): as many as hold :data:`_POSITIONS_PER_PASS` positions. The byte-level
+    transformer's DP-SGD step (16 models, 3136 positions a model) ran 1.2-1.4x faster in groups of 4 than in one
+    pass, the noise-free one (2048 a model) as fast in groups of 8: a pass's activations then stay in the caches.
+    Other inputs: all K, which the MLP needs (groups of 8 of 32 models were 1.5x slower) and the seed CNN does not
+    mind.
+    """
+    if not token_sequences(inputs):
+        return None
+    return max(1, _POSITIONS_PER_PASS // math.prod(inputs.shape[1:]))
+
+
+def _step_gradients(gradients, params, frozen, weight_t, examples, groups: list[slice]):
+    """One step's gradients of the K models, a group of models and a block of examples at a time.
+
+    Per-example gradients come back as one :class:`PerExampleGradients` (blocks joined along the examples, groups
+    along the models); batch gradients as (K, ...) tensors.
+    """
+    widths = tuple(block.stop - block.start for block, _, _ in examples)
+    per_group: list = []  # per group: its batch gradients (a dict), or its per-example gradients
+    for models in groups:
+        parts = tuple(
+            gradients(
+                {name: t[models] for name, t in params.items()},
+                {name: t[models] for name, t in frozen.items()},
+                block_x[models],
+                block_y[models],
+                weight_t[models, block],
+            )
+            for block, block_x, block_y in examples
+        )
+        per_group.append(parts[0] if len(parts) == 1 else BlockedExampleGradients(parts, widths))
+    if len(per_group) == 1:
+        return per_group[0]
+    if isinstance(per_group[0], dict):  # batch gradients
+        return {name: torch.cat([group[name] for group in per_group]) for name in per_group[0]}
+    return GroupedExampleGradients(tuple(per_group), tuple(models.stop - models.start for models in groups))
 
 
 def optimiser_of(tensors: list[torch.Tensor], config: TrainingConfig, fused: bool) -> torch.optim.Optimizer:

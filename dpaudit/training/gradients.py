@@ -9,6 +9,7 @@ gradients (:class:`LinearExampleGradients`; :class:`BlockedExampleGradients` joi
 from __future__ import annotations
 
 import functools
+import itertools
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -56,7 +57,7 @@ def gradient_function(module: nn.Module, per_example: bool) -> Callable:
         def batch_gradients(trainable, frozen, x, y, w):
             frozen, frozen_dims = shared_base(shared_layers, frozen)
             losses = vmap(batch_loss, in_dims=(0, frozen_dims, 0, 0, 0))
-            with torch.enable_grad(), model_lib.merged_adapters(_merges_adapters(x)):
+            with torch.enable_grad(), model_lib.merged_adapters(token_sequences(x)):
                 recorded = {name: t.detach().requires_grad_() for name, t in trainable.items()}
                 total = losses(recorded, frozen, x, y, w).sum()
                 # A trained tensor the loss does not use gets zeros, as vmap(grad) gives them.
@@ -75,11 +76,12 @@ def gradient_function(module: nn.Module, per_example: bool) -> Callable:
     return example_gradients
 
 
-def _merges_adapters(x: torch.Tensor) -> bool:
-    """Whether a step on inputs ``x`` (K, b, ...) trains with merged adapters (:func:`models.merged_adapters`).
+def token_sequences(x: torch.Tensor) -> bool:
+    """Whether inputs ``x`` (K, b, ...) are (K, b, T) token ids: thousands of rows a model in every layer.
 
-    (K, b, T) token ids: every position is a row of every adapted layer, thousands a model, where a merged adapter
-    pays; an MLP's or a CNN's b rows are too few (docs/performance.md §8).
+    A step on them trains with merged adapters (:func:`models.merged_adapters`), which pay at that many rows where
+    an MLP's or a CNN's b rows are too few (docs/performance.md §8), and the engine computes them a group of
+    models at a time (:func:`dpaudit.training.engine.model_groups`).
     """
     return not torch.is_floating_point(x) and x.ndim >= 3
 
@@ -301,6 +303,48 @@ class BlockedExampleGradients:
         return {name: torch.cat([part[name] for part in parts], dim=1) for name in parts[0]}
 
 
+@dataclass(frozen=True)
+class GroupedExampleGradients:
+    """Per-example gradients of a chunk's K models computed group by group: consecutive models, ``sizes`` of them.
+
+    Per-model quantities are the groups' concatenated along the model axis; sums are formed per group into the
+    group's rows of the result. A model's numbers are those of the group that holds it, which are those of the model
+    alone (the engine's arithmetic does not depend on a model's companions), so the grouping changes no bit.
+    """
+
+    groups: tuple[PerExampleGradients, ...]
+    sizes: tuple[int, ...]
+
+    def _models(self) -> list[slice]:
+        ends = list(itertools.accumulate(self.sizes))
+        return [slice(end - size, end) for size, end in zip(self.sizes, ends)]
+
+    def squared_norms(self) -> torch.Tensor:
+        return torch.cat([group.squared_norms() for group in self.groups])
+
+    def transformed_squared_norms(self, name, left, right) -> torch.Tensor:
+        return torch.cat(
+            [
+                group.transformed_squared_norms(
+                    name, None if left is None else left[models], None if right is None else right[models]
+                )
+                for group, models in zip(self.groups, self._models())
+            ]
+        )
+
+    def weighted_sum(self, coefficients: torch.Tensor) -> dict[str, torch.Tensor]:
+        parts = [group.weighted_sum(coefficients[models]) for group, models in zip(self.groups, self._models())]
+        return {name: torch.cat([part[name] for part in parts]) for name in parts[0]}
+
+    def add_weighted_sum(self, totals, coefficients, scale) -> None:
+        for group, models in zip(self.groups, self._models()):
+            group.add_weighted_sum({name: t[models] for name, t in totals.items()}, coefficients[models], scale)
+
+    def materialise(self) -> dict[str, torch.Tensor]:
+        parts = [group.materialise() for group in self.groups]
+        return {name: torch.cat([part[name] for part in parts]) for name in parts[0]}
+
+
 def _trained_linear_layers(module: nn.Module, names: Sequence[str]) -> dict[str, nn.Linear] | None:
     """Name → layer when every trained tensor is the weight of an ``nn.Linear`` (peft's lora_A/lora_B are).
 
@@ -381,7 +425,7 @@ def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callab
     and output gradients (:class:`LinearExampleGradients`). A layer that sees several vectors per example (a
     sequence's T positions; any further axes are flattened into them) has ``g_i = Σ_t δ_{i,t} x_{i,t}ᵀ``, still
     exact. Otherwise nested ``vmap(grad)`` materialises them (:class:`DenseExampleGradients`). The loss is the
-    module's task's (:func:`dpaudit.models.task_of`). On sequences adapters are merged (:func:`_merges_adapters`):
+    module's task's (:func:`dpaudit.models.task_of`). On sequences adapters are merged (:func:`token_sequences`):
     a merged layer's input and output gradient are recorded, and its factors' derived from them
     (:func:`_factor_records`).
     """
@@ -423,7 +467,7 @@ def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callab
         # through all of them gives each layer's output gradient δ (∂(Σ_i ℓ_i)/∂output_i; the models do not
         # interact). Weights only need to require grad for the pass to be recorded: their gradients are not asked
         # for, so none is computed.
-        merged = _merges_adapters(x)
+        merged = token_sequences(x)
         with torch.enable_grad():
             recorded = {name: t.detach().requires_grad_() for name, t in trainable.items()}
             shared, frozen_dims = shared_base(shared_layers, frozen)
