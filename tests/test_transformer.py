@@ -276,8 +276,8 @@ def test_training_a_group_of_models_at_a_time_changes_no_bit(setting, mechanism,
         grouped = trained(models_per_group)
         for name, value in together.trainable.items():
             assert torch.equal(grouped.trainable[name], value), (models_per_group, name)
-    moved = engine.build(base, mechanism.parameterization, models.LoraSpec(4), randomness, torch.device("cpu"))
-    assert any(not torch.equal(moved.trainable[name], value) for name, value in together.trainable.items())
+    start = engine.build(base, mechanism.parameterization, models.LoraSpec(4), randomness, torch.device("cpu"))
+    assert any(not torch.equal(start.trainable[name], value) for name, value in together.trainable.items())
 
 
 @pytest.mark.parametrize(
@@ -289,6 +289,11 @@ def test_model_groups_are_as_few_and_as_equal_as_the_cap_allows(n_models, models
     assert [group.stop - group.start for group in groups] == sizes
     assert groups[0].start == 0 and groups[-1].stop == n_models
     assert all(a.stop == b.start for a, b in zip(groups, groups[1:]))
+
+
+def test_a_group_of_no_models_is_refused():
+    with pytest.raises(ValueError, match="models_per_group is 0"):
+        engine.model_groups(4, 0)
 
 
 def test_attention_adds_minus_infinity_above_the_diagonal_as_masking_would_bit_for_bit():

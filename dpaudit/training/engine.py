@@ -315,7 +315,9 @@ def train(
     gradients = step_gradient_function(shadow, mechanism)
     for step, (weight_t, examples) in enumerate(background.ahead(_gathered(batches, x, y, blocks, device))):
         with record_function(FORWARD_BACKWARD):
-            groups = model_groups(shadow.n_models, models_per_group or _models_per_pass(examples[0][1]))
+            groups = model_groups(
+                shadow.n_models, _models_per_pass(examples[0][1]) if models_per_group is None else models_per_group
+            )
             grads = _step_gradients(gradients, params, shadow.frozen, weight_t, examples, groups)
         # The mechanism's arithmetic (clipping, sums, noise, PRISM's algebra) in the weights' precision: bf16
         # autocast (--precision bf16) is for the model's forward and backward passes only.
@@ -356,8 +358,13 @@ def model_groups(n_models: int, models_per_group: int | None) -> list[slice]:
     As few groups as hold at most ``models_per_group`` models each (None: one group). Equal sizes because a
     batched GEMM splits its K products between threads: a lone model in the last group leaves a thread idle
     (measured: groups of 5 or 3 of 16 transformers, at 2 threads, were slower than of 4 or 8).
+
+    Raises:
+        ValueError: ``models_per_group`` is below 1.
     """
-    groups = 1 if models_per_group is None else math.ceil(n_models / max(1, models_per_group))
+    if models_per_group is not None and models_per_group < 1:
+        raise ValueError(f"models_per_group is {models_per_group}: a pass computes at least 1 model (None: all)")
+    groups = 1 if models_per_group is None else math.ceil(n_models / models_per_group)
     size = math.ceil(n_models / groups)
     return [slice(start, min(start + size, n_models)) for start in range(0, n_models, size)]
 
@@ -371,10 +378,10 @@ def _models_per_pass(inputs: torch.Tensor) -> int | None:
     """How many models one pass of a step on ``inputs`` (K, width, ...) computes: None for all K.
 
     Token sequences ((K, b, T) ids): as many as hold :data:`_POSITIONS_PER_PASS` positions. The byte-level
-    transformer's DP-SGD step (16 models, 3136 positions a model) ran 1.2-1.4x faster in groups of 4 than in one
-    pass, the noise-free one (2048 a model) as fast in groups of 8: a pass's activations then stay in the caches.
-    Other inputs: all K, which the MLP needs (groups of 8 of 32 models were 1.5x slower) and the seed CNN does not
-    mind.
+    transformer's DP-SGD step (16 models, 3136 positions a model) ran 1.0-1.4x faster in groups of 4 than in one
+    pass, as the machine's state varied, never slower alone; the noise-free one (2048 a model) as fast in groups
+    of 8. A group's activations are a quarter of the chunk's and stay in the caches. Other inputs: all K, which
+    the MLP needs (groups of 8 of 32 models were 1.5-1.7x slower) and the seed CNN does not mind.
     """
     if not token_sequences(inputs):
         return None
