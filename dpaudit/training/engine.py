@@ -33,6 +33,7 @@ from dpaudit.training.gradients import (
     GroupedExampleGradients,
     example_gradient_function,
     gradient_function,
+    joined,
     shared_base,
     shared_layers_of,
     token_sequences,
@@ -411,7 +412,7 @@ def _step_gradients(gradients, params, frozen, weight_t, examples, groups: list[
     if len(per_group) == 1:
         return per_group[0]
     if isinstance(per_group[0], dict):  # batch gradients
-        return {name: torch.cat([group[name] for group in per_group]) for name in per_group[0]}
+        return joined(per_group)
     return GroupedExampleGradients(tuple(per_group), tuple(models.stop - models.start for models in groups))
 
 

@@ -270,6 +270,11 @@ def _summed_outer_squared_norms(output_gradients: torch.Tensor, inputs: torch.Te
     return (output_gradients.mT @ inputs).square().sum((-2, -1))
 
 
+def joined(parts: Sequence[dict[str, torch.Tensor]], dim: int = 0) -> dict[str, torch.Tensor]:
+    """Each name's tensors of ``parts`` concatenated along ``dim``: the models' axis (0) or the examples' (1)."""
+    return {name: torch.cat([part[name] for part in parts], dim=dim) for name in parts[0]}
+
+
 @dataclass(frozen=True)
 class BlockedExampleGradients:
     """Per-example gradients of a Poisson step computed block by block (:meth:`PoissonLayout.blocks`).
@@ -300,7 +305,7 @@ class BlockedExampleGradients:
 
     def materialise(self) -> dict[str, torch.Tensor]:
         parts = [block.materialise() for block in self.blocks]
-        return {name: torch.cat([part[name] for part in parts], dim=1) for name in parts[0]}
+        return joined(parts, dim=1)
 
 
 @dataclass(frozen=True)
@@ -333,16 +338,14 @@ class GroupedExampleGradients:
         )
 
     def weighted_sum(self, coefficients: torch.Tensor) -> dict[str, torch.Tensor]:
-        parts = [group.weighted_sum(coefficients[models]) for group, models in zip(self.groups, self._models())]
-        return {name: torch.cat([part[name] for part in parts]) for name in parts[0]}
+        return joined([group.weighted_sum(coefficients[models]) for group, models in zip(self.groups, self._models())])
 
     def add_weighted_sum(self, totals, coefficients, scale) -> None:
         for group, models in zip(self.groups, self._models()):
             group.add_weighted_sum({name: t[models] for name, t in totals.items()}, coefficients[models], scale)
 
     def materialise(self) -> dict[str, torch.Tensor]:
-        parts = [group.materialise() for group in self.groups]
-        return {name: torch.cat([part[name] for part in parts]) for name in parts[0]}
+        return joined([group.materialise() for group in self.groups])
 
 
 def _trained_linear_layers(module: nn.Module, names: Sequence[str]) -> dict[str, nn.Linear] | None:
