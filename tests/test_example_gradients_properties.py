@@ -75,9 +75,11 @@ def cases(draw):
 
 
 def _representations(case: dict, dtype: torch.dtype):
-    """(name → representation, trained names, K, b, generator) for one drawn case.
+    """(name → (representation, its gradients by an independent route), trained names, K, b, generator).
 
     The trained tensors are perturbed away from their initial values so that no gradient is structurally zero.
+    "padded" holds the first block's examples only, as a model's exact Poisson batch at the step's b slots: its
+    other slots' gradients are zero.
     """
     generator = torch.Generator().manual_seed(case["seed"])
     torch.manual_seed(case["seed"])  # the network's initial weights
@@ -101,10 +103,13 @@ def _representations(case: dict, dtype: torch.dtype):
     edges = torch.tensor((0, *case["widths"])).cumsum(0).tolist()
     blocks = tuple(function(trainable, frozen, x[:, i:j], y[:, i:j], w[:, i:j]) for i, j in zip(edges, edges[1:]))
     dense = example_gradients.gradient_function(module, per_example=True)(trainable, frozen, x, y, w)
+    count = case["widths"][0]
+    sampled_only = {name: torch.cat([g[:, :count], torch.zeros_like(g[:, count:])], 1) for name, g in dense.items()}
     representations = {
-        "factored": function(trainable, frozen, x, y, w),
-        "dense": example_gradients.DenseExampleGradients(dense),
-        "blocked": example_gradients.BlockedExampleGradients(blocks, case["widths"]),
+        "factored": (function(trainable, frozen, x, y, w), dense),
+        "dense": (example_gradients.DenseExampleGradients(dense), dense),
+        "blocked": (example_gradients.BlockedExampleGradients(blocks, case["widths"]), dense),
+        "padded": (example_gradients.PaddedExampleGradients(blocks[0], count, b), sampled_only),
     }
     return representations, names, k, b, generator
 
@@ -121,17 +126,17 @@ def _check(case: dict, dtype: torch.dtype, tolerance: float):
     expected_type = (
         example_gradients.DenseExampleGradients if "base.bias" in names else example_gradients.LinearExampleGradients
     )
-    assert type(representations["factored"]) is expected_type
+    assert type(representations["factored"][0]) is expected_type
     coefficients = torch.randn(k, b, generator=generator, dtype=dtype)
     coefficients *= torch.rand(k, b, generator=generator) >= case["zero_fraction"]
     scale = float(torch.randn((), generator=generator, dtype=torch.float64))
-    for label, gradients in representations.items():
+    for label, (gradients, independent) in representations.items():
         materialised = gradients.materialise()
         assert set(materialised) == set(names), label
         for name in names:
             assert materialised[name].shape[:2] == (k, b), (label, name)
             # The independent route (nested vmap(grad)) gives the same gradients.
-            _assert_close(materialised[name], representations["dense"].tensors[name], tolerance)
+            _assert_close(materialised[name], independent[name], tolerance)
         flat = torch.cat([materialised[name].flatten(2) for name in names], dim=-1)  # (K, b, every entry)
 
         _assert_close(gradients.squared_norms(), flat.square().sum(-1), tolerance)

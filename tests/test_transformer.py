@@ -255,8 +255,9 @@ def test_a_float32_transformer_does_not_depend_on_its_batch_companions(setting, 
 def test_training_a_group_of_models_at_a_time_changes_no_bit(setting, mechanism, monkeypatch):
     """Each step's passes over groups of 1 or 2 of 3 models give the models of one pass over all 3, bit for bit.
 
-    Poisson steps of two blocks too (a narrow first block), so groups and blocks nest; None is the automatic
-    choice, with a pass's positions lowered so that it groups these short sequences by 2.
+    Poisson steps of two blocks too (a narrow first block, the models' batches padded to the blocks), so groups and
+    blocks nest; None is the automatic choice, with a pass's positions lowered so that it groups these short
+    sequences by 2.
     """
     base, x, y, membership = setting
     base = copy.deepcopy(base).float()
@@ -266,7 +267,8 @@ def test_training_a_group_of_models_at_a_time_changes_no_bit(setting, mechanism,
 
     def trained(models_per_group: int | None) -> engine.ShadowModels:
         shadow = engine.build(base, mechanism.parameterization, models.LoraSpec(4), randomness, torch.device("cpu"))
-        return engine.train(shadow, mechanism, x, y, membership, randomness, config, models_per_group=models_per_group)
+        padded = dict(models_per_group=models_per_group, exact_batches=False)
+        return engine.train(shadow, mechanism, x, y, membership, randomness, config, **padded)
 
     together = trained(3)
     monkeypatch.setattr(engine, "_POSITIONS_PER_PASS", 2 * 8 * LENGTH)  # two models' batches of 8 sequences
@@ -278,6 +280,49 @@ def test_training_a_group_of_models_at_a_time_changes_no_bit(setting, mechanism,
             assert torch.equal(grouped.trainable[name], value), (models_per_group, name)
     start = engine.build(base, mechanism.parameterization, models.LoraSpec(4), randomness, torch.device("cpu"))
     assert any(not torch.equal(start.trainable[name], value) for name, value in together.trainable.items())
+
+
+@pytest.mark.parametrize(
+    "mechanism",
+    [dp_sgd("dp-lora", 1.0, 1e-3), dp_sgd("dp-lora-fa", 1.0, 1e-3), PrismMechanism(1.0, 1e-3)],
+    ids=["dp-lora", "dp-lora-fa", "prism"],
+)
+def test_models_alone_on_their_exact_poisson_batches_train_as_in_padded_blocks(setting, mechanism, monkeypatch):
+    """Each model computing only the examples it sampled gives the numbers of the chunk's padded blocks.
+
+    In float64, to rounding (GEMMs of fewer rows may round otherwise; float32 DP-SGD gave the same bits on the
+    machines measured). The clip norm clips every example, so that each norm counts; the third model has 2
+    members, so that most of its batches are empty (one padding slot computed), and the steps are two blocks wide.
+    """
+    base, x, y, membership = setting
+    monkeypatch.setattr(sampling, "_FIRST_BLOCK_OVERFLOW", 0.5)
+    membership = membership.copy()
+    membership[2] = np.arange(len(y)) < 2
+    config = sampling.TrainingConfig(epochs=2, batch_size=8, lr=0.1, momentum=0.9)
+    randomness = seeding.shadow_randomness(5, range(len(membership)))
+
+    def trained(exact_batches: bool | None) -> engine.ShadowModels:
+        shadow = engine.build(base, mechanism.parameterization, models.LoraSpec(4), randomness, torch.device("cpu"))
+        return engine.train(shadow, mechanism, x, y, membership, randomness, config, exact_batches=exact_batches)
+
+    padded, exact = trained(False), trained(True)
+    for name, value in padded.trainable.items():
+        torch.testing.assert_close(exact.trainable[name], value, rtol=1e-10, atol=1e-13)
+    automatic = trained(None)  # token sequences on CPU: exact batches
+    assert all(torch.equal(automatic.trainable[name], value) for name, value in exact.trainable.items())
+
+
+@pytest.mark.parametrize(
+    "shape,dtype,device,exact",
+    [
+        ((60, LENGTH), np.int64, "cpu", True),  # token ids
+        ((60, 3, 8, 8), np.float32, "cpu", True),  # images
+        ((60, 64), np.float32, "cpu", False),  # vectors: an MLP's batch of b rows is too small alone
+        ((60, LENGTH), np.int64, "cuda", False),  # a GPU computes the models together
+    ],
+)
+def test_exact_poisson_batches_are_chosen_for_examples_of_many_rows_on_cpu(shape, dtype, device, exact):
+    assert engine._exact_batches_default(np.zeros(shape, dtype), torch.device(device)) is exact
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,8 @@
 Mechanisms see them only through :class:`dpaudit.mechanisms.base.PerExampleGradients`' operations (squared norms,
 weighted sums, transformed norms), so clipping is exact whether they are materialised (``vmap(grad)``,
 :class:`DenseExampleGradients`) or, when only Linear weights train, kept as each layer's inputs and output
-gradients (:class:`LinearExampleGradients`; :class:`BlockedExampleGradients` joins the blocks of a Poisson step).
+gradients (:class:`LinearExampleGradients`; :class:`BlockedExampleGradients` joins the blocks of a Poisson step,
+:class:`GroupedExampleGradients` groups of models, :class:`PaddedExampleGradients` a model's exact batch).
 """
 
 from __future__ import annotations
@@ -346,6 +347,38 @@ class GroupedExampleGradients:
 
     def materialise(self) -> dict[str, torch.Tensor]:
         return joined([group.materialise() for group in self.groups])
+
+
+@dataclass(frozen=True)
+class PaddedExampleGradients:
+    """One model's per-example gradients of its ``count`` sampled examples, seen at the step's ``width`` slots.
+
+    The engine computes a model alone on its exact Poisson batch (the sampled examples fill a row's first slots);
+    the mechanism sees the step's (1, width) layout: the padding slots' norms are 0 and their coefficients, 0 by
+    their weights, are not read.
+    """
+
+    examples: PerExampleGradients
+    count: int
+    width: int
+
+    def _padded(self, values: torch.Tensor) -> torch.Tensor:
+        return torch.cat([values, values.new_zeros(values.shape[0], self.width - self.count, *values.shape[2:])], 1)
+
+    def squared_norms(self) -> torch.Tensor:
+        return self._padded(self.examples.squared_norms())
+
+    def transformed_squared_norms(self, name, left, right) -> torch.Tensor:
+        return self._padded(self.examples.transformed_squared_norms(name, left, right))
+
+    def weighted_sum(self, coefficients: torch.Tensor) -> dict[str, torch.Tensor]:
+        return self.examples.weighted_sum(coefficients[:, : self.count])
+
+    def add_weighted_sum(self, totals, coefficients, scale) -> None:
+        self.examples.add_weighted_sum(totals, coefficients[:, : self.count], scale)
+
+    def materialise(self) -> dict[str, torch.Tensor]:
+        return {name: self._padded(g) for name, g in self.examples.materialise().items()}
 
 
 def _trained_linear_layers(module: nn.Module, names: Sequence[str]) -> dict[str, nn.Linear] | None:

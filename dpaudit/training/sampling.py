@@ -96,7 +96,10 @@ class PoissonLayout:
     size): a first block of ``width`` slots (the Binomial(N, q) quantile exceeded with probability 1e-3 per model
     and step), then, while the chunk's largest batch does not fit, blocks of ``overflow_width`` (about one
     standard deviation). Padding slots have weight 0, so a block of padding only adds exact zeros. This keeps
-    chunk independence at ~1.6x the mean batch of arithmetic, where one worst-case width (1e-9) cost ~2.2x.
+    chunk independence at ~1.6x the mean batch of arithmetic, where one worst-case width (1e-9) cost ~2.2x. Where
+    one model's step is large enough to compute alone (token sequences and images on CPU), the engine computes
+    only each model's sampled examples and the blocks are its steps' layout, not its arithmetic
+    (:func:`dpaudit.training.engine.train`'s ``exact_batches``).
     """
 
     sample_rate: float
