@@ -293,6 +293,8 @@ def test_models_alone_on_their_exact_poisson_batches_train_as_in_padded_blocks(s
     In float64, to rounding (GEMMs of fewer rows may round otherwise; float32 DP-SGD gave the same bits on the
     machines measured). The clip norm clips every example, so that each norm counts; the third model has 2
     members, so that most of its batches are empty (one padding slot computed), and the steps are two blocks wide.
+    A model trained without companions gets the same bits under DP-SGD; PRISM's update, whose linear algebra runs
+    batched over the K models, rounds otherwise at K = 1 in the padded layout too (1e-14).
     """
     base, x, y, membership = setting
     monkeypatch.setattr(sampling, "_FIRST_BLOCK_OVERFLOW", 0.5)
@@ -301,28 +303,40 @@ def test_models_alone_on_their_exact_poisson_batches_train_as_in_padded_blocks(s
     config = sampling.TrainingConfig(epochs=2, batch_size=8, lr=0.1, momentum=0.9)
     randomness = seeding.shadow_randomness(5, range(len(membership)))
 
-    def trained(exact_batches: bool | None) -> engine.ShadowModels:
-        shadow = engine.build(base, mechanism.parameterization, models.LoraSpec(4), randomness, torch.device("cpu"))
-        return engine.train(shadow, mechanism, x, y, membership, randomness, config, exact_batches=exact_batches)
+    layout = sampling.BatchLayout.for_members(int(membership.sum(axis=1).max()), config.batch_size)
 
-    padded, exact = trained(False), trained(True)
+    def trained(exact_batches: bool, chosen: slice = slice(None)) -> engine.ShadowModels:
+        shadow = engine.build(
+            base, mechanism.parameterization, models.LoraSpec(4), randomness[chosen], torch.device("cpu")
+        )
+        return engine.train(
+            shadow, mechanism, x, y, membership[chosen], randomness[chosen], config, layout, exact_batches=exact_batches
+        )
+
+    padded, exact, alone = trained(False), trained(True), trained(True, slice(1, 2))
     for name, value in padded.trainable.items():
         torch.testing.assert_close(exact.trainable[name], value, rtol=1e-10, atol=1e-13)
-    automatic = trained(None)  # token sequences on CPU: exact batches
-    assert all(torch.equal(automatic.trainable[name], value) for name, value in exact.trainable.items())
+        if isinstance(mechanism, PrismMechanism):
+            torch.testing.assert_close(alone.trainable[name], exact.trainable[name][1:2], rtol=1e-10, atol=1e-13)
+        else:
+            assert torch.equal(alone.trainable[name], exact.trainable[name][1:2]), name
 
 
 @pytest.mark.parametrize(
-    "shape,dtype,device,exact",
+    "model,example,device,exact",
     [
-        ((60, LENGTH), np.int64, "cpu", True),  # token ids
-        ((60, 3, 8, 8), np.float32, "cpu", True),  # images
-        ((60, 64), np.float32, "cpu", False),  # vectors: an MLP's batch of b rows is too small alone
-        ((60, LENGTH), np.int64, "cuda", False),  # a GPU computes the models together
+        (lambda: CausalTransformer(64), np.zeros((2, 64), np.int64), "cpu", True),  # 16.8 MFLOP an example
+        (lambda: models.seed_cnn(3, 10, 32), np.zeros((2, 3, 32, 32), np.float32), "cpu", True),  # 21.6 MFLOP
+        (lambda: models.seed_cnn(3, 10, 16), np.zeros((2, 3, 16, 16), np.float32), "cpu", False),  # 5.4 MFLOP
+        (lambda: models.mlp(64, 10), np.zeros((2, 64), np.float32), "cpu", False),  # 52 kFLOP
+        (lambda: CausalTransformer(64), np.zeros((2, 64), np.int64), "cuda", False),  # a GPU computes them together
     ],
+    ids=["transformer", "cnn-32", "cnn-16", "mlp", "gpu"],
 )
-def test_exact_poisson_batches_are_chosen_for_examples_of_many_rows_on_cpu(shape, dtype, device, exact):
-    assert engine._exact_batches_default(np.zeros(shape, dtype), torch.device(device)) is exact
+def test_models_compute_exact_poisson_batches_alone_from_10_mflop_an_example_on_cpu(model, example, device, exact):
+    randomness = seeding.shadow_randomness(0, range(2))
+    shadow = engine.build(model().eval(), "lora-fa", models.LoraSpec(4), randomness, torch.device("cpu"))
+    assert engine._exact_batches_default(shadow, example, torch.device(device)) is exact
 
 
 @pytest.mark.parametrize(

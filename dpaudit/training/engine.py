@@ -22,6 +22,7 @@ import torch
 from torch import nn
 from torch.func import vmap
 from torch.profiler import record_function
+from torch.utils.flop_counter import FlopCounterMode
 
 from dpaudit import background
 from dpaudit import models as model_lib
@@ -279,8 +280,8 @@ def train(
             Changes no model's numbers, only the step's speed.
         exact_batches: under Poisson sampling, whether each model computes its step alone on the examples it
             sampled, rather than the chunk's models together on batches padded to the layout's blocks (then
-            ``models_per_group`` applies); None: chosen by the inputs and device (:func:`_exact_batches_default`).
-            A model's numbers do not depend on its companions either way.
+            ``models_per_group`` applies); None: chosen by the model's size and the device
+            (:func:`_exact_batches_default`). A model's numbers do not depend on its companions either way.
 
     Returns:
         ``shadow`` itself, its ``trainable`` tensors replaced by the trained ones (detached), and with the
@@ -302,7 +303,7 @@ def train(
                 f"per example only (clipped sums divided by the expected batch size)"
             )
         poisson = PoissonLayout.for_batch_layout(layout, config.batch_size)
-        alone = _exact_batches_default(x, device) if exact_batches is None else exact_batches
+        alone = _exact_batches_default(shadow, x, device) if exact_batches is None else exact_batches
         steps, expected_batch_size, sample_rate = poisson.steps, poisson.expected_batch_size, poisson.sample_rate
         blocks = _one_block if alone else poisson.blocks
         batches = poisson_batches(membership, randomness, poisson, config.epochs)
@@ -403,16 +404,26 @@ def _one_block(width: int) -> list[slice]:
     return [slice(0, width)]
 
 
-def _exact_batches_default(x: np.ndarray, device: torch.device) -> bool:
+# Matmul and convolution FLOPs of one example's forward pass from which a model computes its Poisson steps alone on
+# CPU: DP-SGD alone against padded together was 0.36x, 0.79x, 1.12x and 1.32x at the seed CNN's 1.3, 5.4, 12.2 and
+# 21.6 MFLOP (8², 16², 24² and 32² images) and 1.2-1.5x at the byte-level transformer's 16.8 (docs/performance.md §14).
+_FLOPS_TO_COMPUTE_ALONE = 10**7
+
+
+def _exact_batches_default(shadow: ShadowModels, x: np.ndarray, device: torch.device) -> bool:
     """Whether a Poisson step computes each model alone on its sampled examples (:func:`train`'s ``exact_batches``).
 
-    On CPU, for examples that are not vectors (token sequences, images): each is many rows of every layer, so one
-    model's GEMMs and convolutions run nearly as fast as K models' together, and the padding to the layout's
-    blocks (its first ~1.5x the mean batch) is saved. Measured (docs/performance.md §14): DP-SGD on 16 byte-level
-    transformers 1.2-1.5x faster, on 4 seed CNNs 1.3x, the text audit's 64 models 1.33x. Vectors (an MLP's) keep
-    the padded batched step: one model's GEMMs of b rows are too small (6x slower alone). A GPU keeps it too.
+    On CPU, where one example's forward pass is :data:`_FLOPS_TO_COMPUTE_ALONE` or more (counted on the pool's
+    first example): a model's GEMMs and convolutions over its batch then run nearly as fast as K models' together,
+    and the padding to the layout's blocks (the first ~1.5x the mean batch) is saved. Smaller models (an MLP's 50
+    kFLOP) keep the padded batched step, whose GEMMs one model alone would leave too small. A GPU keeps it too.
     """
-    return device.type == "cpu" and (x.ndim > 2 or (x.ndim == 2 and not np.issubdtype(x.dtype, np.floating)))
+    if device.type != "cpu" or len(x) == 0:
+        return False
+    tensors = {name: t[0] for name, t in {**shadow.frozen, **shadow.trainable}.items()}
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model_lib.functional_forward(shadow.module, tensors, torch.from_numpy(x[:1]).to(device))
+    return counter.get_total_flops() >= _FLOPS_TO_COMPUTE_ALONE
 
 
 def _step_gradients(gradients, params, frozen, weight_t, examples, groups: list[slice], exact_batches: bool):
