@@ -101,7 +101,7 @@ def main() -> None:
             (results["batched"].trainable[n] - results["per-model loop"].trainable[n]).abs().max().item()
             for n in results["batched"].trainable
         )
-        lines.append((label, rates["batched"] / rates["per-model loop"], gap))
+        lines.append((label, rates["batched"] / rates["per-model loop"], f"{gap:.1e} after {epochs} epoch(s)"))
         print(f"{label}: {count} models, {epochs} epochs, {len(y)} examples, {args.parameterization} r={args.rank}")
     peaks.append(matmul_peak_gflops())
     peak = max(peaks)
@@ -115,7 +115,7 @@ def main() -> None:
             )
         else:
             label, ratio, gap = line
-            print(f"  {label:<34} ratio batched / per-model loop: {ratio:.2f}x  (max weight difference {gap:.1e})")
+            print(f"  {label:<34} ratio batched / per-model loop: {ratio:.2f}x  (max weight difference {gap})")
     if args.profile:
         for label, (base, x, y, count, _) in settings.items():
             randomness = seeding.shadow_randomness(0, range(count))

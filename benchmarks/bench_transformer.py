@@ -89,7 +89,7 @@ def main() -> None:
     )
     print(
         f"ratio batched / per-model loop: {rates['batched'] / rates['per-model loop']:.2f}x  "
-        f"(max weight difference {gap:.1e})"
+        f"(max weight difference {gap:.1e} after {args.epochs} epoch(s))"
     )
     dp_name = next(name for name, p in DP_SGD_PARAMETERIZATIONS.items() if p == args.parameterization)
     poisson = sampling.PoissonLayout.for_members(len(y), config.batch_size)
