@@ -421,8 +421,9 @@ def _exact_batches_default(shadow: ShadowModels, x: np.ndarray, device: torch.de
     if device.type != "cpu" or len(x) == 0:
         return False
     tensors = {name: t[0] for name, t in {**shadow.frozen, **shadow.trainable}.items()}
+    example = torch.from_numpy(x[:1].copy()).to(device)  # a copy: torch warns on a view of a read-only pool
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        model_lib.functional_forward(shadow.module, tensors, torch.from_numpy(x[:1]).to(device))
+        model_lib.functional_forward(shadow.module, tensors, example)
     return counter.get_total_flops() >= _FLOPS_TO_COMPUTE_ALONE
 
 
