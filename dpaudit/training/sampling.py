@@ -97,7 +97,7 @@ class PoissonLayout:
     and step), then, while the chunk's largest batch does not fit, blocks of ``overflow_width`` (about one
     standard deviation). Padding slots have weight 0, so a block of padding only adds exact zeros. This keeps
     chunk independence at ~1.6x the mean batch of arithmetic, where one worst-case width (1e-9) cost ~2.2x. Where
-    one model's step is large enough to compute alone (token sequences and images on CPU), the engine computes
+    one model's step is large enough to compute alone (10 MFLOP an example or more, on CPU), the engine computes
     only each model's sampled examples and the blocks are its steps' layout, not its arithmetic
     (:func:`dpaudit.training.engine.train`'s ``exact_batches``).
     """
