@@ -184,18 +184,18 @@ class LinearExampleGradients:
         )
 
     def weighted_sum(self, coefficients: torch.Tensor) -> dict[str, torch.Tensor]:
-        sums = {}
-        for name in self.inputs:
-            left, right = self._sum_factors(name, coefficients)
-            # MKL forms K wide products 3-4x faster than K tall ones (K = 64: 8×128 from 50 examples in 0.13 ms,
-            # 128×8 in 0.55 ms): a tall sum (LoRA's B) is formed transposed, then laid out as usual.
-            tall = left.shape[-2] > right.shape[-1]
-            sums[name] = torch.bmm(right.mT, left.mT).mT.contiguous() if tall else torch.bmm(left, right)
-        return sums
+        return {
+            name: _wide_product(*self._sum_factors(name, coefficients)).contiguous()  # laid out as the weight
+            for name in self.inputs
+        }
 
     def add_weighted_sum(self, totals, coefficients, scale) -> None:
         for name in self.inputs:
-            totals[name].baddbmm_(*self._sum_factors(name, coefficients), alpha=scale)  # the sum in the GEMM
+            left, right = self._sum_factors(name, coefficients)
+            if left.shape[-2] > right.shape[-1]:  # tall (LoRA's B): formed transposed, then added
+                totals[name].add_(_wide_product(left, right), alpha=scale)
+            else:
+                totals[name].baddbmm_(left, right, alpha=scale)  # the sum in the GEMM
 
     def _sum_factors(self, name: str, coefficients: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(L, R) with ``L @ R = (c δ)ᵀ x``.
@@ -268,7 +268,23 @@ def _summed_outer_squared_norms(output_gradients: torch.Tensor, inputs: torch.Te
     positions, d_out, d_in = inputs.shape[-2], output_gradients.shape[-1], inputs.shape[-1]
     if positions * (d_out + d_in) < d_out * d_in:
         return ((output_gradients @ output_gradients.mT) * (inputs @ inputs.mT)).sum((-2, -1))
-    return (output_gradients.mT @ inputs).square().sum((-2, -1))
+    return _wide_product(output_gradients.mT, inputs).square().sum((-2, -1))
+
+
+def _wide_product(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+    """``left @ right`` (..., m, n), batched, formed as ``(rightᵀ leftᵀ)ᵀ`` where it is tall (m > n).
+
+    MKL forms batched wide products 3-6x faster than tall ones over the same rows: a LoRA B factor's sum or
+    per-example gradient, 64×8 from 2048 positions, in 40 µs against 158 (one model; 0.93 ms against 5.6 for 16
+    models of 3136 positions). The transposed product's rows are padded with zeros to a multiple of 8, as in
+    :meth:`LinearExampleGradients.per_model_products`, so that a model's product does not depend on its position.
+    """
+    rows, columns = left.shape[-2], right.shape[-1]
+    if rows <= columns:
+        return left @ right
+    if columns % _POSITION_SAFE_ROWS:
+        right = torch.nn.functional.pad(right, (0, -columns % _POSITION_SAFE_ROWS))
+    return (right.mT @ left.mT)[..., :columns, :].mT
 
 
 def joined(parts: Sequence[dict[str, torch.Tensor]], dim: int = 0) -> dict[str, torch.Tensor]:
