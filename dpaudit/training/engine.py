@@ -306,6 +306,7 @@ def train(
         alone = _exact_batches_default(shadow, x, device) if exact_batches is None else exact_batches
         steps, expected_batch_size, sample_rate = poisson.steps, poisson.expected_batch_size, poisson.sample_rate
         blocks = _one_block if alone else poisson.blocks
+        models_per_group = 1 if alone else models_per_group
         batches = poisson_batches(membership, randomness, poisson, config.epochs)
     else:
         steps, expected_batch_size, sample_rate, alone, blocks = layout.steps, None, None, False, _one_block
@@ -323,12 +324,9 @@ def train(
     gradients = step_gradient_function(shadow, mechanism)
     for step, (weight_t, examples) in enumerate(background.ahead(_gathered(batches, x, y, blocks, device))):
         with record_function(FORWARD_BACKWARD):
-            if alone:
-                groups = model_groups(shadow.n_models, 1)
-            else:
-                groups = model_groups(
-                    shadow.n_models, _models_per_pass(examples[0][1]) if models_per_group is None else models_per_group
-                )
+            groups = model_groups(
+                shadow.n_models, _models_per_pass(examples[0][1]) if models_per_group is None else models_per_group
+            )
             grads = _step_gradients(gradients, params, shadow.frozen, weight_t, examples, groups, alone)
         # The mechanism's arithmetic (clipping, sums, noise, PRISM's algebra) in the weights' precision: bf16
         # autocast (--precision bf16) is for the model's forward and backward passes only.
