@@ -557,3 +557,15 @@ def test_mechanism_adapts_a_narrow_layer_at_its_width_and_keeps_the_other_compon
         assert torch.equal(params[b][..., r:], torch.zeros_like(params[b][..., r:]))
     assert max_abs(params[b_first] - before[b_first]) > 1e-3 and max_abs(params[b_head] - before[b_head]) > 1e-3
     assert expected.clip_factors.min() < 1  # clipping is exercised on the capped module's norms too
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("width", [11, 33, 49])
+def test_a_models_global_norms_do_not_depend_on_its_companions(dtype, width):
+    """Eq. 16's norms of one model's examples are the same bits in a chunk of 3 models as alone (12 modules)."""
+    generator = torch.Generator().manual_seed(width)
+    modules = [torch.rand(3, width, generator=generator, dtype=dtype) for _ in range(12)]
+    together = prism_update.global_intrinsic_norm(modules)
+    for k in range(3):
+        alone = prism_update.global_intrinsic_norm([norms[k : k + 1] for norms in modules])
+        assert torch.equal(alone, together[k : k + 1]), k

@@ -34,6 +34,8 @@ canonical lift of ΔZ_dp (:func:`relift`; :attr:`PrismAdaptiveConfig.canonical_l
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -75,7 +77,9 @@ def global_intrinsic_norm(per_module_sq_norms: Sequence[Tensor]) -> Tensor:
     """``s_i = (Σ_ℓ ‖ΔZ_{i,ℓ}‖_F²)^{1/2}`` over LoRA modules ([P] Eq. 16); inputs (..., b) each."""
     if len(per_module_sq_norms) == 0:
         raise UsageError("per_module_sq_norms is empty: pass one (..., b) tensor per LoRA module")
-    total = torch.stack(torch.broadcast_tensors(*per_module_sq_norms)).sum(0)
+    # Added module by module, element by element: a sum over a stacked axis associates its terms by the tensor's shape
+    # (the chunk's models, the step's width), so a model's norms depended on its companions in the last bits.
+    total = functools.reduce(operator.add, torch.broadcast_tensors(*per_module_sq_norms))
     # Eq. 15 is a difference of traces: round-off can make an exact 0 slightly negative.
     return total.clamp(min=0.0).sqrt()
 
