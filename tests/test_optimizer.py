@@ -24,6 +24,8 @@ def test_dp_lora_with_adamw_claims_what_it_claims_with_sgd_and_trains_other_weig
     assert adamw["verdict"] != "violated" and adamw["epsilon_lower_bound"] <= adamw["analytic_epsilon"]
     assert not np.allclose(adamw_store.outputs().target_outputs, sgd_store.outputs().target_outputs, atol=1e-3)
     assert "AdamW" in adamw["audited"]["training"]
+    # The MLP is too small to compute its Poisson batches alone fast (docs/performance.md §14): the report says so.
+    assert "the chunk's models together, their batches padded to fixed blocks" in adamw["audited"]["engine"]
 
 
 def test_the_gpu_chunk_estimate_counts_adamws_two_moments(monkeypatch):

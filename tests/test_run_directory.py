@@ -90,6 +90,27 @@ def test_damaged_base_is_pretrained_again_and_resume_gives_identical_scores(fini
     assert base.read_bytes() == (finished / "base.pt").read_bytes()
 
 
+def test_the_report_says_how_each_session_computed_the_models_once(finished, copy, capsys):
+    """timing.json lists each session's engine once; a session that trained nothing adds none."""
+    together = "batched, 4 models a chunk, 1 worker on cpu; each step computes the chunk's models together"
+    assert RunStore(finished).engines() == (together,)
+    seconds = RunStore(finished).seconds()
+    next(iter((copy / "chunks").glob("*.npz"))).unlink()
+    assert main(["resume", str(copy), "--quiet", "--workers", "1"]) == 0
+    assert main(["resume", str(copy), "--quiet", "--workers", "1"]) == 0  # nothing left to train
+    capsys.readouterr()
+    assert main(["analyse", str(copy), "--json"]) == 0
+    engine = json.loads(capsys.readouterr().out)["audited"]["engine"]
+    assert RunStore(copy).engines() == (together,) and engine == together
+    assert RunStore(copy).seconds() > seconds
+    runner.run(TINY, dataclasses.replace(ONE_WORKER, chunk_size=2), copy)  # all trained: no session recorded
+    assert RunStore(copy).engines() == (together,)
+    for chunk in (copy / "chunks").glob("*.npz"):
+        chunk.unlink()
+    runner.run(TINY, dataclasses.replace(ONE_WORKER, chunk_size=8), copy)
+    assert RunStore(copy).engines() == (together, together.replace("4 models", "8 models"))
+
+
 def test_a_damaged_base_of_a_model_not_pretrained_is_made_again_from_its_own_weights(tmp_path, capsys):
     """The file loads, fails the checksum, and the model it was loaded into is the base's starting point again."""
     root = tmp_path / "run"
@@ -314,6 +335,8 @@ MALFORMED = {
     "timing.json {}": (_edit_json("timing.json", {}), "timing.json is not"),
     "timing.json [1]": (_edit_json("timing.json", [1]), "timing.json is not"),
     "timing.json Infinity": (_edit_json("timing.json", '{"seconds": Infinity}', raw=True), "timing.json is corrupt"),
+    "timing.json engine a text": (_edit_json("timing.json", {"seconds": 1, "engine": "all"}), '"engine" that is not'),
+    "timing.json engine [1]": (_edit_json("timing.json", {"seconds": 1, "engine": [1]}), '"engine" that is not'),
 }
 
 

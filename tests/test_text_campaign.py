@@ -185,3 +185,5 @@ def test_the_dp_mechanisms_audit_text_with_their_analytic_bound(corpus_file, tmp
     expected = dpsgd.epsilon(1.0, poisson.sample_rate, poisson.steps, 1e-5).epsilon
     assert math.isfinite(expected) and numbers["analytic_epsilon"] == pytest.approx(expected, rel=1e-12)
     assert numbers["secret_exposure"]["candidates"] == 1000
+    # The byte-level transformer's forward pass is 10 MFLOP or more an example: on CPU each model computes alone.
+    assert "each Poisson step computes each model alone on the examples it sampled" in numbers["audited"]["engine"]

@@ -333,7 +333,7 @@ def test_models_alone_on_their_exact_poisson_batches_train_as_in_padded_blocks(s
 def test_models_compute_exact_poisson_batches_alone_from_10_mflop_an_example_on_cpu(model, example, device, exact):
     randomness = seeding.shadow_randomness(0, range(2))
     shadow = engine.build(model().eval(), "lora-fa", models.LoraSpec(4), randomness, torch.device("cpu"))
-    assert engine._exact_batches_default(shadow, example, torch.device(device)) is exact
+    assert engine.exact_batches_default(shadow, example, torch.device(device)) is exact
 
 
 @pytest.mark.parametrize(

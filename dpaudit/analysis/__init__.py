@@ -440,6 +440,7 @@ class CampaignAnalysis(Analysis):
     sketch_claim: SketchClaim | None  # [S] Lemma 7.2's ε at the run's measured λ̄, C, β (LoRA-FA campaigns)
     exposure: SecretExposure | None  # next-token campaigns with secret canaries
     layers: tuple[LayerShape, ...]  # the layers the mechanism trained (plan.npz), in the model's order
+    engines: tuple[str, ...]  # how its sessions computed the shadow models, in words (timing.json)
 
     @functools.cached_property
     def auc_model_ci(self) -> tuple[float, float] | None:
@@ -523,6 +524,7 @@ def analyse(store: RunStore, attack: str | None = None) -> CampaignAnalysis:
         profile=profile,
         delta=config.delta,
         seconds=store.seconds(),
+        engines=store.engines(),
         config=config,
         attack=attack,
         test_accuracy=accuracy,

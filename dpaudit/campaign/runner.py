@@ -31,7 +31,7 @@ import torch
 
 from dpaudit import models, parallel
 from dpaudit.campaign import plan, resolve, sketch_inputs
-from dpaudit.campaign.shadow import Diverged, Setup, train_chunk
+from dpaudit.campaign.shadow import Diverged, Setup, engine_words, train_chunk
 from dpaudit.campaign.store import ChunkOutputs, RunStore
 from dpaudit.config import CampaignConfig, Execution
 from dpaudit.errors import UsageError
@@ -209,6 +209,7 @@ def _run_locked(
     todo = np.flatnonzero(~store.finished())
     chunk_size = execution.chunk_size or _auto_chunk_size(setup, device, workers)
     chunks = [todo[i : i + chunk_size] for i in range(0, len(todo), chunk_size)]
+    engine_description = engine_words(setup, device, len(chunks[0]), min(workers, len(chunks))) if chunks else None
     devices = [f"cuda:{i % gpus}" if gpus else str(device) for i in range(len(chunks))]
     # The bar counts model-steps, whole numbers, and shows them as models: a model's fractions of a step summed
     # as floats could pass the total.
@@ -239,7 +240,7 @@ def _run_locked(
                     bar.update(len(outputs.indices) * steps)
     if measure:
         store.write_measurements(sketch_inputs.measure_sketch_inputs(setup))
-    store.record_seconds(time.perf_counter() - start)
+    store.record_seconds(time.perf_counter() - start, engine_description)
 
 
 def _measures_sketch_inputs(config: CampaignConfig, setup: Setup, store: RunStore) -> bool:

@@ -144,6 +144,29 @@ def train_models(
     return shadow
 
 
+def engine_words(setup: Setup, device: torch.device, chunk_size: int, workers: int) -> str:
+    """How the engine computes ``setup``'s shadow models on ``device``, in words (the report's "engine" row).
+
+    A Poisson step computes each model alone on the examples it sampled, or the chunk's models together on batches
+    padded to fixed blocks, as :func:`dpaudit.training.engine.exact_batches_default` chooses for the model and the
+    device: the same arithmetic either way, whichever is faster there.
+    """
+    where = f"batched, {chunk_size} models a chunk, {workers} worker{'s' if workers > 1 else ''} on {device}"
+    if setup.mechanism.sampling != "poisson":
+        return f"{where}; each step computes the chunk's models together"
+    alone = False
+    if device.type == "cpu":
+        randomness = shadow_randomness(setup.settings.seed, np.arange(1))
+        shadow = engine.build(setup.base, setup.mechanism.parameterization, setup.settings.lora, randomness, device)
+        alone = engine.exact_batches_default(shadow, setup.pool_x, device)
+    if alone:
+        return (
+            f"{where}; each Poisson step computes each model alone on the examples it sampled (for a model of this"
+            " size on CPU, faster than the models together on padded batches)"
+        )
+    return f"{where}; each Poisson step computes the chunk's models together, their batches padded to fixed blocks"
+
+
 class Diverged(Exception):
     """Shadow models whose outputs are not finite (their training diverged); ``args[0]``: their indices."""
 

@@ -6,7 +6,7 @@ Layout::
     RUN_DIR/base.pt                  the pretrained base model's weights (so resuming never re-pretrains)
     RUN_DIR/plan.npz                 targets, design membership, canary, reference outputs (everything analysis needs)
     RUN_DIR/chunks/models-A-B.npz    outputs of shadow models A..B-1
-    RUN_DIR/timing.json              the campaign's wall time, summed over sessions
+    RUN_DIR/timing.json              the campaign's wall time, summed over sessions, and how they trained
     RUN_DIR/measured.json            LoRA-FA campaigns: [S] Lemma 7.2's λ̄, C, β measured on a few of its models
     RUN_DIR/privacy.json             the privacy event the mechanism claims at this run's facts, saved when planned
                                      (plan.npz keeps a copy of both: the files the verdict is judged against)
@@ -287,21 +287,51 @@ def read_json(root: Path, name: str, fix: str):
         raise UsageError(f"{Path(root, name)} is corrupt ({exc}): {fix}") from None
 
 
-def add_seconds(root: Path, seconds: float) -> None:
-    """Add a session's wall time to the total of the run directory ``root`` (timing.json), across resumes."""
-    write_file(root, "timing.json", json_text({"seconds": read_seconds(root) + seconds}).encode())
+def add_seconds(root: Path, seconds: float, engine: str | None = None) -> None:
+    """Add a session's wall time to the total of the run directory ``root`` (timing.json), across resumes.
+
+    ``engine``: how the session's shadow models were computed, in words, added to timing.json's list of them where
+    it is not there yet (a campaign's sessions; None: the session trained none).
+    """
+    engines = read_engines(root)
+    record: dict = {"seconds": read_seconds(root) + seconds}
+    if engine is not None and engine not in engines:
+        engines.append(engine)
+    if engines:
+        record["engine"] = engines
+    write_file(root, "timing.json", json_text(record).encode())
+
+
+_TIMING_FIX = "delete it (only the run's recorded duration and engine are lost)"
+
+
+def _timing(root: Path) -> dict | None:
+    timing = read_json(root, "timing.json", _TIMING_FIX)
+    if timing is ABSENT:
+        return None
+    if not isinstance(timing, dict):
+        raise UsageError(f'{Path(root, "timing.json")} is not {{"seconds": a number >= 0, …}}: {_TIMING_FIX}')
+    return timing
 
 
 def read_seconds(root: Path) -> float:
     """The wall time of the run directory ``root``, summed over its sessions (timing.json); 0 before one ended."""
-    fix = "delete it (only the run's recorded duration is lost)"
-    timing = read_json(root, "timing.json", fix)
-    if timing is ABSENT:
+    timing = _timing(root)
+    if timing is None:
         return 0.0
-    seconds = timing.get("seconds") if isinstance(timing, dict) else None
+    seconds = timing.get("seconds")
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds < math.inf:
-        raise UsageError(f'{Path(root, "timing.json")} is not {{"seconds": a number >= 0}}: {fix}')
+        raise UsageError(f'{Path(root, "timing.json")} is not {{"seconds": a number >= 0, …}}: {_TIMING_FIX}')
     return float(seconds)
+
+
+def read_engines(root: Path) -> list[str]:
+    """How the sessions of the run directory ``root`` computed its shadow models (timing.json), each once."""
+    timing = _timing(root)
+    engines = [] if timing is None else timing.get("engine", [])
+    if not isinstance(engines, list) or not all(isinstance(words, str) for words in engines):
+        raise UsageError(f'{Path(root, "timing.json")} has an "engine" that is not a list of texts: {_TIMING_FIX}')
+    return engines
 
 
 def _save_npz(root: Path, relative: str, arrays: dict[str, np.ndarray], record: str) -> None:
@@ -832,9 +862,13 @@ class RunStore:
 
     # -- timing ------------------------------------------------------------------------------------------------
 
-    def record_seconds(self, seconds: float) -> None:
-        """Add a session's wall time (setup + training) to the campaign's total, across resumes."""
-        add_seconds(self.root, seconds)
+    def record_seconds(self, seconds: float, engine: str | None = None) -> None:
+        """Add a session's wall time (setup + training) to the total, and how it trained (:func:`add_seconds`)."""
+        add_seconds(self.root, seconds, engine)
 
     def seconds(self) -> float:
         return read_seconds(self.root)
+
+    def engines(self) -> tuple[str, ...]:
+        """How the campaign's sessions computed its shadow models, in words (runs before dpaudit recorded it: none)."""
+        return tuple(read_engines(self.root))

@@ -174,6 +174,8 @@ def _audited(analysis: CampaignAnalysis) -> dict[str, str]:
         audited["trained layers"] += f", chosen by --target-modules {','.join(config.target_modules)}"
     if config.insertions != 1:
         audited["membership test"] += f"; {config.insertions} copies of each canary (group privacy claimed)"
+    if analysis.engines:
+        audited["engine"] = " — then: ".join(analysis.engines)
     return audited
 
 

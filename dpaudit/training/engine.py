@@ -281,7 +281,7 @@ def train(
         exact_batches: under Poisson sampling, whether each model computes its step alone on the examples it
             sampled, rather than the chunk's models together on batches padded to the layout's blocks (then
             ``models_per_group`` applies); None: chosen by the model's size and the device
-            (:func:`_exact_batches_default`). A model's numbers do not depend on its companions either way.
+            (:func:`exact_batches_default`). A model's numbers do not depend on its companions either way.
 
     Returns:
         ``shadow`` itself, its ``trainable`` tensors replaced by the trained ones (detached), and with the
@@ -303,7 +303,7 @@ def train(
                 f"per example only (clipped sums divided by the expected batch size)"
             )
         poisson = PoissonLayout.for_batch_layout(layout, config.batch_size)
-        alone = _exact_batches_default(shadow, x, device) if exact_batches is None else exact_batches
+        alone = exact_batches_default(shadow, x, device) if exact_batches is None else exact_batches
         steps, expected_batch_size, sample_rate = poisson.steps, poisson.expected_batch_size, poisson.sample_rate
         blocks = _one_block if alone else poisson.blocks
         models_per_group = 1 if alone else models_per_group
@@ -408,7 +408,7 @@ def _one_block(width: int) -> list[slice]:
 _FLOPS_TO_COMPUTE_ALONE = 10**7
 
 
-def _exact_batches_default(shadow: ShadowModels, x: np.ndarray, device: torch.device) -> bool:
+def exact_batches_default(shadow: ShadowModels, x: np.ndarray, device: torch.device) -> bool:
     """Whether a Poisson step computes each model alone on its sampled examples (:func:`train`'s ``exact_batches``).
 
     On CPU, where one example's forward pass is :data:`_FLOPS_TO_COMPUTE_ALONE` or more (counted on the pool's
