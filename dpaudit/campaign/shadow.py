@@ -157,8 +157,9 @@ def engine_words(setup: Setup, device: torch.device, chunk_size: int, workers: i
     alone = False
     if device.type == "cpu":
         randomness = shadow_randomness(setup.settings.seed, np.arange(1))
-        shadow = engine.build(setup.base, setup.mechanism.parameterization, setup.settings.lora, randomness, device)
-        alone = engine.exact_batches_default(shadow, setup.pool_x, device)
+        with blamed_on_model(setup, "counting the operations of one example's forward pass"):
+            shadow = engine.build(setup.base, setup.mechanism.parameterization, setup.settings.lora, randomness, device)
+            alone = engine.exact_batches_default(shadow, setup.pool_x, device)
     if alone:
         return (
             f"{where}; each Poisson step computes each model alone on the examples it sampled (for a model of this"
