@@ -63,6 +63,31 @@ def test_batched_engine_matches_per_model_loop(setting, parameterization, mechan
         assert min((value - sgd.trainable[name]).abs().max() for name, value in batched.trainable.items()) > 1e-3
 
 
+@pytest.mark.parametrize("parameterization", ["lora-fa", "lora"])
+def test_batched_engine_matches_per_model_loop_on_the_seed_cnn(parameterization):
+    """The seed CNN's models train as in the per-model loop, to rounding.
+
+    Convolutions as the engine runs them (the base once over the models' images, A grouped over the models with
+    padded channels, B one product per image) and max-pooling.
+    """
+    base = models.seed_cnn(3, 10, image_size=8, hidden=16)
+    models.initialise(base, 0)
+    base.eval().requires_grad_(False)
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(size=(48, 3, 8, 8)).astype(np.float32), rng.integers(10, size=48)
+    setting = (base, x, y, rng.random((3, len(y))) < 0.6)
+    mechanism = NonPrivate(parameterization=parameterization)
+    config = sampling.TrainingConfig(epochs=4, batch_size=16, lr=0.2)
+    batched = _trained(setting, parameterization, mechanism, config)
+    looped = _trained(setting, parameterization, mechanism, config, train=engine.train_sequentially)
+    randomness = seeding.shadow_randomness(3, range(3))  # as _trained draws them
+    start = engine.build(base, parameterization, models.LoraSpec(8), randomness, torch.device("cpu"))
+    for name, value in batched.trainable.items():
+        moved = value - start.trainable[name]
+        assert moved.abs().max() > 1e-4, name  # A, trained from B = 0, moves least: 8e-4 here
+        torch.testing.assert_close(moved, looped.trainable[name] - start.trainable[name], atol=1e-6, rtol=1e-4)
+
+
 def test_lora_fa_realisations_agree_after_20_sgd_steps(setting):
     """docs/theory.md §1.2: peft with frozen A (a) and full weights with G ← G·AᵀA (b) give the same W to 1e-5."""
     base, x, y, membership = setting
