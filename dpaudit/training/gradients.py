@@ -192,7 +192,7 @@ class LinearExampleGradients:
     def add_weighted_sum(self, totals, coefficients, scale) -> None:
         for name in self.inputs:
             left, right = self._sum_factors(name, coefficients)
-            if left.shape[-2] > right.shape[-1]:  # tall (LoRA's B): formed transposed, then added
+            if _tall(left, right):  # LoRA's B: formed transposed, then added
                 totals[name].add_(_wide_product(left, right), alpha=scale)
             else:
                 totals[name].baddbmm_(left, right, alpha=scale)  # the sum in the GEMM
@@ -275,9 +275,14 @@ def _wide_product(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
     per-example gradient, 64×8 from 2048 positions, in 40 µs against 158 (one model; 0.93 ms against 5.6 for 16
     models of 3136 positions). The transposed product is position-safe (:func:`_position_safe_product`).
     """
-    if left.shape[-2] <= right.shape[-1]:
+    if not _tall(left, right):
         return left @ right
     return _position_safe_product(right.mT, left.mT).mT
+
+
+def _tall(left: torch.Tensor, right: torch.Tensor) -> bool:
+    """Whether ``left @ right`` has more rows than columns (:func:`_wide_product` forms it transposed)."""
+    return left.shape[-2] > right.shape[-1]
 
 
 def _position_safe_product(matrices: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
