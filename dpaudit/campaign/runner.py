@@ -31,7 +31,7 @@ import torch
 
 from dpaudit import models, parallel
 from dpaudit.campaign import plan, resolve, sketch_inputs
-from dpaudit.campaign.shadow import Diverged, Setup, engine_words, train_chunk
+from dpaudit.campaign.shadow import Diverged, Setup, engine_words, train_chunk, with_exact_batches
 from dpaudit.campaign.store import ChunkOutputs, RunStore
 from dpaudit.config import CampaignConfig, Execution
 from dpaudit.errors import UsageError
@@ -209,7 +209,10 @@ def _run_locked(
     todo = np.flatnonzero(~store.finished())
     chunk_size = execution.chunk_size or _auto_chunk_size(setup, device, workers)
     chunks = [todo[i : i + chunk_size] for i in range(0, len(todo), chunk_size)]
-    engine_description = engine_words(setup, device, len(chunks[0]), min(workers, len(chunks))) if chunks else None
+    engine_description = None
+    if chunks:
+        setup = with_exact_batches(setup, device)
+        engine_description = engine_words(setup, device, len(chunks[0]), min(workers, len(chunks)))
     devices = [f"cuda:{i % gpus}" if gpus else str(device) for i in range(len(chunks))]
     # The bar counts model-steps, whole numbers, and shows them as models: a model's fractions of a step summed
     # as floats could pass the total.

@@ -7,6 +7,7 @@ models whose outputs are not finite are refused (:class:`Diverged`) rather than 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -69,6 +70,9 @@ class Setup:
     # The user's model as its option names it (``--model mymodels:make``), whose failures while training are the
     # user's errors (:func:`dpaudit.user_code.blamed_on_user`); None: dpaudit's built-in model.
     users_model: str | None = None
+    # Whether a Poisson step computes each model alone on its sampled examples (engine.train's exact_batches),
+    # decided once for a run's session (with_exact_batches); None: the engine decides per chunk.
+    exact_batches: bool | None = None
 
     @property
     def models(self) -> int:
@@ -140,27 +144,33 @@ def train_models(
             setup.layout,
             on_step,
             canaries,
+            exact_batches=setup.exact_batches,
         )
     return shadow
 
 
-def engine_words(setup: Setup, device: torch.device, chunk_size: int, workers: int) -> str:
-    """How the engine computes ``setup``'s shadow models on ``device``, in words (the report's "engine" row).
+def with_exact_batches(setup: Setup, device: torch.device) -> Setup:
+    """``setup`` with the engine's choice for its Poisson steps on ``device`` made once (:attr:`Setup.exact_batches`).
 
-    A Poisson step computes each model alone on the examples it sampled, or the chunk's models together on batches
-    padded to fixed blocks, as :func:`dpaudit.training.engine.exact_batches_default` chooses for the model and the
-    device: the same arithmetic either way, whichever is faster there.
+    Each model alone on the examples it sampled, or the chunk's models together on batches padded to fixed blocks,
+    as :func:`dpaudit.training.engine.exact_batches_default` chooses for the model and the device: the same
+    arithmetic either way, whichever is faster there. Shuffled steps: False (the models together).
     """
-    where = f"batched, {chunk_size} models a chunk, {workers} worker{'s' if workers > 1 else ''} on {device}"
-    if setup.mechanism.sampling != "poisson":
-        return f"{where}; each step computes the chunk's models together"
     alone = False
-    if device.type == "cpu":
+    if setup.mechanism.sampling == "poisson" and device.type == "cpu":
         randomness = shadow_randomness(setup.settings.seed, np.arange(1))
         with blamed_on_model(setup, "counting the operations of one example's forward pass"):
             shadow = engine.build(setup.base, setup.mechanism.parameterization, setup.settings.lora, randomness, device)
             alone = engine.exact_batches_default(shadow, setup.pool_x, device)
-    if alone:
+    return dataclasses.replace(setup, exact_batches=alone)
+
+
+def engine_words(setup: Setup, device: torch.device, chunk_size: int, workers: int) -> str:
+    """How the engine computes ``setup``'s shadow models on ``device``, in words (the report's "engine" row)."""
+    where = f"batched, {chunk_size} models a chunk, {workers} worker{'s' if workers > 1 else ''} on {device}"
+    if setup.mechanism.sampling != "poisson":
+        return f"{where}; each step computes the chunk's models together"
+    if setup.exact_batches:
         return (
             f"{where}; each Poisson step computes each model alone on the examples it sampled (for a model of this"
             " size on CPU, faster than the models together on padded batches)"
