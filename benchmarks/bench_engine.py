@@ -1,16 +1,18 @@
 """Batched engine vs a plain per-model loop, MLP and seed CNN: models/s, ratio, GFLOP/s and utilisation of a peak.
 
     .venv/bin/python benchmarks/bench_engine.py [--models 32] [--epochs 3] [--parameterization lora-fa]
-        [--cnn-models 4] [--cnn-examples 256] [--threads 2] [--profile]
+        [--cnn-models 4] [--cnn-examples 256] [--threads 2] [--repeats 3] [--profile]
 
-Same models, same seeds, one run. The MLP (64-128-128-10) trains on digits' private part; the seed CNN of [W]
-App. F.1 on in-memory CIFAR-shaped images (``bench_gpu.cifar_shaped``; fewer models and examples: a CPU run).
-Each trainer's floating-point operations are counted in an untimed run (``torch.utils.flop_counter``: matmuls
-and convolutions, forward and backward); achieved GFLOP/s = that count / the timed run's seconds. The peak is
-measured in the same run at the same thread count: the fastest of several fp32 1024×1024 matmuls (``torch.mm``),
-before and after the trainers, so utilisation = achieved / peak says how far the engine is from the machine's
-arithmetic peak (small per-model GEMMs and elementwise work keep it well below). ``--profile`` then prints where
-one epoch of each batched trainer's steps spends its time (:mod:`step_profile`; docs/performance.md).
+Same models, same seeds, one run: each trainer's fastest of ``--repeats`` timed runs, the trainers taking turns
+after an untimed run of two models (:func:`bench_dpsgd.best_seconds`). The MLP (64-128-128-10) trains on digits'
+private part; the seed CNN of [W] App. F.1 on in-memory CIFAR-shaped images (``bench_gpu.cifar_shaped``; fewer
+models and examples: a CPU run). Each trainer's floating-point operations are counted in a further untimed run
+(``torch.utils.flop_counter``: matmuls and convolutions, forward and backward); achieved GFLOP/s = that count / the
+fastest timed run's seconds. The peak is measured in the same run at the same thread count: the fastest of several
+fp32 1024×1024 matmuls (``torch.mm``), before and after the trainers, so utilisation = achieved / peak says how far
+the engine is from the machine's arithmetic peak (small per-model GEMMs and elementwise work keep it well below).
+``--profile`` then prints where one epoch of each batched trainer's steps spends its time (:mod:`step_profile`;
+docs/performance.md).
 """
 
 from __future__ import annotations
@@ -18,10 +20,13 @@ from __future__ import annotations
 import argparse
 import functools
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
-from bench_gpu import cifar_shaped, frozen_seed_cnn  # the benchmarks folder is on sys.path when run as a script
+from bench_dpsgd import best_seconds  # the benchmarks folder is on sys.path when run as a script
+from bench_gpu import cifar_shaped, frozen_seed_cnn
 from step_profile import print_profile
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -42,15 +47,37 @@ def matmul_peak_gflops(size: int = 1024, repeats: int = 10) -> float:
     return 2 * size**3 / best / 1e9
 
 
-def counted_and_timed(trainer, build, mechanism, x, y, randomness, config) -> tuple[engine.ShadowModels, float, float]:
-    """The models ``trainer`` trains from ``build()``, its operation count (an untimed run) and seconds (timed)."""
-    membership = np.ones((len(randomness), len(y)), dtype=bool)
-    with FlopCounterMode(display=False) as counter:
-        trainer(build(), mechanism, x, y, membership, randomness, config)
-    shadow = build()
-    start = time.perf_counter()
-    trainer(shadow, mechanism, x, y, membership, randomness, config)
-    return shadow, counter.get_total_flops(), time.perf_counter() - start
+@dataclass(frozen=True)
+class Trainer:
+    """One way to train a setting's first ``models`` models, as :func:`bench_dpsgd.best_seconds` calls it.
+
+    ``train``: :func:`engine.train` or :func:`engine.train_sequentially`; ``build``: the models of given
+    randomness; the trained models of the last call go to ``results[name]``.
+    """
+
+    name: str
+    train: Callable
+    build: Callable
+    mechanism: NonPrivate
+    x: np.ndarray
+    y: np.ndarray
+    randomness: list
+    config: sampling.TrainingConfig
+    results: dict
+
+    def __call__(self, models: int) -> None:
+        membership = np.ones((models, len(self.y)), dtype=bool)
+        randomness = self.randomness[:models]
+        shadow = self.build(randomness, torch.device("cpu"))
+        self.results[self.name] = self.train(
+            shadow, self.mechanism, self.x, self.y, membership, randomness, self.config
+        )
+
+    def flops(self) -> float:
+        """The floating-point operations of training all the models (an untimed run)."""
+        with FlopCounterMode(display=False) as counter:
+            self(len(self.randomness))
+        return counter.get_total_flops()
 
 
 def main() -> None:
@@ -63,6 +90,9 @@ def main() -> None:
     parser.add_argument("--cnn-examples", type=int, default=256, help="private pool of the CNN")
     parser.add_argument("--cnn-epochs", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="timed runs per trainer, taking turns; the fastest counts"
+    )
     parser.add_argument("--profile", action="store_true", help="then profile one epoch of each batched trainer")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -91,12 +121,16 @@ def main() -> None:
     for label, (base, x, y, count, epochs) in settings.items():
         randomness = seeding.shadow_randomness(0, range(count))
         config = sampling.TrainingConfig(epochs=epochs)
-        build = functools.partial(engine.build, base, args.parameterization, spec, randomness, torch.device("cpu"))
-        rates, results = {}, {}
-        for name, trainer in (("batched", engine.train), ("per-model loop", engine.train_sequentially)):
-            results[name], flops, seconds = counted_and_timed(trainer, build, mechanism, x, y, randomness, config)
-            rates[name] = count / seconds
-            lines.append((label, name, rates[name], flops / seconds / 1e9))
+        build = functools.partial(engine.build, base, args.parameterization, spec)
+        results: dict[str, engine.ShadowModels] = {}
+        trainers = {
+            name: Trainer(name, train, build, mechanism, x, y, randomness, config, results)
+            for name, train in (("batched", engine.train), ("per-model loop", engine.train_sequentially))
+        }
+        seconds = best_seconds(trainers, count, args.repeats)
+        rates = {name: count / value for name, value in seconds.items()}
+        for name, trainer in trainers.items():
+            lines.append((label, name, rates[name], trainer.flops() / seconds[name] / 1e9))
         gap = max(
             (results["batched"].trainable[n] - results["per-model loop"].trainable[n]).abs().max().item()
             for n in results["batched"].trainable

@@ -41,7 +41,7 @@ def _opacus_grad_samples(shadow: engine.ShadowModels, x: torch.Tensor, y: torch.
 
     module = shadow.model(0).train()  # opacus records activations in training mode only
     # peft's own layers: opacus records per-sample gradients through module calls, and our forward runs a
-    # convolution adapter's B as matrix products (models._channel_padded_update), the same function.
+    # convolution adapter's B as matrix products (models.adapters._channel_padded_update), the same function.
     for layer in module.modules():
         vars(layer).pop("forward", None)
     with warnings.catch_warnings():

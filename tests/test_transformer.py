@@ -17,6 +17,7 @@ from dpaudit.errors import UsageError
 from dpaudit.mechanisms.dpsgd import dp_sgd
 from dpaudit.mechanisms.nonprivate import NonPrivate
 from dpaudit.mechanisms.prism import PrismMechanism
+from dpaudit.models import adapters
 from dpaudit.models.transformer import CausalTransformer
 from dpaudit.training import engine, sampling
 from dpaudit.training import gradients as example_gradients
@@ -158,7 +159,7 @@ def test_per_example_gradients_of_the_transformer_equal_an_autograd_loop(setting
     xb, yb = torch.from_numpy(x[:10].reshape(2, 5, LENGTH)), torch.from_numpy(y[:10].reshape(2, 5, LENGTH))
     weights = torch.tensor([[1.0, 1.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0, 0.0]], dtype=torch.float64)
     # On sequences it merges the adapters and derives the factors' records from the layers' (any caller's context).
-    with models.merged_adapters():
+    with adapters.merged_adapters():
         examples = example_gradients.example_gradient_function(shadow.module, list(shadow.trainable))(
             shadow.trainable, shadow.frozen, xb, yb, weights
         )
@@ -184,7 +185,7 @@ def test_per_example_gradients_of_the_transformer_equal_an_autograd_loop(setting
 
 @pytest.mark.parametrize("trained", [(".lora_B.",), (".lora_A.", ".lora_B.")])
 def test_a_merged_adapter_computes_peft_s_layer_and_only_inside_its_context(setting, trained):
-    """``models.merged_adapters``: x (W + B A)ᵀ + b instead of W x + b + B (A x): same outputs and gradients.
+    """``adapters.merged_adapters``: x (W + B A)ᵀ + b instead of W x + b + B (A x): same outputs and gradients.
 
     B alone trained (LoRA-FA: B's gradient formed at rank r) and both factors (from the gradient of W + B A).
     """
@@ -204,7 +205,7 @@ def test_a_merged_adapter_computes_peft_s_layer_and_only_inside_its_context(sett
         trained_factors = [p for p in module.parameters() if p.requires_grad]
         return logits, torch.autograd.grad(logits.square().sum(), trained_factors)
 
-    with models.merged_adapters():
+    with adapters.merged_adapters():
         merged, merged_gradients = outputs_and_gradients()
     assert not calls  # A is never applied to the inputs: the adapters were merged into the weights
     factored, factored_gradients = outputs_and_gradients()

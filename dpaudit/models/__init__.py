@@ -19,7 +19,6 @@ model runs as it comes: its output is read by :func:`output_logits`, its task fr
 
 from __future__ import annotations
 
-import contextvars
 import copy
 import hashlib
 import math
@@ -29,7 +28,6 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -37,7 +35,7 @@ from torch import nn
 from torch.func import functional_call
 
 from dpaudit.errors import UsageError
-from dpaudit.models import hugging_face
+from dpaudit.models import adapters, hugging_face
 from dpaudit.models.transformer import CausalTransformer
 from dpaudit.user_code import blamed_on_user, load_callable
 
@@ -487,190 +485,8 @@ def attach_lora(model: nn.Module, spec: LoraSpec) -> nn.Module:
     wrapped.eval()
     for layer in wrapped.modules():
         if isinstance(layer, peft.tuners.lora.LoraLayer) and not layer.lora_variant:
-            layer.forward = types.MethodType(_lora_forward, layer)  # a deep copy binds it to the copy
+            layer.forward = types.MethodType(adapters.lora_forward, layer)  # a deep copy binds it to the copy
     return wrapped
-
-
-# How a merged adapter's layer is computed in this context (merged_adapters), or None: peft's unmerged layer.
-_MERGED_ADAPTERS: contextvars.ContextVar[Callable | None] = contextvars.ContextVar("merged_adapters", default=None)
-
-
-@contextmanager
-def merged_adapters(merged: bool = True, *, factor_gradients: bool = True) -> Iterator[None]:
-    """Within it (``merged``), an adapted ``nn.Linear`` at scaling 1 computes ``x (W + B A)ᵀ + b``: one GEMM.
-
-    peft's ``W x + b + B (A x)`` is three, two of them with the rank as a dimension, which MKL runs at a fraction of
-    its speed: where a layer sees thousands of rows per model (a batch of sequences) the merged layer trains 1.2-2.4x
-    faster, its backward included, although where A trains it forms the (d_out, d_in) gradient of ``W + B A``
-    (:class:`_MergedLinear`); at tens of rows (an MLP's batch) it is 2x slower (docs/performance.md §8). The same
-    function, rounded otherwise (about 1e-7 relative). Per model: no tensor of one model enters another's product, so
-    a model's numbers do not depend on its companions. The context is the calling thread's: the engine's forward
-    passes only, never the per-model loop's.
-
-    ``factor_gradients``: whether the backward pass forms the factors' gradients (:class:`_MergedLinear`). False
-    where it asks for the layers' output gradients only (DP-SGD's per-example pass, which derives the factors'
-    from them): there the layer is autograd's own, whose backward forms no gradient that is not asked for, where a
-    custom function's forms one for every input that requires grad (20% of a dp-lora step, measured).
-    """
-    token = _MERGED_ADAPTERS.set((_MergedLinear.apply if factor_gradients else _merged_linear) if merged else None)
-    try:
-        yield
-    finally:
-        _MERGED_ADAPTERS.reset(token)
-
-
-def merges(layer: nn.Module) -> bool:
-    """Whether ``layer`` (an adapted layer of :func:`attach_lora`) is merged inside :func:`merged_adapters`.
-
-    An ``nn.Linear`` base at scaling 1 whose forward is :func:`_lora_forward`, which also leaves a call with more
-    than the input unmerged.
-    """
-    forward = vars(layer).get("forward")
-    return getattr(forward, "__func__", None) is _lora_forward and _mergeable(layer)
-
-
-def _mergeable(layer: Any) -> bool:
-    """An adapted layer whose adapter :func:`_lora_forward` merges into its weight: a Linear base at scaling 1."""
-    return type(layer.base_layer) is nn.Linear and layer.scaling == {"default": 1.0}
-
-
-def _lora_forward(layer: Any, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-    """The LoRA forward of peft, ``base(x) + B(A(x)) · scaling``, with peft's numbers for Linear layers.
-
-    peft multiplies by the scaling even when it is 1: an elementwise pass over every adapted layer's output, and its
-    backward, per step (docs/performance.md); here only a scaling other than 1 is multiplied. Dropout is 0
-    (:func:`attach_lora`), so peft's is the identity. Inside :func:`merged_adapters`, a Linear layer's adapter is
-    merged into its weight. A Conv2d layer's factors run with padded channels (:func:`_channel_padded_update`).
-    """
-    lora_a, lora_b = layer.lora_A["default"], layer.lora_B["default"]
-    base = layer.base_layer
-    merged_layer = _MERGED_ADAPTERS.get()
-    if merged_layer is not None and _mergeable(layer) and not args and not kwargs:
-        return merged_layer(x, base.weight, base.bias, lora_b.weight, lora_a.weight)
-    result = base(x, *args, **kwargs)
-    x = layer._cast_input_dtype(x, lora_a.weight.dtype)
-    update = _channel_padded_update(lora_a, lora_b, x) if type(lora_a) is nn.Conv2d else lora_b(lora_a(x))
-    scaling = layer.scaling["default"]
-    return (result + (update if scaling == 1 else update * scaling)).to(result.dtype)
-
-
-def _merged_linear(x, weight, bias, lora_b, lora_a):
-    """``x (W + B A)ᵀ + b``: an adapted Linear layer at scaling 1 as one GEMM (:func:`merged_adapters`)."""
-    return nn.functional.linear(x, weight + lora_b @ lora_a, bias)
-
-
-def _merged_products(x, weight, bias, lora_b, lora_a):
-    """K models' ``x (W + B A)ᵀ + b``, each tensor with the models first: one batched GEMM, the bias inside it.
-
-    vmap's rule for ``linear`` adds the bias in a pass of its own over the (K, rows, d_out) outputs; ``baddbmm`` starts
-    each model's product from it (as ``addmm`` does for one model's rows in the per-model loop).
-    """
-    rows = x.reshape(x.shape[0], -1, x.shape[-1])
-    merged = (weight + lora_b @ lora_a).mT
-    products = torch.bmm(rows, merged) if bias is None else torch.baddbmm(bias.unsqueeze(-2), rows, merged)
-    return products.view(*x.shape[:-1], weight.shape[-2])
-
-
-def _merged_gradients(needs: tuple[bool, ...], grad, x, weight, lora_b, lora_a) -> tuple:
-    """The gradients of :func:`_merged_products` that ``needs`` (x, W, b, B, A) asks for, the models first.
-
-    Autograd's backward of the merged product forms the (d_out, d_in) gradient of ``W + B A`` and projects it on
-    the factors. Where B alone trains (LoRA-FA), B's gradient is ``δᵀ (x Aᵀ)`` instead: r (d_in + d_out) products per
-    row instead of d_in d_out, 1.4-1.9x faster at the byte-level transformer's layers (docs/performance.md §10).
-    Where A trains too, the gradient of ``W + B A`` is formed once for both factors, as autograd does.
-    """
-    need_x, need_weight, need_bias, need_b, need_a = needs
-    rows_grad = grad.reshape(grad.shape[0], -1, grad.shape[-1])
-    rows_x = x.reshape(x.shape[0], -1, x.shape[-1])
-    grad_x = (rows_grad @ (weight + lora_b @ lora_a)).view(x.shape) if need_x else None
-    grad_bias = rows_grad.sum(1) if need_bias else None
-    grad_weight = grad_b = grad_a = None
-    if need_weight or need_a:
-        merged_grad = rows_grad.mT @ rows_x
-        grad_weight = merged_grad if need_weight else None
-        grad_b = merged_grad @ lora_a.mT if need_b else None
-        grad_a = lora_b.mT @ merged_grad if need_a else None
-    elif need_b:
-        grad_b = rows_grad.mT @ (rows_x @ lora_a.mT)
-    return grad_x, grad_weight, grad_bias, grad_b, grad_a
-
-
-def _save_merged_inputs(ctx, inputs, output) -> None:
-    """What the merged layers' backward reads: x, W, B and A (not the bias)."""
-    x, weight, _, lora_b, lora_a = inputs
-    ctx.save_for_backward(x, weight, lora_b, lora_a)
-
-
-class _MergedLinear(torch.autograd.Function):
-    """``x (W + B A)ᵀ + b``, a merged adapter's layer (:func:`merged_adapters`), with B's gradient formed at rank r.
-
-    Written for one model; under ``vmap`` (the engine's K models) the models' layers are computed together by
-    :class:`_MergedLinears`: 1.03-1.13x faster training steps of the byte-level transformer than vmap's own rules
-    for the same function, whose ``linear`` adds the bias in a separate pass (docs/performance.md §15).
-    """
-
-    @staticmethod
-    def forward(x, weight, bias, lora_b, lora_a):
-        return _merged_products(*(None if t is None else t.unsqueeze(0) for t in (x, weight, bias, lora_b, lora_a)))[0]
-
-    setup_context = staticmethod(_save_merged_inputs)
-
-    @staticmethod
-    def backward(ctx, grad):
-        tensors = (t.unsqueeze(0) for t in (grad, *ctx.saved_tensors))
-        return tuple(None if g is None else g[0] for g in _merged_gradients(ctx.needs_input_grad, *tensors))
-
-    @staticmethod
-    def vmap(info, in_dims, *inputs):
-        models_first = [
-            None if t is None else t.expand(info.batch_size, *t.shape) if dim is None else t.movedim(dim, 0)
-            for t, dim in zip(inputs, in_dims)
-        ]
-        return _MergedLinears.apply(*models_first), 0
-
-
-class _MergedLinears(torch.autograd.Function):
-    """K models' :class:`_MergedLinear` layers, every tensor with the models first (:func:`_merged_products`)."""
-
-    @staticmethod
-    def forward(x, weight, bias, lora_b, lora_a):
-        return _merged_products(x, weight, bias, lora_b, lora_a)
-
-    setup_context = staticmethod(_save_merged_inputs)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _merged_gradients(ctx.needs_input_grad, grad, *ctx.saved_tensors)
-
-
-# Channels per group from which oneDNN's grouped convolutions round as single ones: 8 where it runs AVX2 kernels, 16
-# where AVX-512 ones (a seed CNN alone and with 3 others differed at 8 on an AVX-512 machine); 16 serves both.
-_CHANNEL_BLOCK = 16
-
-
-def _channel_padded_update(lora_a: nn.Conv2d, lora_b: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
-    """``B(A(x))`` of a Conv2d adapter: A with its input and rank channels zero-padded to multiples of 16, B a GEMM.
-
-    The same numbers with zeros added. Under ``vmap`` each factor is a grouped convolution over the K models, and
-    oneDNN rounds a group's output otherwise from 2-3 groups on where a group's input or output channels are not a
-    multiple of its kernels' block (an image's 3 channels, a rank of 4; 8 channels with AVX2, 16 with AVX-512), and
-    a 1×1 convolution's backward otherwise with one group than with several (at 32 images of 32×32): a model's numbers
-    depended on how many models it was trained with (docs/performance.md §8). B, a 1×1 convolution, is one matrix
-    product per image over its pixels instead.
-    """
-    one_by_one = lora_b.kernel_size == (1, 1) and lora_b.stride == (1, 1) and lora_b.padding in ((0, 0), "valid")
-    if lora_a.groups != 1 or lora_a.padding_mode != "zeros" or lora_b.groups != 1 or not one_by_one:
-        return lora_b(lora_a(x))
-    c_in, rank = lora_a.in_channels, lora_a.out_channels
-    pad_in, pad_rank = -c_in % _CHANNEL_BLOCK, -rank % _CHANNEL_BLOCK
-    a = nn.functional.pad(lora_a.weight, (0, 0, 0, 0, 0, pad_in, 0, pad_rank))
-    if pad_in:
-        x = nn.functional.pad(x, (0, 0, 0, 0, 0, pad_in))
-    hidden = nn.functional.conv2d(x, a, None, lora_a.stride, lora_a.padding, lora_a.dilation).narrow(-3, 0, rank)
-    # One (d_out, r) @ (r, pixels) product per image, batched over the images: the per-model loop and the engine
-    # (which batches the models' images too) run the same products and sum B's gradient over images alike.
-    weight, pixels = lora_b.weight.flatten(1), hidden.flatten(-2)
-    return (weight.expand(*pixels.shape[:-2], *weight.shape) @ pixels).unflatten(-1, hidden.shape[-2:])
 
 
 def draw_lora_a(shape: tuple[int, ...], rank: int, generator: torch.Generator) -> torch.Tensor:

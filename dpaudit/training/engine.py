@@ -28,6 +28,7 @@ from dpaudit import background
 from dpaudit import models as model_lib
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms.base import Mechanism, Step
+from dpaudit.models.adapters import merged_adapters
 from dpaudit.seeding import ModelRandomness
 from dpaudit.training.gradients import (
     BlockedExampleGradients,
@@ -68,9 +69,10 @@ class StepObserver(Protocol):
     def finish(self, params: dict[str, torch.Tensor]) -> torch.Tensor: ...
 
 
-# glibc's mallopt parameters (malloc.h), the default both thresholds are set back to, and the retained size
+# glibc's mallopt parameters (malloc.h), the thresholds set back (the mmap threshold's largest adapted value on 64-bit
+# glibc, and the trim threshold it pairs with it), and the retained size
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-_GLIBC_DEFAULT_THRESHOLD = 128 * 1024
+_ADAPTED_MMAP_THRESHOLD = 32 * 2**20
 _RETAINED_BYTES = 2**30
 _retaining = 0  # retained_heap blocks open in this process: the outermost one sets and restores the thresholds
 # Threads can open blocks at once: the count and glibc's thresholds (the process's) change together under this
@@ -87,8 +89,11 @@ def retained_heap() -> Iterator[None]:
     transformers: (16, 2048, 256) floats, 32 MiB) costs the kernel's page faults and zeroing again at every
     step: batched, the transformer's elementwise ops ran 2-6x slower per element than the per-model loop's small
     tensors, and a third of the CPU time was the kernel's (docs/performance.md §5). Thresholds of 1 GiB keep such
-    blocks in the heap. The last block to close sets glibc's default thresholds again and returns the heap's
-    free memory to the system. Only the main thread's heap is kept so: another thread's arena, 64 MiB at most,
+    blocks in the heap. The last block to close returns the heap's free memory to the system and sets the
+    thresholds that glibc adapts to after freeing large blocks (32 MiB, the mmap threshold's largest adapted value,
+    and a trim threshold of twice that): once set, glibc adapts them no more, and its defaults of 128 KiB would map
+    every later allocation above them afresh (a per-model loop run after the engine in one process ran 1.6x slower,
+    docs/performance.md §16). Only the main thread's heap is kept so: another thread's arena, 64 MiB at most,
     maps blocks of tens of MiB afresh now and then (measured: every one, in some runs), which is why the
     campaign's driver trains in its main thread. Changes no number (torch aligns every tensor to 64 bytes either
     way); does nothing where malloc is not glibc's.
@@ -107,8 +112,8 @@ def retained_heap() -> Iterator[None]:
         with _retaining_lock:
             _retaining -= 1
             if glibc and not _retaining:
-                libc.mallopt(_M_MMAP_THRESHOLD, _GLIBC_DEFAULT_THRESHOLD)
-                libc.mallopt(_M_TRIM_THRESHOLD, _GLIBC_DEFAULT_THRESHOLD)
+                libc.mallopt(_M_MMAP_THRESHOLD, _ADAPTED_MMAP_THRESHOLD)
+                libc.mallopt(_M_TRIM_THRESHOLD, 2 * _ADAPTED_MMAP_THRESHOLD)
                 libc.malloc_trim(0)
 
 
@@ -494,7 +499,7 @@ def logits(shadow: ShadowModels, x: np.ndarray, batch_size: int = 4096) -> torch
     # Inputs per model too (a view), so that no GEMM spans several models (see _per_model_view). No inputs (a
     # gradient canary has none) still run one empty batch, which gives the (K, 0, classes) result. Adapters merged:
     # one GEMM per layer instead of three, and no backward pass to pay for it.
-    with model_lib.merged_adapters():
+    with merged_adapters():
         parts = [
             forward(shadow.trainable, frozen, _per_model_view(inputs[i : i + batch_size], shadow.n_models))
             for i in range(0, max(len(inputs), 1), batch_size)

@@ -22,6 +22,7 @@ from torch.func import grad, vmap
 from dpaudit import models as model_lib
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms.base import PerExampleGradients
+from dpaudit.models.adapters import merged_adapters, merges
 
 
 def _loss_functions(module: nn.Module):
@@ -58,7 +59,7 @@ def gradient_function(module: nn.Module, per_example: bool) -> Callable:
         def batch_gradients(trainable, frozen, x, y, w):
             frozen, frozen_dims = shared_base(shared_layers, frozen)
             losses = vmap(batch_loss, in_dims=(0, frozen_dims, 0, 0, 0))
-            with torch.enable_grad(), model_lib.merged_adapters(token_sequences(x)):
+            with torch.enable_grad(), merged_adapters(linear=token_sequences(x)):
                 recorded = {name: t.detach().requires_grad_() for name, t in trainable.items()}
                 total = losses(recorded, frozen, x, y, w).sum()
                 # A trained tensor the loss does not use gets zeros, as vmap(grad) gives them.
@@ -80,9 +81,9 @@ def gradient_function(module: nn.Module, per_example: bool) -> Callable:
 def token_sequences(x: torch.Tensor) -> bool:
     """Whether inputs ``x`` (K, b, ...) are (K, b, T) token ids: thousands of rows a model in every layer.
 
-    A step on them trains with merged adapters (:func:`models.merged_adapters`), which pay at that many rows where
-    an MLP's or a CNN's b rows are too few (docs/performance.md §8), and the engine computes them a group of
-    models at a time (:func:`dpaudit.training.engine.model_groups`).
+    A step on them trains with merged Linear adapters (:func:`dpaudit.models.adapters.merged_adapters`), which pay
+    at that many rows where an MLP's or a CNN's b rows are too few (docs/performance.md §8), and the engine computes
+    them a group of models at a time (:func:`dpaudit.training.engine.model_groups`).
     """
     return not torch.is_floating_point(x) and x.ndim >= 3
 
@@ -434,7 +435,7 @@ def _merged_adapter_factors(module: nn.Module, names: Sequence[str]) -> dict[str
     """
     adapters: dict[str, dict[str, str]] = {}
     for name in names:
-        if (".lora_A." in name or ".lora_B." in name) and model_lib.merges(module.get_submodule(_adapted_layer(name))):
+        if (".lora_A." in name or ".lora_B." in name) and merges(module.get_submodule(_adapted_layer(name))):
             b = name.replace(".lora_A.", ".lora_B.")
             adapters[_adapted_layer(name)] = {"A": b.replace(".lora_B.", ".lora_A."), "B": b}
     return adapters
@@ -518,7 +519,7 @@ def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callab
         recorded |= {n: layer for n, layer in layers.items() if not (merged and _adapted_layer(n) in adapters)}
         handles = [layer.register_forward_hook(recorder(name)) for name, layer in recorded.items()]
         try:
-            with model_lib.merged_adapters(merged, factor_gradients=False):
+            with merged_adapters(linear=merged, factor_gradients=False):
                 return model_lib.functional_forward(module, {**frozen, **trainable}, x), inputs, outputs
         finally:
             for handle in handles:
