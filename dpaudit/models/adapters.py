@@ -190,42 +190,50 @@ def _save_merged_inputs(ctx, inputs, output) -> None:
     ctx.geometry = geometry
 
 
-class _MergedLinear(torch.autograd.Function):
-    """``x (W + B A)ᵀ + b``, a merged adapter's layer (:func:`merged_adapters`), with B's gradient formed at rank r.
+def _merged_layer(name: str, products: Callable, gradients: Callable) -> type[torch.autograd.Function]:
+    """The autograd function of a merged layer, written for one model, and its ``vmap`` rule.
 
-    Written for one model; under ``vmap`` (the engine's K models) the models' layers are computed together by
-    :class:`_MergedLinears`: 1.03-1.13x faster training steps of the byte-level transformer than vmap's own rules
-    for the same function, whose ``linear`` adds the bias in a separate pass (docs/performance.md §15).
+    Under ``vmap`` (the engine's K models) the rule hands the K models' tensors, every one with the models first, to
+    a second function that computes them together: ``products`` its forward pass, ``gradients`` (what
+    ``needs_input_grad`` asks for, then the tensors saved by :func:`_save_merged_inputs`) its backward pass.
     """
 
-    @staticmethod
-    def forward(x, weight, bias, lora_b, lora_a):
-        return _merged_products(*_one_model((x, weight, bias, lora_b, lora_a)))[0]
+    class Models(torch.autograd.Function):
+        @staticmethod
+        def forward(*inputs):
+            return products(*inputs)
 
-    setup_context = staticmethod(_save_merged_inputs)
+        setup_context = staticmethod(_save_merged_inputs)
 
-    @staticmethod
-    def backward(ctx, grad):
-        gradients = _merged_gradients(ctx.needs_input_grad, *_one_model((grad, *ctx.saved_tensors)))
-        return tuple(None if g is None else g[0] for g in gradients)
+        @staticmethod
+        def backward(ctx, grad):
+            return gradients(ctx.needs_input_grad, grad, *ctx.saved_tensors, *ctx.geometry)
 
-    @staticmethod
-    def vmap(info, in_dims, *inputs):
-        return _MergedLinears.apply(*_models_first(info, in_dims, inputs)), 0
+    class Model(torch.autograd.Function):
+        @staticmethod
+        def forward(*inputs):
+            return products(*_one_model(inputs))[0]
+
+        setup_context = staticmethod(_save_merged_inputs)
+
+        @staticmethod
+        def backward(ctx, grad):
+            batched = gradients(ctx.needs_input_grad, *_one_model((grad, *ctx.saved_tensors)), *ctx.geometry)
+            return tuple(None if g is None else g[0] for g in batched)
+
+        @staticmethod
+        def vmap(info, in_dims, *inputs):
+            return Models.apply(*_models_first(info, in_dims, inputs)), 0
+
+    Models.__name__ = Models.__qualname__ = f"{name}s"
+    Model.__name__ = Model.__qualname__ = name
+    return Model
 
 
-class _MergedLinears(torch.autograd.Function):
-    """K models' :class:`_MergedLinear` layers, every tensor with the models first (:func:`_merged_products`)."""
-
-    @staticmethod
-    def forward(x, weight, bias, lora_b, lora_a):
-        return _merged_products(x, weight, bias, lora_b, lora_a)
-
-    setup_context = staticmethod(_save_merged_inputs)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _merged_gradients(ctx.needs_input_grad, grad, *ctx.saved_tensors)
+# ``x (W + B A)ᵀ + b``, a merged Linear adapter (merged_adapters) with B's gradient formed at rank r. Under vmap the
+# K models' layers are one baddbmm each: 1.03-1.13x faster training steps of the byte-level transformer than vmap's
+# own rules for the same function, whose ``linear`` adds the bias in a separate pass (docs/performance.md §15).
+_MergedLinear = _merged_layer("_MergedLinear", _merged_products, _merged_gradients)
 
 
 def _merged_kernels(weight, lora_b, lora_a) -> torch.Tensor:
@@ -299,43 +307,9 @@ def _merged_convolution_gradients(needs: tuple[bool, ...], grad, x, weight, lora
     return tuple(torch.stack(per_model[name]) if need else None for name, need in zip(per_model, asked)) + (None,)
 
 
-class _MergedConv(torch.autograd.Function):
-    """``conv(x, W + B A) + b``, a merged Conv2d adapter (:func:`merged_adapters`), B's gradient formed at rank r.
-
-    ``geometry``: the convolution's stride, padding and dilation. Written for one model; under ``vmap`` the K models'
-    layers are computed by :class:`_MergedConvs`, a convolution per model.
-    """
-
-    @staticmethod
-    def forward(x, weight, bias, lora_b, lora_a, geometry):
-        return _merged_convolutions(*_one_model((x, weight, bias, lora_b, lora_a)), geometry)[0]
-
-    setup_context = staticmethod(_save_merged_inputs)
-
-    @staticmethod
-    def backward(ctx, grad):
-        gradients = _merged_convolution_gradients(
-            ctx.needs_input_grad, *_one_model((grad, *ctx.saved_tensors)), *ctx.geometry
-        )
-        return tuple(None if g is None else g[0] for g in gradients)
-
-    @staticmethod
-    def vmap(info, in_dims, *inputs):
-        return _MergedConvs.apply(*_models_first(info, in_dims, inputs)), 0
-
-
-class _MergedConvs(torch.autograd.Function):
-    """K models' :class:`_MergedConv` layers, every tensor with the models first (:func:`_merged_convolutions`)."""
-
-    @staticmethod
-    def forward(x, weight, bias, lora_b, lora_a, geometry):
-        return _merged_convolutions(x, weight, bias, lora_b, lora_a, geometry)
-
-    setup_context = staticmethod(_save_merged_inputs)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _merged_convolution_gradients(ctx.needs_input_grad, grad, *ctx.saved_tensors, *ctx.geometry)
+# ``conv(x, W + B A) + b``, a merged Conv2d adapter (merged_adapters) with B's gradient formed at rank r; its last
+# argument the convolution's stride, padding and dilation. A convolution per model under vmap.
+_MergedConv = _merged_layer("_MergedConv", _merged_convolutions, _merged_convolution_gradients)
 
 
 # Channels per group from which oneDNN's grouped convolutions round as single ones: 8 where it runs AVX2 kernels, 16
