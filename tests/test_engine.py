@@ -220,7 +220,11 @@ _DP_SGD = dp_sgd("dp-lora-fa", 1.0, 1.0)
     ],
 )
 def test_a_cnn_model_does_not_depend_on_its_batch_companions(mechanism, alone, exact):
-    """Seed CNN (its base convolutions run once over all models' images): with 3 others equals alone or with 1."""
+    """Seed CNN: with 3 others equals alone or with 1.
+
+    Noise-free, each model's adapted convolutions are one merged convolution of its own; DP-SGD's per-example pass
+    runs the base convolutions once over all models' images and the adapters' grouped over the models.
+    """
     base = models.seed_cnn(3, 10, image_size=8, hidden=16)
     models.initialise(base, 0)
     base.eval().requires_grad_(False)
