@@ -15,6 +15,7 @@ from dpaudit.mechanisms.dpsgd import dp_sgd
 from dpaudit.mechanisms.nonprivate import NonPrivate, lora_fa
 from dpaudit.mechanisms.wishart import WishartProjection
 from dpaudit.training import engine, sampling
+from dpaudit.training.gradients import large_images
 
 
 @pytest.fixture(scope="module")
@@ -64,20 +65,24 @@ def test_batched_engine_matches_per_model_loop(setting, parameterization, mechan
 
 
 @pytest.mark.parametrize("parameterization", ["lora-fa", "lora"])
-def test_batched_engine_matches_per_model_loop_on_the_seed_cnn(parameterization):
+@pytest.mark.parametrize("image_size, merged, lr", [(8, False, 0.2), (32, True, 0.05)])  # 0.2 diverges at 32²
+def test_batched_engine_matches_per_model_loop_on_the_seed_cnn(parameterization, image_size, merged, lr):
     """The seed CNN's models train as in the per-model loop, to rounding.
 
-    Convolutions as the engine trains them (each model's adapter merged into its kernel, ``W + B A``: one
-    convolution per model, docs/performance.md §16) and max-pooling, against peft's layers in the loop.
+    Convolutions as the engine trains them: on 32² images each model's adapter merged into its kernel (``W + B A``,
+    one channels-last convolution per model, docs/performance.md §16); on 8² (too few pixels a batch) peft's layers,
+    the base once over the models' images and A grouped over the models with padded channels. Max-pooling after
+    them; peft's layers in the loop.
     """
-    base = models.seed_cnn(3, 10, image_size=8, hidden=16)
+    base = models.seed_cnn(3, 10, image_size=image_size, hidden=16)
     models.initialise(base, 0)
     base.eval().requires_grad_(False)
     rng = np.random.default_rng(1)
-    x, y = rng.normal(size=(48, 3, 8, 8)).astype(np.float32), rng.integers(10, size=48)
+    x, y = rng.normal(size=(48, 3, image_size, image_size)).astype(np.float32), rng.integers(10, size=48)
     setting = (base, x, y, rng.random((3, len(y))) < 0.6)
     mechanism = NonPrivate(parameterization=parameterization)
-    config = sampling.TrainingConfig(epochs=4, batch_size=16, lr=0.2)
+    config = sampling.TrainingConfig(epochs=4, batch_size=16, lr=lr)
+    assert _merges_convolutions(setting[-1], config, image_size) == merged
     batched = _trained(setting, parameterization, mechanism, config)
     looped = _trained(setting, parameterization, mechanism, config, train=engine.train_sequentially)
     randomness = seeding.shadow_randomness(3, range(3))  # as _trained draws them
@@ -86,6 +91,12 @@ def test_batched_engine_matches_per_model_loop_on_the_seed_cnn(parameterization)
         moved = value - start.trainable[name]
         assert moved.abs().max() > 1e-4, name  # A, trained from B = 0, moves least: 8e-4 here
         torch.testing.assert_close(moved, looped.trainable[name] - start.trainable[name], atol=1e-6, rtol=1e-4)
+
+
+def _merges_convolutions(membership: np.ndarray, config: sampling.TrainingConfig, image_size: int) -> bool:
+    """Whether the engine trains the adapted convolutions merged on steps of this membership's layout (3 channels)."""
+    layout = sampling.BatchLayout.for_members(int(membership.sum(1).max()), config.batch_size)
+    return large_images(torch.zeros(1, layout.width, 3, image_size, image_size))
 
 
 def test_lora_fa_realisations_agree_after_20_sgd_steps(setting):
@@ -208,32 +219,36 @@ _DP_SGD = dp_sgd("dp-lora-fa", 1.0, 1.0)
 
 
 @pytest.mark.parametrize(
-    "mechanism,alone,exact",
+    "mechanism,alone,exact,image_size",
     [
-        (lora_fa(), slice(1, 3), True),
-        (lora_fa(), slice(1, 2), True),
-        (_DP_SGD, slice(1, 3), True),
+        (lora_fa(), slice(1, 3), True, 8),
+        (lora_fa(), slice(1, 2), True, 8),
+        (lora_fa(), slice(1, 3), True, 32),
+        (lora_fa(), slice(1, 2), True, 32),
+        (_DP_SGD, slice(1, 3), True, 8),
         # DP-SGD's per-example gradients of a CNN (nested vmap(grad), materialised) round otherwise for a model
         # trained alone than with others on some machines, in the last bits (docs/performance.md §8, §12); on
         # others they give the same bits. Either way no more than rounding.
-        (_DP_SGD, slice(1, 2), False),
+        (_DP_SGD, slice(1, 2), False, 8),
     ],
 )
-def test_a_cnn_model_does_not_depend_on_its_batch_companions(mechanism, alone, exact):
+def test_a_cnn_model_does_not_depend_on_its_batch_companions(mechanism, alone, exact, image_size):
     """Seed CNN: with 3 others equals alone or with 1.
 
-    Noise-free, each model's adapted convolutions are one merged convolution of its own; DP-SGD's per-example pass
-    runs the base convolutions once over all models' images and the adapters' grouped over the models.
+    Noise-free on 32² images, each model's adapted convolutions are one merged convolution of its own; on 8², and in
+    DP-SGD's per-example pass, the base convolutions run once over all models' images and the adapters' grouped over
+    the models.
     """
-    base = models.seed_cnn(3, 10, image_size=8, hidden=16)
+    base = models.seed_cnn(3, 10, image_size=image_size, hidden=16)
     models.initialise(base, 0)
     base.eval().requires_grad_(False)
     rng = np.random.default_rng(0)
-    x, y = rng.normal(size=(48, 3, 8, 8)).astype(np.float32), rng.integers(10, size=48)
+    x, y = rng.normal(size=(48, 3, image_size, image_size)).astype(np.float32), rng.integers(10, size=48)
     membership = rng.random((4, len(y))) < 0.6
     randomness = seeding.shadow_randomness(5, range(4))
     config = sampling.TrainingConfig(epochs=1, batch_size=32)
     layout = sampling.BatchLayout.for_members(int(membership.sum(1).max()), config.batch_size)
+    assert _merges_convolutions(membership, config, image_size) == (image_size == 32 and not mechanism.per_example)
     trained = [
         engine.train(
             engine.build(base, "lora-fa", models.LoraSpec(4), randomness[chunk], torch.device("cpu")),

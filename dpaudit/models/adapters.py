@@ -31,7 +31,7 @@ _MERGING: contextvars.ContextVar[_Merging | None] = contextvars.ContextVar("merg
 
 
 @contextmanager
-def merged_adapters(linear: bool = True, *, factor_gradients: bool = True) -> Iterator[None]:
+def merged_adapters(linear: bool = True, convolutions: bool = True, *, factor_gradients: bool = True) -> Iterator[None]:
     """Within it, adapted layers at scaling 1 compute with their adapter merged into the weight, ``W + B A``.
 
     - ``linear``: an adapted ``nn.Linear`` computes ``x (W + B A)ᵀ + b``, one GEMM. peft's ``W x + b + B (A x)`` is
@@ -39,10 +39,10 @@ def merged_adapters(linear: bool = True, *, factor_gradients: bool = True) -> It
       thousands of rows per model (a batch of sequences) the merged layer trains 1.2-2.4x faster, its backward
       included, although where A trains it forms the (d_out, d_in) gradient of ``W + B A`` (:class:`_MergedLinear`);
       at tens of rows (an MLP's batch) it is 2x slower (docs/performance.md §8).
-    - An adapted ``nn.Conv2d`` (3×3 ``A``, 1×1 ``B``, as peft builds them) computes one convolution with ``W + B A``
-      per model (:class:`_MergedConv`) instead of the base's, A's and B's, wherever the factors' gradients are
-      formed (``factor_gradients``): a model's batch of images is hundreds of thousands of pixels, so the merged
-      convolution pays at every batch size (docs/performance.md §16).
+    - ``convolutions``: an adapted ``nn.Conv2d`` (3×3 ``A``, 1×1 ``B``, as peft builds them) computes one convolution
+      with ``W + B A`` per model (:class:`_MergedConv`), channels-last, instead of the base's, A's and B's, where the
+      factors' gradients are formed (``factor_gradients``): the seed CNN trained 1.4-1.5x faster on CIFAR-shaped
+      images, 1.2-1.3x on 16², and 0.7-0.8x on digits' 8² (too few pixels a model; docs/performance.md §16).
 
     The same functions, rounded otherwise (about 1e-7 relative). The context is the calling thread's: the engine's
     forward passes only, never the per-model loop's.
@@ -54,7 +54,7 @@ def merged_adapters(linear: bool = True, *, factor_gradients: bool = True) -> It
     (20% of a dp-lora step, measured), and a Conv2d layer computes unmerged.
     """
     merged_linear = (_MergedLinear.apply if factor_gradients else _merged_linear) if linear else None
-    token = _MERGING.set(_Merging(merged_linear, convolutions=factor_gradients))
+    token = _MERGING.set(_Merging(merged_linear, convolutions=convolutions and factor_gradients))
     try:
         yield
     finally:

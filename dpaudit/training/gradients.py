@@ -59,7 +59,7 @@ def gradient_function(module: nn.Module, per_example: bool) -> Callable:
         def batch_gradients(trainable, frozen, x, y, w):
             frozen, frozen_dims = shared_base(shared_layers, frozen)
             losses = vmap(batch_loss, in_dims=(0, frozen_dims, 0, 0, 0))
-            with torch.enable_grad(), merged_adapters(linear=token_sequences(x)):
+            with torch.enable_grad(), merged_adapters(linear=token_sequences(x), convolutions=large_images(x)):
                 recorded = {name: t.detach().requires_grad_() for name, t in trainable.items()}
                 total = losses(recorded, frozen, x, y, w).sum()
                 # A trained tensor the loss does not use gets zeros, as vmap(grad) gives them.
@@ -86,6 +86,22 @@ def token_sequences(x: torch.Tensor) -> bool:
     them a group of models at a time (:func:`dpaudit.training.engine.model_groups`).
     """
     return not torch.is_floating_point(x) and x.ndim >= 3
+
+
+# Pixels of one model's batch of images from which its adapted convolutions train merged, one convolution per model:
+# the seed CNN's step ran 0.69-0.79x as fast merged on 32 images of 8² (2048 pixels), 1.19-1.33x as fast on 16²
+# (8192) and 1.4-1.5x on 32² (docs/performance.md §16).
+_PIXELS_TO_MERGE = 8192
+
+
+def large_images(x: torch.Tensor) -> bool:
+    """Whether inputs ``x`` (K, b, C, H, W) are images of :data:`_PIXELS_TO_MERGE` pixels or more a model's batch.
+
+    A step on them trains with merged Conv2d adapters (:func:`dpaudit.models.adapters.merged_adapters`); on fewer,
+    a model's convolutions are too small to run alone, and peft's layers, the base convolution once over the K
+    models' images, are faster. (Scoring merges them at any size: no backward pass, and thousands of images.)
+    """
+    return torch.is_floating_point(x) and x.ndim == 5 and x.shape[1] * x.shape[-2] * x.shape[-1] >= _PIXELS_TO_MERGE
 
 
 # Layers whose frozen tensors vmap takes once, for the K models' rows together, where the op computes each image or
