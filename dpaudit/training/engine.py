@@ -497,8 +497,8 @@ def logits(shadow: ShadowModels, x: np.ndarray, batch_size: int = 4096) -> torch
     device = next(iter(shadow.trainable.values())).device
     inputs = torch.from_numpy(x).to(device)
     # Inputs per model too (a view), so that no GEMM spans several models (see _per_model_view). No inputs (a
-    # gradient canary has none) still run one empty batch, which gives the (K, 0, classes) result. Adapters merged:
-    # one GEMM per layer instead of three, and no backward pass to pay for it.
+    # gradient canary has none) still run one empty batch, which gives the (K, 0, classes) result. Adapters merged
+    # (convolutions too, at any size): one product per layer instead of three, and no backward pass to pay for it.
     with merged_adapters():
         parts = [
             forward(shadow.trainable, frozen, _per_model_view(inputs[i : i + batch_size], shadow.n_models))
