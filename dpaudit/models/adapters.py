@@ -92,10 +92,9 @@ def _mergeable_convolution(layer: Any) -> bool:
         and layer.scaling == {"default": 1.0}
         and all(getattr(lora_a, name) == getattr(base, name) for name in geometry)
         and not isinstance(base.padding, str)
-        and base.groups == lora_a.groups == lora_b.groups == 1
+        and base.groups == lora_a.groups == 1
         and base.padding_mode == lora_a.padding_mode == "zeros"
-        and lora_b.kernel_size == lora_b.stride == (1, 1)
-        and lora_b.padding == (0, 0)
+        and _one_by_one(lora_b)
         and lora_a.bias is None
         and lora_b.bias is None
     )
@@ -312,6 +311,11 @@ def _merged_convolution_gradients(needs: tuple[bool, ...], grad, x, weight, lora
 _MergedConv = _merged_layer("_MergedConv", _merged_convolutions, _merged_convolution_gradients)
 
 
+def _one_by_one(layer: nn.Conv2d) -> bool:
+    """Whether ``layer`` (LoRA's B of a Conv2d adapter) is a plain 1×1 convolution: a matrix on each pixel."""
+    return layer.kernel_size == layer.stride == (1, 1) and layer.padding in ((0, 0), "valid") and layer.groups == 1
+
+
 # Channels per group from which oneDNN's grouped convolutions round as single ones: 8 where it runs AVX2 kernels, 16
 # where AVX-512 ones (a seed CNN alone and with 3 others differed at 8 on an AVX-512 machine); 16 serves both.
 _CHANNEL_BLOCK = 16
@@ -327,8 +331,7 @@ def _channel_padded_update(lora_a: nn.Conv2d, lora_b: nn.Conv2d, x: torch.Tensor
     depended on how many models it was trained with (docs/performance.md §8). B, a 1×1 convolution, is one matrix
     product per image over its pixels instead.
     """
-    one_by_one = lora_b.kernel_size == (1, 1) and lora_b.stride == (1, 1) and lora_b.padding in ((0, 0), "valid")
-    if lora_a.groups != 1 or lora_a.padding_mode != "zeros" or lora_b.groups != 1 or not one_by_one:
+    if lora_a.groups != 1 or lora_a.padding_mode != "zeros" or not _one_by_one(lora_b):
         return lora_b(lora_a(x))
     c_in, rank = lora_a.in_channels, lora_a.out_channels
     pad_in, pad_rank = -c_in % _CHANNEL_BLOCK, -rank % _CHANNEL_BLOCK
