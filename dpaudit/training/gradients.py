@@ -21,6 +21,7 @@ from torch.func import grad, vmap
 
 from dpaudit import models as model_lib
 from dpaudit.errors import UsageError
+from dpaudit.linalg import position_safe_product, tall, wide_product
 from dpaudit.mechanisms.base import PerExampleGradients
 from dpaudit.models.adapters import merged_adapters, merges
 
@@ -169,9 +170,6 @@ class DenseExampleGradients:
         return self.tensors
 
 
-_POSITION_SAFE_ROWS = 8  # row counts whose batched GEMMs do not depend on a model's position (see per_model_products)
-
-
 @dataclass(frozen=True)
 class LinearExampleGradients:
     """Per-example gradients of Linear weights in factored form: ``g_i = δ_i x_iᵀ`` (Goodfellow 2015).
@@ -202,15 +200,15 @@ class LinearExampleGradients:
 
     def weighted_sum(self, coefficients: torch.Tensor) -> dict[str, torch.Tensor]:
         return {
-            name: _wide_product(*self._sum_factors(name, coefficients)).contiguous()  # laid out as the weight
+            name: wide_product(*self._sum_factors(name, coefficients)).contiguous()  # laid out as the weight
             for name in self.inputs
         }
 
     def add_weighted_sum(self, totals, coefficients, scale) -> None:
         for name in self.inputs:
             left, right = self._sum_factors(name, coefficients)
-            if _tall(left, right):  # LoRA's B: formed transposed, then added
-                totals[name].add_(_wide_product(left, right), alpha=scale)
+            if tall(left, right):  # LoRA's B: formed transposed, then added
+                totals[name].add_(wide_product(left, right), alpha=scale)
             else:
                 totals[name].baddbmm_(left, right, alpha=scale)  # the sum in the GEMM
 
@@ -247,9 +245,9 @@ class LinearExampleGradients:
         broadcast products (K = 64, 50 examples, d = 128, p = 8: 0.14 vs 0.22 and 0.61 ms). A model's products
         must not depend on its position in the chunk (its memory offset): MKL's were found to for p not a multiple
         of 4 (p = 1, 2, 3, 5), never for multiples of 4 (tested up to d = 257, misaligned starts included), so
-        M_k gets zero rows up to a multiple of 8, which are dropped (:func:`_position_safe_product`).
+        M_k gets zero rows up to a multiple of 8, which are dropped (:func:`dpaudit.linalg.position_safe_product`).
         """
-        products = _position_safe_product(matrices, vectors.flatten(1, -2).mT)  # (K, p, vectors)
+        products = position_safe_product(matrices, vectors.flatten(1, -2).mT)  # (K, p, vectors)
         return products.mT.reshape(*vectors.shape[:-1], matrices.shape[-2])
 
     def materialise(self) -> dict[str, torch.Tensor]:
@@ -282,36 +280,7 @@ def _summed_outer_squared_norms(output_gradients: torch.Tensor, inputs: torch.Te
     positions, d_out, d_in = inputs.shape[-2], output_gradients.shape[-1], inputs.shape[-1]
     if positions * (d_out + d_in) < d_out * d_in:
         return ((output_gradients @ output_gradients.mT) * (inputs @ inputs.mT)).sum((-2, -1))
-    return _wide_product(output_gradients.mT, inputs).square().sum((-2, -1))
-
-
-def _wide_product(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
-    """``left @ right`` (..., m, n), batched, formed as ``(rightᵀ leftᵀ)ᵀ`` where it is tall (m > n).
-
-    MKL forms batched wide products 3-6x faster than tall ones over the same rows: a LoRA B factor's sum or
-    per-example gradient, 64×8 from 2048 positions, in 40 µs against 158 (one model; 0.93 ms against 5.6 for 16
-    models of 3136 positions). The transposed product is position-safe (:func:`_position_safe_product`).
-    """
-    if not _tall(left, right):
-        return left @ right
-    return _position_safe_product(right.mT, left.mT).mT
-
-
-def _tall(left: torch.Tensor, right: torch.Tensor) -> bool:
-    """Whether ``left @ right`` has more rows than columns (:func:`_wide_product` forms it transposed)."""
-    return left.shape[-2] > right.shape[-1]
-
-
-def _position_safe_product(matrices: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
-    """``matrices @ right``, batched, with ``matrices``' rows padded with zeros to a multiple of 8, then dropped.
-
-    A batched GEMM with a row count not a multiple of 4 was found to round a model's product by its position in the
-    chunk (:meth:`LinearExampleGradients.per_model_products`); with the padding it does not.
-    """
-    rows = matrices.shape[-2]
-    if rows % _POSITION_SAFE_ROWS:
-        matrices = torch.nn.functional.pad(matrices, (0, 0, 0, -rows % _POSITION_SAFE_ROWS))
-    return (matrices @ right)[..., :rows, :]
+    return wide_product(output_gradients.mT, inputs).square().sum((-2, -1))
 
 
 def joined(parts: Sequence[dict[str, torch.Tensor]], dim: int = 0) -> dict[str, torch.Tensor]:
