@@ -3,12 +3,13 @@
 The mechanisms clip and sum per-example gradients through ``squared_norms``, ``weighted_sum``,
 ``add_weighted_sum`` and ``transformed_squared_norms`` without forming the gradients (the factored and blocked
 forms exist for speed), so each of these must equal the same quantity computed from the materialised (K, b, ...)
-gradients. The maths is compared in float64, to 1e-10 relative to the values' magnitude; a shorter sweep in float32
+gradients (computed for one model without the models' ``vmap`` too). The maths is compared in float64, to 1e-10 relative to the values' magnitude; a shorter sweep in float32
 checks that the reduced precision stays within float32 rounding of the same magnitude.
 """
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -111,6 +112,9 @@ def _representations(case: dict, dtype: torch.dtype):
         "blocked": (example_gradients.BlockedExampleGradients(blocks, case["widths"]), dense),
         "padded": (example_gradients.PaddedExampleGradients(blocks[0], count, b), sampled_only),
     }
+    if k == 1:  # one model, computed without the models' vmap (a Poisson step's exact batches)
+        alone = example_gradients.example_gradient_function(module, list(names), alone=True)
+        representations["alone"] = (alone(trainable, frozen, x, y, w), dense)
     return representations, names, k, b, generator
 
 
@@ -127,6 +131,7 @@ def _check(case: dict, dtype: torch.dtype, tolerance: float):
         example_gradients.DenseExampleGradients if "base.bias" in names else example_gradients.LinearExampleGradients
     )
     assert type(representations["factored"][0]) is expected_type
+    assert type(representations.get("alone", representations["factored"])[0]) is expected_type
     coefficients = torch.randn(k, b, generator=generator, dtype=dtype)
     coefficients *= torch.rand(k, b, generator=generator) >= case["zero_fraction"]
     scale = float(torch.randn((), generator=generator, dtype=torch.float64))
@@ -187,3 +192,36 @@ def test_representations_agree_with_their_materialised_gradients_in_float64(case
 def test_representations_agree_with_their_materialised_gradients_in_float32(case):
     # float32 has 24 bits (6e-8); the sums here run over at most a few dozen terms of magnitude ≤ the scale.
     _check(case, torch.float32, 1e-5)
+
+
+@pytest.mark.parametrize("parameterization", ["lora-fa", "lora", "bias"])
+@pytest.mark.parametrize("positions", [None, 3])
+def test_one_model_computed_without_the_models_vmap_agrees_with_its_materialised_gradients(parameterization, positions):
+    """The sweep's checks at K = 1, where the "alone" representation is built, factored and dense ("bias")."""
+    case = dict(
+        models=1,
+        widths=(2, 3),
+        d_in=4,
+        d_out=3,
+        rank=2,
+        classes=3,
+        positions=positions,
+        bias=True,
+        parameterization=parameterization,
+        zero_fraction=0.5,
+        left_rows=3,
+        right_columns=2,
+        seed=7,
+    )
+    _check(case, torch.float64, 1e-10)
+
+
+def test_a_call_without_the_models_vmap_refuses_several_models():
+    module = _LoraNet(3, 2, 1, 2, bias=False).requires_grad_(False)
+    parameters = dict(module.named_parameters())
+    trainable = {"lora_B.weight": parameters["lora_B.weight"].expand(2, 2, 1)}
+    frozen = {name: p.expand(2, *p.shape) for name, p in parameters.items() if name not in trainable}
+    alone = example_gradients.example_gradient_function(module, list(trainable), alone=True)
+    x, y = torch.zeros(2, 4, 3), torch.zeros(2, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match="must have K = 1"):
+        alone(trainable, frozen, x, y, torch.ones(2, 4))

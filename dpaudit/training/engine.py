@@ -326,7 +326,7 @@ def train(
         mechanism.initialise(params, state)
     if canaries is not None:
         canaries.start(params, randomness, sample_rate, steps, config.epochs)
-    gradients = step_gradient_function(shadow, mechanism)
+    gradients = step_gradient_function(shadow, mechanism, alone)
     for step, (weight_t, examples) in enumerate(background.ahead(_gathered(batches, x, y, blocks, device))):
         with record_function(FORWARD_BACKWARD):
             groups = model_groups(
@@ -475,13 +475,17 @@ def optimiser_of(tensors: list[torch.Tensor], config: TrainingConfig, fused: boo
     return torch.optim.SGD(tensors, lr=config.lr, momentum=config.momentum, fused=fused)
 
 
-def step_gradient_function(shadow: ShadowModels, mechanism: Mechanism) -> Callable:
+def step_gradient_function(shadow: ShadowModels, mechanism: Mechanism, alone: bool = False) -> Callable:
     """(trainable, frozen, x, y, w) → a step's gradients of ``shadow``'s K models, as ``mechanism`` takes them.
 
     Per example (:func:`example_gradient_function`) for a per-example mechanism, else each model's batch gradient.
+    ``alone``: each call computes one model, without the models' ``vmap`` (a Poisson step's exact batches; per
+    example only).
     """
     if mechanism.per_example:
-        return example_gradient_function(shadow.module, list(shadow.trainable))
+        return example_gradient_function(shadow.module, list(shadow.trainable), alone)
+    if alone:
+        raise ValueError("models computed alone are a Poisson step's exact batches, computed per example")
     return gradient_function(shadow.module, per_example=False)
 
 

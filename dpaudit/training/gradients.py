@@ -45,13 +45,14 @@ def _loss_functions(module: nn.Module):
     return batch_loss, example_loss
 
 
-def gradient_function(module: nn.Module, per_example: bool) -> Callable:
+def gradient_function(module: nn.Module, per_example: bool, alone: bool = False) -> Callable:
     """(trainable, frozen, x, y, w) → gradients for K models: (K, ...) or per example (K, b, ...).
 
     Batch gradients: ``vmap`` runs the K forward passes and one plain backward pass of the sum of the K losses gives
     every model its own gradient (the models do not interact), as in :func:`example_gradient_function`. Backward
     through ``vmap(grad)`` instead ran each backward op through vmap's batching rules: 2-3x slower per step on the
-    byte-level transformer (docs/performance.md).
+    byte-level transformer (docs/performance.md). ``alone`` (per example only): every call is one model's (K = 1),
+    computed without the models' ``vmap`` (:func:`one_model_call`).
     """
     batch_loss, example_loss = _loss_functions(module)
     shared_layers = shared_layers_of(module)
@@ -74,7 +75,13 @@ def gradient_function(module: nn.Module, per_example: bool) -> Callable:
 
     def example_gradients(trainable, frozen, x, y, w):
         frozen, frozen_dims = shared_base(shared_layers, frozen)
-        return vmap(per_model, in_dims=(0, frozen_dims, 0, 0))(trainable, frozen, x, y)
+        in_dims = (0, frozen_dims, 0, 0)
+        if alone:
+            return {
+                name: g.unsqueeze(0)
+                for name, g in per_model(*one_model_call((trainable, frozen, x, y), in_dims)).items()
+            }
+        return vmap(per_model, in_dims=in_dims)(trainable, frozen, x, y)
 
     return example_gradients
 
@@ -140,6 +147,28 @@ def shared_base(shared_layers: set[str], frozen: dict[str, torch.Tensor]) -> tup
         shared = tensor.stride(0) == 0 and name.rpartition(".")[0] in shared_layers
         tensors[name], dims[name] = (tensor[0], None) if shared else (tensor, 0)
     return tensors, dims
+
+
+def one_model_call(arguments: tuple, in_dims: tuple) -> tuple:
+    """The arguments of a ``vmap`` over the models (``in_dims`` as vmap takes them) for its one model, without it.
+
+    Where a pass computes one model (a Poisson step's exact batches, :func:`dpaudit.training.engine.train`), the
+    function runs on that model's own tensors: ``vmap``'s batching cost a fifth of such a pass of the byte-level
+    transformer (docs/performance.md §17). The caller puts the models' axis back on the results. The ops differ from
+    vmap's batched ones (``addmm`` where vmap adds a Linear layer's bias after the product), so the numbers round
+    otherwise: a path either always takes it or never, as the engine's exact batches do.
+    """
+    if any(isinstance(arg, torch.Tensor) and arg.shape[0] != 1 for arg, dim in zip(arguments, in_dims) if dim == 0):
+        raise ValueError("a call without the models' vmap computes one model: its inputs must have K = 1")
+    return tuple(_model_zero(arg, dim) for arg, dim in zip(arguments, in_dims))
+
+
+def _model_zero(argument, dim):
+    """Model 0's part of one ``vmap`` argument: a tensor, or a dict of tensors with a dim or a dim per name."""
+    if isinstance(argument, torch.Tensor):
+        return argument if dim is None else argument.select(dim, 0)
+    dims = dim if isinstance(dim, dict) else dict.fromkeys(argument, dim)
+    return {name: t if dims[name] is None else t.select(dims[name], 0) for name, t in argument.items()}
 
 
 @dataclass(frozen=True)
@@ -466,8 +495,10 @@ def _summed_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.T
     return -by_class.log_softmax(-2).gather(-2, labels.unsqueeze(-2)).sum()
 
 
-def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callable:
+def example_gradient_function(module: nn.Module, names: Sequence[str], alone: bool = False) -> Callable:
     """(trainable, frozen, x, y, w) → :class:`PerExampleGradients` of K models, exact per example.
+
+    ``alone``: every call is one model's (K = 1), computed without the models' ``vmap`` (:func:`one_model_call`).
 
     If every trained tensor ``names`` is a Linear weight, one batched backward pass records each layer's inputs
     and output gradients (:class:`LinearExampleGradients`). A layer that sees several vectors per example (a
@@ -480,7 +511,7 @@ def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callab
     task = model_lib.task_of(module)
     layers = _trained_linear_layers(module, names)
     if layers is None:
-        dense = gradient_function(module, per_example=True)
+        dense = gradient_function(module, per_example=True, alone=alone)
         return lambda *args: DenseExampleGradients(dense(*args))
     adapters = _merged_adapter_factors(module, names)
     shared_layers = shared_layers_of(module)
@@ -519,9 +550,14 @@ def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callab
         with torch.enable_grad():
             recorded = {name: t.detach().requires_grad_() for name, t in trainable.items()}
             shared, frozen_dims = shared_base(shared_layers, frozen)
-            logits, inputs, outputs = vmap(functools.partial(forward, merged=merged), in_dims=(0, frozen_dims, 0))(
-                recorded, shared, x
-            )
+            in_dims = (0, frozen_dims, 0)
+            if alone:
+                logits, inputs, outputs = forward(*one_model_call((recorded, shared, x), in_dims), merged=merged)
+                logits = logits.unsqueeze(0)
+            else:
+                logits, inputs, outputs = vmap(functools.partial(forward, merged=merged), in_dims=in_dims)(
+                    recorded, shared, x
+                )
             versions = {name: output._version for name, output in outputs.items()}
             loss = (
                 _summed_cross_entropy(logits, y)
@@ -536,6 +572,10 @@ def example_gradient_function(module: nn.Module, names: Sequence[str]) -> Callab
             # An output the loss does not use has zero gradients, as vmap(grad) gives them.
             output_gradients = dict(
                 zip(outputs, torch.autograd.grad(loss, list(outputs.values()), materialize_grads=True))
+            )
+        if alone:  # the models' axis back (after the backward pass, which differentiates the tensors recorded)
+            inputs, output_gradients = (
+                {name: t.unsqueeze(0) for name, t in d.items()} for d in (inputs, output_gradients)
             )
         # (K, b, ..., d): positions along one axis (K, b, T, d) where there are several. In the trained weights'
         # dtype: under bf16 autocast the recorded activations and output gradients are bf16, and the mechanism's
