@@ -3,8 +3,9 @@
 The mechanisms clip and sum per-example gradients through ``squared_norms``, ``weighted_sum``,
 ``add_weighted_sum`` and ``transformed_squared_norms`` without forming the gradients (the factored and blocked
 forms exist for speed), so each of these must equal the same quantity computed from the materialised (K, b, ...)
-gradients (computed for one model without the models' ``vmap`` too). The maths is compared in float64, to 1e-10 relative to the values' magnitude; a shorter sweep in float32
-checks that the reduced precision stays within float32 rounding of the same magnitude.
+gradients; so must a model's computed without the models' ``vmap``. The maths is compared in float64, to 1e-10
+relative to the values' magnitude; a shorter sweep in float32 checks that the reduced precision stays within
+float32 rounding of the same magnitude.
 """
 
 from __future__ import annotations
