@@ -374,3 +374,67 @@ def test_attention_adds_minus_infinity_above_the_diagonal_as_masking_would_bit_f
     grads = [torch.autograd.grad((out * weight).sum(), (h, attention.q.weight)) for out in (ours, reference)]
     for a, b in zip(*grads, strict=True):
         assert a.abs().max() > 0 and torch.equal(a, b)
+
+
+@pytest.fixture
+def one_thread():
+    with models.one_thread():
+        yield
+
+
+def test_flash_attention_computes_the_module_s_attention_and_each_model_s_alone(one_thread):
+    """On one thread the engine's attention (torch's flash kernel) is the module's: outputs and gradients in float64.
+
+    Under ``vmap`` the K models' sequences are one batch of the kernel; a model's numbers are its own, bit for bit in
+    float32, alone or with companions. The reference is the module outside the context.
+    """
+    from torch.func import functional_call, vmap
+
+    from dpaudit.models.transformer import CausalSelfAttention, flash_attention
+
+    torch.manual_seed(0)
+    attention = CausalSelfAttention(16, heads=2).double()
+    tensors = {n: p.detach() + 0.1 * torch.randn(3, *p.shape, dtype=p.dtype) for n, p in attention.named_parameters()}
+    h = torch.randn(3, 4, 7, 16, dtype=torch.float64)
+    weight = torch.randn(3, 4, 7, 16, dtype=torch.float64)
+
+    def outputs_and_gradients(tensors, h, weight, models=vmap):
+        tensors = {n: t.detach().requires_grad_() for n, t in tensors.items()}
+        out = models(lambda p, x: functional_call(attention, p, (x,)))(tensors, h)
+        return out, torch.autograd.grad((out * weight).sum(), list(tensors.values()))
+
+    reference = outputs_and_gradients(tensors, h, weight)
+    with flash_attention():
+        flash = outputs_and_gradients(tensors, h, weight)
+        # One model without vmap, as a Poisson step's exact batches compute it.
+        single = outputs_and_gradients({n: t[0] for n, t in tensors.items()}, h[0], weight[0], models=lambda f: f)
+        float32 = {n: t.float() for n, t in tensors.items()}
+        attention.float()
+        together = outputs_and_gradients(float32, h.float(), weight.float())
+        alone = outputs_and_gradients({n: t[1:2] for n, t in float32.items()}, h[1:2].float(), weight[1:2].float())
+    for ours, model in ((flash, slice(None)), (single, 0)):
+        torch.testing.assert_close(ours[0], reference[0][model], rtol=1e-12, atol=1e-12)
+        for a, b in zip(ours[1], reference[1], strict=True):
+            assert b.abs().max() > 0
+            torch.testing.assert_close(a, b[model], rtol=1e-12, atol=1e-12)
+    assert torch.equal(alone[0][0], together[0][1])
+    for a, b in zip(alone[1], together[1], strict=True):
+        assert torch.equal(a[0], b[1])
+
+
+def test_on_two_threads_the_engine_s_attention_is_the_module_s_bit_for_bit():
+    """The flash kernel ran slower than the module's products on two threads: there the context changes nothing."""
+    from dpaudit.models.transformer import CausalSelfAttention, flash_attention
+
+    torch.manual_seed(0)
+    attention = CausalSelfAttention(16, heads=2)
+    h = torch.randn(4, 7, 16)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with flash_attention():
+            inside = attention(h)
+        outside = attention(h)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(inside, outside)

@@ -29,6 +29,7 @@ from dpaudit import models as model_lib
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms.base import Mechanism, Step
 from dpaudit.models.adapters import merged_adapters
+from dpaudit.models.transformer import flash_attention
 from dpaudit.seeding import ModelRandomness
 from dpaudit.training.gradients import (
     BlockedExampleGradients,
@@ -503,7 +504,7 @@ def logits(shadow: ShadowModels, x: np.ndarray, batch_size: int = 4096) -> torch
     # Inputs per model too (a view), so that no GEMM spans several models (see _per_model_view). No inputs (a
     # gradient canary has none) still run one empty batch, which gives the (K, 0, classes) result. Adapters merged
     # (convolutions too, at any size): one product per layer instead of three, and no backward pass to pay for it.
-    with merged_adapters():
+    with merged_adapters(), flash_attention():
         parts = [
             forward(shadow.trainable, frozen, _per_model_view(inputs[i : i + batch_size], shadow.n_models))
             for i in range(0, max(len(inputs), 1), batch_size)

@@ -24,6 +24,7 @@ from dpaudit.errors import UsageError
 from dpaudit.linalg import position_safe_product, tall, wide_product
 from dpaudit.mechanisms.base import PerExampleGradients
 from dpaudit.models.adapters import merged_adapters, merges
+from dpaudit.models.transformer import flash_attention
 
 
 def _loss_functions(module: nn.Module):
@@ -61,7 +62,11 @@ def gradient_function(module: nn.Module, per_example: bool, alone: bool = False)
         def batch_gradients(trainable, frozen, x, y, w):
             frozen, frozen_dims = shared_base(shared_layers, frozen)
             losses = vmap(batch_loss, in_dims=(0, frozen_dims, 0, 0, 0))
-            with torch.enable_grad(), merged_adapters(linear=token_sequences(x), convolutions=large_images(x)):
+            with (
+                torch.enable_grad(),
+                merged_adapters(linear=token_sequences(x), convolutions=large_images(x)),
+                flash_attention(),
+            ):
                 recorded = {name: t.detach().requires_grad_() for name, t in trainable.items()}
                 total = losses(recorded, frozen, x, y, w).sum()
                 # A trained tensor the loss does not use gets zeros, as vmap(grad) gives them.
@@ -535,7 +540,7 @@ def example_gradient_function(module: nn.Module, names: Sequence[str], alone: bo
         recorded |= {n: layer for n, layer in layers.items() if not (merged and _adapted_layer(n) in adapters)}
         handles = [layer.register_forward_hook(recorder(name)) for name, layer in recorded.items()]
         try:
-            with merged_adapters(linear=merged, factor_gradients=False):
+            with merged_adapters(linear=merged, factor_gradients=False), flash_attention():
                 return model_lib.functional_forward(module, {**frozen, **trainable}, x), inputs, outputs
         finally:
             for handle in handles:
