@@ -27,12 +27,16 @@ import argparse
 import functools
 import time
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from dpaudit import data, models, seeding
+from dpaudit.mechanisms.base import Mechanism
 from dpaudit.mechanisms.dpsgd import dp_sgd
 from dpaudit.mechanisms.prism import PrismMechanism
 from dpaudit.training import engine, sampling
@@ -92,6 +96,39 @@ def opacus_loop(
                 optimiser.zero_grad()
                 loss(models.forward(sampled, inputs[batch]), labels[batch]).backward()
                 optimiser.step()
+
+
+@dataclass(frozen=True)
+class Trainer:
+    """One way to train a setting's first ``models`` models, as :func:`best_seconds` calls it.
+
+    ``train``: :func:`engine.train` or :func:`engine.train_sequentially`; ``build``: the models of given
+    randomness; the trained models of the last call go to ``results[name]``.
+    """
+
+    name: str
+    train: Callable
+    build: Callable
+    mechanism: Mechanism
+    x: np.ndarray
+    y: np.ndarray
+    randomness: list
+    config: sampling.TrainingConfig
+    results: dict
+
+    def __call__(self, models: int) -> None:
+        membership = np.ones((models, len(self.y)), dtype=bool)
+        randomness = self.randomness[:models]
+        shadow = self.build(randomness, torch.device("cpu"))
+        self.results[self.name] = self.train(
+            shadow, self.mechanism, self.x, self.y, membership, randomness, self.config
+        )
+
+    def flops(self) -> float:
+        """The floating-point operations of training all the models (an untimed run)."""
+        with FlopCounterMode(display=False) as counter:
+            self(len(self.randomness))
+        return counter.get_total_flops()
 
 
 def best_seconds(trainers: dict, count: int, repeats: int) -> dict[str, float]:

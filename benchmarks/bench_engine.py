@@ -20,15 +20,12 @@ from __future__ import annotations
 import argparse
 import functools
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import torch
-from bench_dpsgd import best_seconds  # the benchmarks folder is on sys.path when run as a script
+from bench_dpsgd import Trainer, best_seconds  # the benchmarks folder is on sys.path when run as a script
 from bench_gpu import cifar_shaped, frozen_seed_cnn
 from step_profile import print_profile
-from torch.utils.flop_counter import FlopCounterMode
 
 from dpaudit import data, models, seeding
 from dpaudit.mechanisms.nonprivate import NonPrivate
@@ -45,39 +42,6 @@ def matmul_peak_gflops(size: int = 1024, repeats: int = 10) -> float:
         torch.mm(left, right)
         best = min(best, time.perf_counter() - start)
     return 2 * size**3 / best / 1e9
-
-
-@dataclass(frozen=True)
-class Trainer:
-    """One way to train a setting's first ``models`` models, as :func:`bench_dpsgd.best_seconds` calls it.
-
-    ``train``: :func:`engine.train` or :func:`engine.train_sequentially`; ``build``: the models of given
-    randomness; the trained models of the last call go to ``results[name]``.
-    """
-
-    name: str
-    train: Callable
-    build: Callable
-    mechanism: NonPrivate
-    x: np.ndarray
-    y: np.ndarray
-    randomness: list
-    config: sampling.TrainingConfig
-    results: dict
-
-    def __call__(self, models: int) -> None:
-        membership = np.ones((models, len(self.y)), dtype=bool)
-        randomness = self.randomness[:models]
-        shadow = self.build(randomness, torch.device("cpu"))
-        self.results[self.name] = self.train(
-            shadow, self.mechanism, self.x, self.y, membership, randomness, self.config
-        )
-
-    def flops(self) -> float:
-        """The floating-point operations of training all the models (an untimed run)."""
-        with FlopCounterMode(display=False) as counter:
-            self(len(self.randomness))
-        return counter.get_total_flops()
 
 
 def main() -> None:

@@ -25,7 +25,7 @@ import functools
 
 import numpy as np
 import torch
-from bench_dpsgd import best_seconds, opacus_loop  # the benchmarks folder is on sys.path when run as a script
+from bench_dpsgd import Trainer, best_seconds, opacus_loop  # the benchmarks folder is on sys.path when run as a script
 from step_profile import print_profile
 
 from dpaudit import models, seeding
@@ -66,18 +66,11 @@ def main() -> None:
         f"{args.models} models, {args.epochs} epoch(s), {len(y)} sequences of {args.length}, d_model {args.d_model}, "
         f"{args.layers} layers, {args.parameterization} r={args.rank}, CPU, {args.threads} threads"
     )
-    results = {}
-
-    def timed_trainer(name: str, trainer):
-        def train(count: int) -> None:
-            shadow = engine.build(base, args.parameterization, spec, randomness[:count], torch.device("cpu"))
-            results[name] = trainer(shadow, mechanism, x, y, membership[:count], randomness[:count], config)
-
-        return train
-
+    results: dict[str, engine.ShadowModels] = {}
+    build = functools.partial(engine.build, base, args.parameterization, spec)
     trainers = {
-        name: timed_trainer(name, t)
-        for name, t in (("batched", engine.train), ("per-model loop", engine.train_sequentially))
+        name: Trainer(name, train, build, mechanism, x, y, randomness, config, results)
+        for name, train in (("batched", engine.train), ("per-model loop", engine.train_sequentially))
     }
     seconds = best_seconds(trainers, args.models, args.repeats)
     rates = {name: args.models / value for name, value in seconds.items()}
