@@ -27,6 +27,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "dpaudit.formatting",
             "dpaudit.user_code",
             "dpaudit.files",
+            "dpaudit.linalg",
         ),
     ),
     ("catalogue", ("dpaudit.mechanisms.catalogue", "dpaudit.mechanisms.privacy", "dpaudit.training.sampling")),

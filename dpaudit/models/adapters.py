@@ -166,8 +166,8 @@ def _merged_gradients(needs: tuple[bool, ...], grad, x, weight, lora_b, lora_a) 
     Autograd's backward of the merged product forms the (d_out, d_in) gradient of ``W + B A`` and projects it on
     the factors. Where B alone trains (LoRA-FA), B's gradient is ``δᵀ (x Aᵀ)`` instead: r (d_in + d_out) products per
     row instead of d_in d_out, 1.4-1.9x faster at the byte-level transformer's layers (docs/performance.md §10),
-    formed as ``((x Aᵀ)ᵀ δ)ᵀ``, which MKL runs 1.4-3.4x faster at r = 8 (as fast at 16; §17). Where A trains too,
-    the gradient of ``W + B A`` is formed once for both factors, as autograd does.
+    formed as ``((x Aᵀ)ᵀ δ)ᵀ``, which MKL runs 1.4-3.4x faster at r = 8, as fast at 16 (docs/performance.md §17).
+    Where A trains too, the gradient of ``W + B A`` is formed once for both factors, as autograd does.
     """
     need_x, need_weight, need_bias, need_b, need_a = needs
     rows_grad = grad.reshape(grad.shape[0], -1, grad.shape[-1])
