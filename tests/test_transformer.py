@@ -422,6 +422,15 @@ def test_flash_attention_computes_the_module_s_attention_and_each_model_s_alone(
         assert torch.equal(a[0], b[1])
 
 
+def test_flash_attention_applies_on_one_cpu_thread_inside_its_context_only(one_thread):
+    from dpaudit.models.transformer import _flash_applies, flash_attention
+
+    cpu, elsewhere = torch.zeros(1), torch.zeros(1, device="meta")  # "meta" stands in for a GPU's tensors
+    assert not _flash_applies(cpu)
+    with flash_attention():
+        assert _flash_applies(cpu) and not _flash_applies(elsewhere)
+
+
 def test_on_two_threads_the_engine_s_attention_is_the_module_s_bit_for_bit():
     """The flash kernel ran slower than the module's products on two threads: there the context changes nothing."""
     from dpaudit.models.transformer import CausalSelfAttention, flash_attention

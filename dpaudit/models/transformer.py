@@ -42,7 +42,7 @@ class CausalSelfAttention(nn.Module):
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         n, t, d = h.shape
         split = (n, t, self.heads, d // self.heads)
-        if _FLASH.get() and torch.get_num_threads() == 1:
+        if _flash_applies(h):
             q, k, v = (projection(h).view(split) for projection in (self.q, self.k, self.v))
             return self.out(_CausalFlash.apply(q, k, v)[0].reshape(n, t, d))
         q, k, v = (projection(h).reshape(split).transpose(1, 2) for projection in (self.q, self.k, self.v))
@@ -62,7 +62,7 @@ _FLASH: contextvars.ContextVar[bool] = contextvars.ContextVar("flash_attention",
 
 @contextmanager
 def flash_attention() -> Iterator[None]:
-    """Within it, :class:`CausalSelfAttention` on one torch thread computes with torch's CPU flash kernel.
+    """Within it, :class:`CausalSelfAttention` on CPU and one torch thread computes with torch's CPU flash kernel.
 
     The kernel forms each (sequence, head)'s attention in blocks, in the caches, without the module's copies of the
     (n, heads, t, d/heads) projections or its (n, heads, t, t) weights. One thread, as a campaign's workers train: the
@@ -78,6 +78,14 @@ def flash_attention() -> Iterator[None]:
         yield
     finally:
         _FLASH.reset(token)
+
+
+def _flash_applies(h: torch.Tensor) -> bool:
+    """Whether attention over ``h`` takes torch's CPU flash kernel: in :func:`flash_attention`, on CPU, one thread.
+
+    A GPU run (whose campaign also sets one torch thread) keeps the module's products: the kernel is the CPU's.
+    """
+    return _FLASH.get() and h.device.type == "cpu" and torch.get_num_threads() == 1
 
 
 class _CausalFlash(torch.autograd.Function):
