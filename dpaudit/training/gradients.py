@@ -82,10 +82,7 @@ def gradient_function(module: nn.Module, per_example: bool, alone: bool = False)
         frozen, frozen_dims = shared_base(shared_layers, frozen)
         in_dims = (0, frozen_dims, 0, 0)
         if alone:
-            return {
-                name: g.unsqueeze(0)
-                for name, g in per_model(*one_model_call((trainable, frozen, x, y), in_dims)).items()
-            }
+            return with_models_axis(per_model(*one_model_call((trainable, frozen, x, y), in_dims)))
         return vmap(per_model, in_dims=in_dims)(trainable, frozen, x, y)
 
     return example_gradients
@@ -166,6 +163,11 @@ def one_model_call(arguments: tuple, in_dims: tuple) -> tuple:
     if any(isinstance(arg, torch.Tensor) and arg.shape[0] != 1 for arg, dim in zip(arguments, in_dims) if dim == 0):
         raise ValueError("a call without the models' vmap computes one model: its inputs must have K = 1")
     return tuple(_model_zero(arg, dim) for arg, dim in zip(arguments, in_dims))
+
+
+def with_models_axis(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """One model's results (of a :func:`one_model_call`) with the models' axis put back: (1, ...) views."""
+    return {name: t.unsqueeze(0) for name, t in tensors.items()}
 
 
 def _model_zero(argument, dim):
@@ -613,9 +615,7 @@ def example_gradient_function(module: nn.Module, names: Sequence[str], alone: bo
                 zip(outputs, torch.autograd.grad(loss, list(outputs.values()), materialize_grads=True))
             )
         if alone:  # the models' axis back (after the backward pass, which differentiates the tensors recorded)
-            inputs, output_gradients = (
-                {name: t.unsqueeze(0) for name, t in d.items()} for d in (inputs, output_gradients)
-            )
+            inputs, output_gradients = with_models_axis(inputs), with_models_axis(output_gradients)
         # (K, b, ..., d): positions along one axis (K, b, T, d) where there are several. In the trained weights'
         # dtype: under bf16 autocast the recorded activations and output gradients are bf16, and the mechanism's
         # clipping and sums run in the weights' precision.
