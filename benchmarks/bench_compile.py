@@ -1,7 +1,7 @@
 """torch.compile (inductor, CPU) of the batched engine's step: ms/step eager vs compiled, warm-up, exactness.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_compile.py [--model transformer|cnn] [--models 16]
-        [--examples 128] [--repeats 3] [--threads 1] [--dynamic] [--mode default|max-autotune]
+        [--examples 128] [--repeats 3] [--dynamic] [--mode default|max-autotune]
         [--variants "compiled forward" "compiled grad"]
 
 The noise-free step of :func:`dpaudit.training.engine.train` (``vmap`` of the batch loss over the K models, one
@@ -20,7 +20,9 @@ of ``--repeats`` runs, taking turns. Printed per compiled step: ms/step, the rat
 seconds, graphs compiled, the largest weight difference to eager after the epoch, whether repeated runs gave
 identical bits, a digest of the weights (compare it across processes), and chunk invariance: whether model 0
 trained alone (K = 1) gets the same bits as with 3 companions (K = 4), each K a separate compilation under
-``dynamic=False`` (the default; ``--dynamic`` compiles with dynamic shapes). Results: docs/performance.md §7.
+``dynamic=False`` (the default; ``--dynamic`` compiles with dynamic shapes). One torch thread: a compiled step is
+one function of one module, which the engine's passes on several threads at once (:mod:`dpaudit.training.passes`)
+would share. Results: docs/performance.md §7.
 """
 
 from __future__ import annotations
@@ -121,12 +123,11 @@ def main() -> None:
     parser.add_argument("--models", type=int, default=16)
     parser.add_argument("--examples", type=int, default=128, help="private examples each model trains on")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per step function; the fastest counts")
-    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--dynamic", action="store_true", help="compile with dynamic shapes (default: static)")
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=VARIANTS, help="compiled steps timed")
     parser.add_argument("--mode", choices=("default", "max-autotune"), default="default", help="torch.compile's mode")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(1)
     torch._dynamo.config.cache_size_limit = 64  # each K is its own graph under static shapes: none may fall back
 
     base, x, y, rank = setting(args.model, args.examples)
@@ -177,7 +178,7 @@ def main() -> None:
     eager_ms = 1000 * min(seconds["eager"]) / steps
     print(
         f"{args.model}, {args.models} models, {len(y)} examples, batch {batch_size}, lora-fa r={rank}, noise-free, "
-        f"{steps} steps, {args.threads} thread(s), {'dynamic' if args.dynamic else 'static'} shapes, mode {args.mode}, "
+        f"{steps} steps, 1 thread, {'dynamic' if args.dynamic else 'static'} shapes, mode {args.mode}, "
         f"torch {torch.__version__}"
     )
     print(

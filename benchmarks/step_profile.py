@@ -8,6 +8,11 @@ engine marks its phases (:data:`dpaudit.training.engine.PHASES`: forward and bac
 the optimiser's update) with ``record_function``, whose markers are ops too: each op's time also goes to the phase
 open around it. What no op accounts for of the unprofiled run's wall time is Python and dispatch overhead (the
 engine's own Python, torch.func's vmap and functional_call, peft's wrappers).
+
+A ``TorchDispatchMode`` is its thread's, and the engine computes a step's passes on torch's threads at once
+(:mod:`dpaudit.training.passes`): both runs profiled here compute them one after another in the calling thread, each
+at one torch thread, as each of those threads computes them, so the profile is of the step's work, not of its
+overlap. The mechanism and the optimiser run at the caller's thread count, as in the engine.
 """
 
 from __future__ import annotations
@@ -15,9 +20,13 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from contextlib import contextmanager
+from unittest import mock
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from dpaudit import models
+from dpaudit.training import engine, passes
 from dpaudit.training.engine import PHASES
 
 # (kind, op names): the first kind whose names hold an op's name takes it; the rest is "other".
@@ -198,14 +207,35 @@ def profiled(run: Callable[[], None], wall: float) -> tuple[dict[str, float], di
     return by_kind, dict(timer.phases), dict(timer.counts)
 
 
+class _PassesInTurn(passes.StepPasses):
+    """A step's passes one after another in the calling thread, each at one torch thread (module docstring)."""
+
+    def __init__(self, module, gradients_of, threads: int):
+        super().__init__(module, gradients_of, 1)
+
+    def map(self, task, items) -> list:
+        with models.one_thread():
+            return super().map(task, items)
+
+
+@contextmanager
+def _passes_in_turn():
+    with mock.patch.object(engine, "StepPasses", _PassesInTurn):
+        yield
+
+
 def print_profile(label: str, run: Callable[[], None], steps: int) -> None:
     """Print where ``run()``'s time goes, per step: by op kind (share, ms, ops) and the ops' time by engine phase."""
-    run()  # warm-up: the first run pays one-time costs (vmap's and peft's first calls, allocations)
-    start = time.perf_counter()
-    run()
-    wall = time.perf_counter() - start
-    by_kind, phases, counts = profiled(run, wall)
-    print(f"profile: {label}: {steps} steps, {1e3 * wall / steps:.2f} ms/step unprofiled; each op timed in another run")
+    with _passes_in_turn():
+        run()  # warm-up: the first run pays one-time costs (vmap's and peft's first calls, allocations)
+        start = time.perf_counter()
+        run()
+        wall = time.perf_counter() - start
+        by_kind, phases, counts = profiled(run, wall)
+    print(
+        f"profile: {label}: {steps} steps, {1e3 * wall / steps:.2f} ms/step unprofiled with the passes in turn at one "
+        "torch thread each; each op timed in another run"
+    )
     print("  (the overhead row is what the timed ops leave of the unprofiled time; below 0, the ops ran slower timed)")
     for kind, seconds in sorted(by_kind.items(), key=lambda item: -item[1]):
         ops = f"{counts[kind] / steps:6.0f} ops/step" if kind in counts else " " * 15

@@ -273,8 +273,8 @@ def test_training_a_group_of_models_at_a_time_changes_no_bit(setting, mechanism,
 
     together = trained(3)
     monkeypatch.setattr(engine, "_POSITIONS_PER_PASS", 2 * 8 * LENGTH)  # two models' batches of 8 sequences
-    assert engine._models_per_pass(torch.zeros(3, 8, LENGTH, dtype=torch.long)) == 2
-    assert engine._models_per_pass(torch.zeros(3, 8, LENGTH)) is None  # not token ids: one pass
+    assert engine._models_per_pass(torch.zeros(3, 8, LENGTH, dtype=torch.long), 1) == 2
+    assert engine._models_per_pass(torch.zeros(3, 8, LENGTH), 1) is None  # not token ids: one pass
     for models_per_group in (1, 2, None):
         grouped = trained(models_per_group)
         for name, value in together.trainable.items():

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import dataclasses
+import functools
 import math
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -42,6 +43,7 @@ from dpaudit.training.gradients import (
     shared_layers_of,
     token_sequences,
 )
+from dpaudit.training.passes import StepPasses
 from dpaudit.training.sampling import BatchLayout, PoissonLayout, TrainingConfig, poisson_batches, shuffled_batches
 
 # The step's phases as torch.profiler sees them (benchmarks' --profile; docs/performance.md).
@@ -118,7 +120,7 @@ def retained_heap() -> Iterator[None]:
                 libc.malloc_trim(0)
 
 
-@dataclass
+@dataclasses.dataclass
 class ShadowModels:
     """K models of one architecture: ``module`` evaluated with ``frozen[k]`` ∪ ``trainable[k]``.
 
@@ -266,7 +268,9 @@ def train(
     ``sampling = "poisson"`` (:class:`PoissonLayout`). The optimiser (:func:`optimiser_of`) is torch's over the stacked
     tensors (elementwise, so stacking does not change any model's arithmetic), unless the mechanism owns its
     update; the hooks ``initialise``, ``update`` and ``finish`` (no-ops by default) are documented in
-    :class:`dpaudit.mechanisms.base.Mechanism`.
+    :class:`dpaudit.mechanisms.base.Mechanism`. On CPU a step's forward and backward passes run on torch's threads
+    at once, one torch thread each (:mod:`dpaudit.training.passes`), where there are several whatever K is (each
+    model's exact Poisson batch; groups of sequence models): their numbers are then a one-thread run's.
 
     Args:
         shadow: the K models (:func:`build`); their ``trainable`` tensors, (K, ...) each, are the ones trained.
@@ -327,38 +331,42 @@ def train(
         mechanism.initialise(params, state)
     if canaries is not None:
         canaries.start(params, randomness, sample_rate, steps, config.epochs)
-    gradients = step_gradient_function(shadow, mechanism, alone)
-    for step, (weight_t, examples) in enumerate(background.ahead(_gathered(batches, x, y, blocks, device))):
-        with record_function(FORWARD_BACKWARD):
-            groups = model_groups(
-                shadow.n_models, _models_per_pass(examples[0][1]) if models_per_group is None else models_per_group
-            )
-            grads = _step_gradients(gradients, params, shadow.frozen, weight_t, examples, groups, alone)
-        # The mechanism's arithmetic (clipping, sums, noise, PRISM's algebra) in the weights' precision: bf16
-        # autocast (--precision bf16) is for the model's forward and backward passes only.
-        with torch.autocast(device.type, enabled=False):
-            if canaries is not None:
-                grads, weight_t = canaries.insert(grads, weight_t, mechanism.per_example)
-            current = Step(grads, weight_t, step, expected_batch_size, config.epochs * steps, params)
-            lr = optimiser.param_groups[0]["lr"]
-            direction = None
-            if mechanism.update is not None:
-                with torch.no_grad(), record_function(MECHANISM):
-                    mechanism.update(params, current, state, lr)
-                optimiser.step()  # no gradients: changes nothing, keeps the schedule's bookkeeping in order
-            else:
-                with record_function(MECHANISM):
-                    direction = mechanism.transform(current, state)
-                for name, p in params.items():
-                    p.grad = direction[name]
-                with record_function(OPTIMISER):
-                    optimiser.step()
-            if canaries is not None:
-                canaries.record(direction, params, lr)
-        if schedule is not None:
-            schedule.step()
-        if on_step is not None:
-            on_step(step)
+    # Passes at once where a step has several whatever its K: a Poisson step's exact batches (a model each) and token
+    # sequences (_models_per_pass); K models in one pass (an MLP's, a CNN's) keep torch's threads inside the pass.
+    several = alone or token_sequences(torch.from_numpy(x[:1]).unsqueeze(0))
+    threads = torch.get_num_threads() if device.type == "cpu" and several else 1
+    gradients_of = functools.partial(_module_step_gradient_function, shadow, mechanism, alone)
+    with StepPasses(shadow.module, gradients_of, threads) as passes:
+        for step, (weight_t, examples) in enumerate(background.ahead(_gathered(batches, x, y, blocks, device))):
+            with record_function(FORWARD_BACKWARD):
+                per_pass = _models_per_pass(examples[0][1], threads) if models_per_group is None else models_per_group
+                groups = model_groups(shadow.n_models, per_pass)
+                grads = _step_gradients(passes, params, shadow.frozen, weight_t, examples, groups, alone)
+            # The mechanism's arithmetic (clipping, sums, noise, PRISM's algebra) in the weights' precision: bf16
+            # autocast (--precision bf16) is for the model's forward and backward passes only.
+            with torch.autocast(device.type, enabled=False):
+                if canaries is not None:
+                    grads, weight_t = canaries.insert(grads, weight_t, mechanism.per_example)
+                current = Step(grads, weight_t, step, expected_batch_size, config.epochs * steps, params)
+                lr = optimiser.param_groups[0]["lr"]
+                direction = None
+                if mechanism.update is not None:
+                    with torch.no_grad(), record_function(MECHANISM):
+                        mechanism.update(params, current, state, lr)
+                    optimiser.step()  # no gradients: changes nothing, keeps the schedule's bookkeeping in order
+                else:
+                    with record_function(MECHANISM):
+                        direction = mechanism.transform(current, state)
+                    for name, p in params.items():
+                        p.grad = direction[name]
+                    with record_function(OPTIMISER):
+                        optimiser.step()
+                if canaries is not None:
+                    canaries.record(direction, params, lr)
+            if schedule is not None:
+                schedule.step()
+            if on_step is not None:
+                on_step(step)
     with torch.no_grad():
         mechanism.finish(params, state, config.lr)
     if canaries is not None:
@@ -389,18 +397,20 @@ def model_groups(n_models: int, models_per_group: int | None) -> list[slice]:
 _POSITIONS_PER_PASS = 2**14
 
 
-def _models_per_pass(inputs: torch.Tensor) -> int | None:
-    """How many models one pass of a step on ``inputs`` (K, width, ...) computes: None for all K.
+def _models_per_pass(inputs: torch.Tensor, threads: int) -> int | None:
+    """How many models a pass of a step on ``inputs`` (K, width, ...) computes, ``threads`` at once: None for all K.
 
-    Token sequences ((K, b, T) ids): as many as hold :data:`_POSITIONS_PER_PASS` positions. The byte-level
-    transformer's DP-SGD step (16 models, 3136 positions a model) ran 1.0-1.4x faster in groups of 4 than in one
-    pass, as the machine's state varied, never slower alone; the noise-free one (2048 a model) as fast in groups
-    of 8. A group's activations are a quarter of the chunk's and stay in the caches. Other inputs: all K, which
-    the MLP needs (groups of 8 of 32 models were 1.5-1.7x slower) and the seed CNN does not mind.
+    Token sequences ((K, b, T) ids): as many as hold :data:`_POSITIONS_PER_PASS` positions, and at most a
+    ``threads``-th of the K models, so that every thread has a pass. The byte-level transformer's DP-SGD step (16
+    models, 3136 positions a model) ran 1.0-1.4x faster in groups of 4 than in one pass, as the machine's state
+    varied, never slower alone; the noise-free one (2048 a model) as fast in groups of 8. A group's activations are
+    a quarter of the chunk's and stay in the caches. Other inputs: all K in one pass, which the MLP needs (groups
+    of 8 of 32 models were 1.5-1.7x slower, and 2 groups of 16 at once on 2 threads 1.8x slower than one pass on
+    both) and the seed CNN does not mind (2 groups of 2 CIFAR-shaped models at once on 2 threads: 1.00x).
     """
     if not token_sequences(inputs):
         return None
-    return max(1, _POSITIONS_PER_PASS // math.prod(inputs.shape[1:]))
+    return max(1, min(_POSITIONS_PER_PASS // math.prod(inputs.shape[1:]), math.ceil(inputs.shape[0] / threads)))
 
 
 def _one_block(width: int) -> list[slice]:
@@ -431,16 +441,17 @@ def exact_batches_default(shadow: ShadowModels, x: np.ndarray, device: torch.dev
     return counter.get_total_flops() >= _FLOPS_TO_COMPUTE_ALONE
 
 
-def _step_gradients(gradients, params, frozen, weight_t, examples, groups: list[slice], exact_batches: bool):
-    """One step's gradients of the K models, a group of models and a block of examples at a time.
+def _step_gradients(passes: StepPasses, params, frozen, weight_t, examples, groups: list[slice], exact_batches: bool):
+    """One step's gradients of the K models, a pass per group of models, a block of examples at a time in a pass.
 
     Per-example gradients come back as one :class:`PerExampleGradients` (blocks joined along the examples, groups
     along the models); batch gradients as (K, ...) tensors. ``exact_batches``: each group is one model and one
     block, of which the model computes only its sampled examples (the first slots of its row).
     """
     widths = tuple(block.stop - block.start for block, _, _ in examples)
-    per_group: list = []  # per group: its batch gradients (a dict), or its per-example gradients
-    for models in groups:
+
+    def one_pass(gradients: Callable, models: slice):
+        """The group's batch gradients (a dict), or its per-example gradients."""
         model_params = {name: t[models] for name, t in params.items()}
         model_frozen = {name: t[models] for name, t in frozen.items()}
         if exact_batches:
@@ -449,13 +460,14 @@ def _step_gradients(gradients, params, frozen, weight_t, examples, groups: list[
             count = max(1, int(weight_t[models].count_nonzero()))
             sampled = (models, slice(0, count))
             computed = gradients(model_params, model_frozen, block_x[sampled], block_y[sampled], weight_t[sampled])
-            per_group.append(PaddedExampleGradients(computed, count, widths[0]))
-            continue
+            return PaddedExampleGradients(computed, count, widths[0])
         parts = tuple(
             gradients(model_params, model_frozen, block_x[models], block_y[models], weight_t[models, block])
             for block, block_x, block_y in examples
         )
-        per_group.append(parts[0] if len(parts) == 1 else BlockedExampleGradients(parts, widths))
+        return parts[0] if len(parts) == 1 else BlockedExampleGradients(parts, widths)
+
+    per_group = passes.map(one_pass, groups)
     if len(per_group) == 1:
         return per_group[0]
     if isinstance(per_group[0], dict):  # batch gradients
@@ -474,6 +486,11 @@ def optimiser_of(tensors: list[torch.Tensor], config: TrainingConfig, fused: boo
             tensors, lr=config.lr, betas=(config.momentum, 0.999), weight_decay=config.weight_decay, fused=fused
         )
     return torch.optim.SGD(tensors, lr=config.lr, momentum=config.momentum, fused=fused)
+
+
+def _module_step_gradient_function(shadow: ShadowModels, mechanism: Mechanism, alone: bool, module: nn.Module):
+    """:func:`step_gradient_function` of ``shadow``'s models computed with ``module`` (a copy of ``shadow.module``)."""
+    return step_gradient_function(dataclasses.replace(shadow, module=module), mechanism, alone)
 
 
 def step_gradient_function(shadow: ShadowModels, mechanism: Mechanism, alone: bool = False) -> Callable:
