@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import time
 from contextlib import contextmanager
 
 import numpy as np
@@ -31,7 +32,7 @@ def torch_threads(count: int):
         torch.set_num_threads(previous)
 
 
-def test_passes_run_on_their_own_threads_at_one_torch_thread_each_in_the_caller_s_state():
+def test_passes_run_on_the_caller_s_thread_and_others_at_one_torch_thread_each_in_the_caller_s_state():
     module = torch.nn.Linear(3, 2)
     built: list[torch.nn.Module] = []
 
@@ -64,12 +65,29 @@ def test_passes_run_on_their_own_threads_at_one_torch_thread_each_in_the_caller_
     finally:
         _CALLER.reset(token)
     assert [item for item, *_ in results] == ["a", "b"]
-    assert len({ident for _, ident, _, _ in results}) == 2 and threading.get_ident() not in {r[1] for r in results}
-    assert all(state == (1, "the caller's", True, torch.bfloat16) for *_, state in results)
-    assert caller_threads == 2 and later == [2]  # the threads' count is theirs only, and reset for later threads
-    # Each thread computes with its own copy of the module, which holds the module's own tensors.
-    assert len(built) == 2 and {id(gradients) for _, _, gradients, _ in results} == {id(copy) for copy in built}
-    assert all(copy is not module and copy.weight is module.weight and copy.bias is module.bias for copy in built)
+    threads = {ident: gradients for _, ident, gradients, _ in results}
+    assert len(threads) == 2 and threading.get_ident() in threads
+    assert [state for *_, state in results] == [(1, "the caller's", True, torch.bfloat16)] * 2
+    assert caller_threads == 2 and later == [2]  # the passes' count was theirs only, and reset for later threads
+    # The caller computes with the module, the other thread with its own copy, which holds the module's tensors.
+    (copy,) = [gradients for ident, gradients in threads.items() if ident != threading.get_ident()]
+    assert threads[threading.get_ident()] is module and built == [module, copy]
+    assert copy is not module and copy.weight is module.weight and copy.bias is module.bias
+
+
+def test_a_helper_s_error_reaches_the_caller_after_every_pass_ended():
+    ended = []
+
+    def task(gradients, item):
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("a helper's pass failed")
+        time.sleep(0.2)
+        ended.append(item)
+
+    with torch_threads(2), passes.StepPasses(torch.nn.Linear(3, 2), lambda m: m, 2) as step_passes:
+        with pytest.raises(RuntimeError, match="helper's pass failed"):
+            step_passes.map(task, [0, 1, 2, 3])
+    assert ended  # the caller's passes ran to their end before the error was raised
 
 
 def test_one_thread_runs_the_passes_in_the_caller_with_the_module_itself():
@@ -106,12 +124,17 @@ def test_a_model_trained_with_passes_on_two_threads_is_the_same_bits_as_on_one(
     base, x, y, membership = transformer_setting
     randomness = seeding.shadow_randomness(3, range(len(membership)))
     config = sampling.TrainingConfig(epochs=2, batch_size=8, lr=0.1, momentum=0.9)
-    pass_threads = []
+    pass_threads: set[str] = set()
     build_gradients = engine._module_step_gradient_function
 
     def recorded(*args):
-        pass_threads.append(threading.current_thread().name)
-        return build_gradients(*args)
+        gradients = build_gradients(*args)
+
+        def computed(*arguments):
+            pass_threads.add(threading.current_thread().name)
+            return gradients(*arguments)
+
+        return computed
 
     monkeypatch.setattr(engine, "_module_step_gradient_function", recorded)
 
@@ -121,9 +144,9 @@ def test_a_model_trained_with_passes_on_two_threads_is_the_same_bits_as_on_one(
             return engine.train(shadow, mechanism, x, y, membership, randomness, config, exact_batches=True).trainable
 
     one = trained(1)
-    assert pass_threads == [threading.current_thread().name]
+    assert pass_threads == {threading.current_thread().name}
     two = trained(2)
-    assert len(pass_threads) == 3 and all(name.startswith("dpaudit-pass") for name in pass_threads[1:])
+    assert len(pass_threads) == 2 and any(name.startswith("dpaudit-pass") for name in pass_threads)
     start = engine.build(base, mechanism.parameterization, models.LoraSpec(4), randomness, torch.device("cpu"))
     for name, value in one.items():
         assert torch.equal(two[name], value), name

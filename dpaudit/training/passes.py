@@ -2,13 +2,13 @@
 
 :func:`dpaudit.training.engine.train` computes a step in passes: a group of models each, or, for a Poisson step's
 exact batches, one model each. The passes are independent, so on a CPU with torch at n > 1 threads
-:class:`StepPasses` runs n of them at once, each on a Python thread of its own at one torch thread, where before each
-pass ran alone with torch's n threads splitting every product. A pass's products are small (a LoRA layer's 64 or
-256 columns; a model's 32 sequences alone): split between threads they gain less than whole passes do side by side
-(docs/performance.md §18). torch's ops release Python's lock while they compute, so the passes overlap but for their
-Python.
+:class:`StepPasses` runs n of them at once, the calling thread and n - 1 others, each at one torch thread, where
+before each pass ran alone with torch's n threads splitting every product. A pass's products are small (a LoRA
+layer's 64 or 256 columns; a model's 32 sequences alone): split between threads they gain less than whole passes do
+side by side (docs/performance.md §18). torch's ops release Python's lock while they compute, so the passes overlap
+but for their Python.
 
-Each thread computes with its own copy of the module, which shares the module's tensors: ``functional_call``
+Each other thread computes with its own copy of the module, which shares the module's tensors: ``functional_call``
 replaces a module's attributes while a pass runs, so two passes at once cannot use one module. A pass runs in the
 caller's context variables (:func:`dpaudit.models.adapters.merged_adapters` is one) and its CPU autocast state,
 which are each thread's own.
@@ -22,9 +22,10 @@ from __future__ import annotations
 import contextvars
 import copy
 import itertools
+import queue
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 import torch
@@ -38,11 +39,14 @@ def module_sharing_tensors(module: nn.Module) -> nn.Module:
 
 
 class StepPasses:
-    """Runs a step's passes, ``task(gradients, item)`` for each item, on ``threads`` threads (1: in the caller's).
+    """Runs a step's passes, ``task(gradients, item)`` for each item, on ``threads`` threads: the caller's and others.
 
     ``gradients_of(module)`` builds the gradient function a pass calls (the engine's step gradients computed with
-    ``module``): with ``module`` itself on one thread, else once per thread on a :func:`module_sharing_tensors` copy.
-    Use as a context manager: leaving it stops the threads.
+    ``module``): the caller's with ``module`` itself, each other thread's with a :func:`module_sharing_tensors` copy.
+    The threads take the items in turn as they finish one. The caller computes passes too, in its heap, which
+    :func:`dpaudit.training.engine.retained_heap` keeps (another thread's arena maps large blocks afresh, §9 of
+    docs/performance.md): DP-SGD steps ran 1.05x faster so than on helper threads alone. Use as a context manager:
+    leaving it stops the other threads.
     """
 
     def __init__(self, module: nn.Module, gradients_of: Callable[[nn.Module], Callable], threads: int):
@@ -51,30 +55,59 @@ class StepPasses:
         self.threads = threads
         self._caller_threads = torch.get_num_threads()
         self._local = threading.local()
+        self._local.gradients = gradients_of(module)
         self._pool = None
-        if threads == 1:
-            self._local.gradients = gradients_of(module)
-        else:
-            self._pool = ThreadPoolExecutor(
-                threads, "dpaudit-pass", initializer=self._start_thread, initargs=(module, gradients_of)
-            )
+        if threads > 1:
+            # Copied here: a thread copying the module while the caller's pass ran would copy the tensors that
+            # functional_call had put in it.
+            self._copies: queue.SimpleQueue = queue.SimpleQueue()
+            for _ in range(threads - 1):
+                self._copies.put(gradients_of(module_sharing_tensors(module)))
+            self._pool = ThreadPoolExecutor(threads - 1, "dpaudit-pass", initializer=self._start_thread)
 
-    def _start_thread(self, module: nn.Module, gradients_of: Callable[[nn.Module], Callable]) -> None:
-        torch.set_num_threads(1)  # this thread's: OpenMP's and MKL's counts are per thread
-        self._local.gradients = gradients_of(module_sharing_tensors(module))
+    def _start_thread(self) -> None:
+        # OpenMP's and MKL's counts are per thread. torch sets a thread's own from its process-wide count at the
+        # thread's first parallel op, which the caller's set_num_threads changes: that first, then this thread's.
+        torch.get_num_threads()
+        torch.set_num_threads(1)
+        self._local.gradients = self._copies.get_nowait()
 
     def map(self, task: Callable[[Callable, Any], Any], items: Sequence) -> list:
         """``[task(gradients, item) for item in items]``, ``gradients`` the computing thread's function."""
         if self._pool is None:
             return [task(self._local.gradients, item) for item in items]
-        autocast = torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")
-        futures = [self._pool.submit(contextvars.copy_context().run, self._run, task, item, autocast) for item in items]
-        return [future.result() for future in futures]
+        pending = iter(enumerate(items))
+        taking = threading.Lock()
+        results: list = [None] * len(items)
 
-    def _run(self, task: Callable[[Callable, Any], Any], item: Any, autocast: tuple[bool, torch.dtype]) -> Any:
+        def take_passes() -> None:
+            while True:
+                with taking:
+                    index, item = next(pending, (None, None))
+                if index is None:
+                    return
+                results[index] = task(self._local.gradients, item)
+
+        autocast = torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")
+        helpers = [
+            self._pool.submit(contextvars.copy_context().run, self._helper, take_passes, autocast)
+            for _ in range(min(self.threads, len(items)) - 1)
+        ]
+        torch.set_num_threads(1)
+        try:
+            take_passes()
+        finally:
+            torch.set_num_threads(self._caller_threads)
+            wait(helpers)
+        for helper in helpers:
+            helper.result()  # a helper's error
+        return results
+
+    @staticmethod
+    def _helper(take_passes: Callable[[], None], autocast: tuple[bool, torch.dtype]) -> None:
         enabled, dtype = autocast
         with torch.autocast("cpu", dtype=dtype, enabled=enabled):
-            return task(self._local.gradients, item)
+            take_passes()
 
     def __enter__(self) -> StepPasses:
         return self
