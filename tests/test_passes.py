@@ -54,14 +54,15 @@ def test_passes_run_on_the_caller_s_thread_and_others_at_one_torch_thread_each_i
 
     token = _CALLER.set("the caller's")
     try:
-        with torch_threads(2), passes.StepPasses(module, gradients_of, 2) as step_passes:
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                results = step_passes.map(task, ["a", "b"])
-            caller_threads = torch.get_num_threads()
-            later = []
+        with torch_threads(2):
+            with passes.StepPasses(module, gradients_of, 2) as step_passes:
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    results = step_passes.map(task, ["a", "b"])
+                caller_threads = torch.get_num_threads()
+            later: list[int] = []
             thread = threading.Thread(target=lambda: later.append(torch.get_num_threads()))
-        thread.start()
-        thread.join()
+            thread.start()
+            thread.join()
     finally:
         _CALLER.reset(token)
     assert [item for item, *_ in results] == ["a", "b"]

@@ -44,8 +44,8 @@ class StepPasses:
     ``gradients_of(module)`` builds the gradient function a pass calls (the engine's step gradients computed with
     ``module``): the caller's with ``module`` itself, each other thread's with a :func:`module_sharing_tensors` copy.
     The threads take the items in turn as they finish one. The caller computes passes too, in its heap, which
-    :func:`dpaudit.training.engine.retained_heap` keeps (another thread's arena maps large blocks afresh, §9 of
-    docs/performance.md): DP-SGD steps ran 1.05x faster so than on helper threads alone. Use as a context manager:
+    :func:`dpaudit.training.engine.retained_heap` keeps (another thread's arena maps large blocks afresh:
+    docs/performance.md §9): DP-SGD steps ran 1.05x faster so than on helper threads alone. Use as a context manager:
     leaving it stops the other threads.
     """
 
