@@ -91,6 +91,22 @@ def test_a_helper_s_error_reaches_the_caller_after_every_pass_ended():
     assert ended  # the caller's passes ran to their end before the error was raised
 
 
+def test_after_the_caller_s_error_the_helpers_take_no_further_pass():
+    helper_passes = []
+
+    def task(gradients, item):
+        if threading.current_thread() is threading.main_thread():
+            time.sleep(0.05)  # the helper has taken a pass
+            raise KeyboardInterrupt
+        time.sleep(0.2)
+        helper_passes.append(item)
+
+    with torch_threads(2), passes.StepPasses(torch.nn.Linear(3, 2), lambda m: m, 2) as step_passes:
+        with pytest.raises(KeyboardInterrupt):
+            step_passes.map(task, list(range(8)))
+    assert len(helper_passes) <= 1  # the one it was computing, of the 6 left
+
+
 def test_one_thread_runs_the_passes_in_the_caller_with_the_module_itself():
     module = torch.nn.Linear(3, 2)
     with passes.StepPasses(module, lambda m: m, 1) as step_passes:

@@ -98,6 +98,9 @@ class StepPasses:
             take_passes()
         finally:
             torch.set_num_threads(self._caller_threads)
+            with taking:  # after an error or Ctrl-C here, the helpers take no further pass
+                for _ in pending:
+                    pass
             wait(helpers)
         for helper in helpers:
             helper.result()  # a helper's error
