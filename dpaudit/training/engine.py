@@ -331,10 +331,7 @@ def train(
         mechanism.initialise(params, state)
     if canaries is not None:
         canaries.start(params, randomness, sample_rate, steps, config.epochs)
-    # Passes at once where a step has several whatever its K: a Poisson step's exact batches (a model each) and token
-    # sequences (_models_per_pass); K models in one pass (an MLP's, a CNN's) keep torch's threads inside the pass.
-    several = alone or token_sequences(torch.from_numpy(x[:1]).unsqueeze(0))
-    threads = torch.get_num_threads() if device.type == "cpu" and several else 1
+    threads = _pass_threads(x, device, alone)
     gradients_of = functools.partial(_module_step_gradient_function, shadow, mechanism, alone)
     with StepPasses(shadow.module, gradients_of, threads) as passes:
         for step, (weight_t, examples) in enumerate(background.ahead(_gathered(batches, x, y, blocks, device))):
@@ -411,6 +408,19 @@ def _models_per_pass(inputs: torch.Tensor, threads: int) -> int | None:
     if not token_sequences(inputs):
         return None
     return max(1, min(_POSITIONS_PER_PASS // math.prod(inputs.shape[1:]), math.ceil(inputs.shape[0] / threads)))
+
+
+def _pass_threads(x: np.ndarray, device: torch.device, exact_batches: bool) -> int:
+    """On how many threads a step's passes run at once (:mod:`.passes`): torch's count on CPU, else 1.
+
+    Only where a step has several passes whatever its K: exact Poisson batches (a model each) and token sequences
+    (:func:`_models_per_pass`). A step of one pass of all K models (an MLP's, a CNN's) keeps torch's threads inside it.
+    """
+    threads = torch.get_num_threads() if device.type == "cpu" else 1
+    if threads == 1 or exact_batches:
+        return threads
+    # The pool's first row as a step's (1, 1, ...) inputs; a copy: torch warns on a view of a read-only pool.
+    return threads if token_sequences(torch.from_numpy(x[:1].copy())[None]) else 1
 
 
 def _one_block(width: int) -> list[slice]:
