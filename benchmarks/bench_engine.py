@@ -19,29 +19,16 @@ from __future__ import annotations
 
 import argparse
 import functools
-import time
 
 import numpy as np
 import torch
 from bench_dpsgd import Trainer, best_seconds  # the benchmarks folder is on sys.path when run as a script
 from bench_gpu import cifar_shaped, frozen_seed_cnn
-from step_profile import print_profile
+from step_profile import matmul_peak_gflops, print_profile
 
 from dpaudit import data, models, seeding
 from dpaudit.mechanisms.nonprivate import NonPrivate
 from dpaudit.training import engine, sampling
-
-
-def matmul_peak_gflops(size: int = 1024, repeats: int = 10) -> float:
-    """The fastest of ``repeats`` fp32 ``size``×``size`` matmuls, in GFLOP/s (2 size³ operations each)."""
-    left, right = torch.randn(size, size), torch.randn(size, size)
-    torch.mm(left, right)
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        torch.mm(left, right)
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best / 1e9
 
 
 def main() -> None:
