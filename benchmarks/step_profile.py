@@ -255,9 +255,9 @@ def _described(operand: _Operand) -> str:
 
 
 def _operations(func, args: tuple) -> int:
-    """Floating-point operations of one GEMM call: 2 per multiply-add of its product."""
+    """Floating-point operations of one GEMM call, ``args`` its :func:`_layout`: 2 per multiply-add of its product."""
     left, right = (args[1], args[2]) if func._schema.name in _ACCUMULATING else (args[0], args[1])
-    if left.dim() == 1:  # dot
+    if len(left.shape) == 1:  # dot
         return 2 * left.shape[0]
     return 2 * math.prod(left.shape[:-1]) * left.shape[-1] * right.shape[-1]
 
@@ -298,7 +298,7 @@ def print_gemms(gemms: dict[tuple, list], steps: int, shown: int = 12) -> None:
         peak = matmul_peak_gflops()
         rows = []
         for (func, args, kwargs), (seconds, calls) in gemms.items():
-            operations = _operations(func, _fresh(args))
+            operations = _operations(func, args)
             rows.append((func._schema.name, args, seconds, calls, operations, _seconds_alone(func, args, kwargs)))
     rows.sort(key=lambda row: -row[2])
     in_step = sum(row[2] for row in rows)

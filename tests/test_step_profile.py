@@ -49,7 +49,7 @@ def test_gemm_operations_match_torchs_flop_counter(step_profile):
     operations = {}
     for (func, args, _), (_, calls) in timer.gemms.items():
         name = func._schema.name
-        operations[name] = operations.get(name, 0) + step_profile._operations(func, step_profile._fresh(args)) * calls
+        operations[name] = operations.get(name, 0) + step_profile._operations(func, args) * calls
     assert sum(calls for _, calls in timer.gemms.values()) == 8
     # torch's counter has no formula for addbmm and dot: 2 per multiply-add of (6 × 5 × 7)(6 × 7 × 3), and of 7 terms.
     assert operations.pop("aten::addbmm") == 2 * 6 * 5 * 7 * 3
