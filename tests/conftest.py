@@ -31,9 +31,7 @@ def single_torch_thread():
     Batched LAPACK (svd/qr/eigh) with 2 OpenMP threads slows down up to ~80x when other processes share the
     cores; one thread keeps a module's runtime stable.
     """
-    import torch
+    from tests.torch_threads import torch_threads  # torch only now: OMP_NUM_THREADS is set above first
 
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+    with torch_threads(1):
+        yield

@@ -18,6 +18,7 @@ from dpaudit import config as config_lib
 from dpaudit import models
 from dpaudit.campaign.store import RunStore
 from dpaudit.cli import main
+from tests.torch_threads import torch_threads
 
 _FACTORIES = """
 import torch
@@ -231,13 +232,9 @@ def test_pretraining_gives_the_same_base_on_one_thread_and_on_two():
     public = digits().public
     bases = []
     for threads in (2, 1):
-        previous = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
+        with torch_threads(threads):
             base = models.pretrain(models.mlp(64, 10), public.x, public.y, seed=0)
             assert torch.get_num_threads() == threads
-        finally:
-            torch.set_num_threads(previous)
         bases.append(base.state_dict())
     assert bases[0].keys() == bases[1].keys()
     for name in bases[0]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -17,19 +16,10 @@ from dpaudit.mechanisms.dpsgd import dp_sgd
 from dpaudit.mechanisms.nonprivate import NonPrivate
 from dpaudit.models.transformer import CausalTransformer
 from dpaudit.training import engine, passes, sampling
+from tests.torch_threads import torch_threads
 
 LENGTH = 12
 _CALLER = contextvars.ContextVar("caller", default="unset")
-
-
-@contextmanager
-def torch_threads(count: int):
-    previous = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 def test_passes_run_on_the_caller_s_thread_and_others_at_one_torch_thread_each_in_the_caller_s_state():

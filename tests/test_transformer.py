@@ -21,6 +21,7 @@ from dpaudit.models import adapters
 from dpaudit.models.transformer import CausalTransformer
 from dpaudit.training import engine, sampling
 from dpaudit.training import gradients as example_gradients
+from tests.torch_threads import torch_threads
 
 LENGTH = 12
 
@@ -438,12 +439,8 @@ def test_on_two_threads_the_engine_s_attention_is_the_module_s_bit_for_bit():
     torch.manual_seed(0)
     attention = CausalSelfAttention(16, heads=2)
     h = torch.randn(4, 7, 16)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
+    with torch_threads(2):
         with flash_attention():
             inside = attention(h)
         outside = attention(h)
-    finally:
-        torch.set_num_threads(threads)
     assert torch.equal(inside, outside)
